@@ -1,0 +1,1 @@
+"""Adapters for the seeds' runtimes: Context Runtime ABI session folders and ContextOS."""

@@ -1,0 +1,1 @@
+"""Auto-instrumentors for LLM clients and agent frameworks."""

@@ -1,0 +1,1 @@
+"""The collector-side context processor (``otel-agent-context serve``)."""
