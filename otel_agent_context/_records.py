@@ -335,13 +335,12 @@ class ContextSurface(_Record):
 
     _time_fields = _TIMES
     surface_id: str
-    scope: Scope | None = None
     item_refs: list[str] = []
     removed_item_refs: list[str] = []
     item_count: int | None = None
     token_estimate: int | None = None
     created_at: str | None = None
-    updated_at: str | None = None
+    completed_at: str | None = None
     metadata: dict[str, str] = {}
 
 
@@ -568,6 +567,7 @@ class ContextEvent(_Record):
     subject_ref: str | None = None  # "<kind>:<id>", e.g. "selection:sel_1"
     trace_id: str | None = None
     span_id: str | None = None
+    metadata: dict[str, str] = {}  # details of the event, e.g. a redaction's method
 
 
 class TelemetryRef(_Record):

@@ -1,0 +1,33 @@
+"""Environment variables read by otel_agent_context, each with its default.
+
+Configuration is read once, when an :class:`~otel_agent_context.AgentContext` is built,
+never on the hot path.
+"""
+
+from __future__ import annotations
+
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = (
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+)
+"""The GenAI conventions' content-capture switch: ``NO_CONTENT`` (default), ``SPAN_ONLY``,
+``EVENT_ONLY`` or ``SPAN_AND_EVENT``. Context content (item text, queries, summaries,
+missing-context questions) is recorded on spans only for ``SPAN_ONLY`` and
+``SPAN_AND_EVENT``; ``true``/``false`` are accepted as the older spelling."""
+
+OTEL_AGENT_CONTEXT_BLOCKED_SENSITIVITIES = "OTEL_AGENT_CONTEXT_BLOCKED_SENSITIVITIES"
+"""Comma-separated item sensitivities whose content is never recorded, even under content
+capture; such items get a ``context.redaction.applied`` event instead.
+Default: ``secret,restricted``."""
+
+DEFAULT_BLOCKED_SENSITIVITIES = ("secret", "restricted")
+
+OTEL_AGENT_CONTEXT_STRICT = "OTEL_AGENT_CONTEXT_STRICT"
+"""``true`` makes internal errors of the instrumentation API raise instead of being logged.
+For the project's own tests; never set it in production. Default: ``false``."""
+
+_CAPTURE_ON_SPANS = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT", "TRUE"})
+
+
+def capture_content_from_env(value: str | None) -> bool:
+    """Whether the content-capture switch's value asks for content on spans."""
+    return (value or "").strip().upper() in _CAPTURE_ON_SPANS

@@ -1,0 +1,166 @@
+"""Bundle -> metric measurements: contract section 3, derived from a rebuilt envelope.
+
+The processor (and anything else holding a bundle) turns every rebuilt envelope into the
+measurements of the contract's metrics here, so an agent that only sends traces still gets
+its metrics. The function is pure: a bundle dict in (the shape of ``Bundle.to_dict()``),
+a list of :class:`Measurement` out; aggregation and exposition are the caller's business.
+
+Labels follow ``_semconv.METRIC_LABELS`` exactly and are always strings; a missing value is
+``"unknown"``, never an id (contract section 3 keeps labels low in cardinality).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from . import _semconv as S
+
+__all__ = ["HISTOGRAMS", "UNKNOWN", "Measurement", "measure", "prometheus_name"]
+
+#: The label value used when a bundle does not say (e.g. no ``gen_ai.agent.name``).
+UNKNOWN = "unknown"
+
+#: Metrics of contract section 3 that are histograms; every other one is a counter.
+HISTOGRAMS = frozenset({S.METRIC_BUDGET_UTILIZATION, S.METRIC_COMPACTION_COVERAGE})
+
+_RESOLVED = "resolved"
+
+
+class Measurement(NamedTuple):
+    """One observation of one contract metric.
+
+    ``labels`` are the values of ``METRIC_LABELS[name]``, in that order. For a counter
+    ``value`` is the increment, for a histogram the observed value. ``trace_id`` (32 hex)
+    is the exemplar a histogram bucket can carry, so a panel can jump to the trace.
+    """
+
+    name: str
+    labels: tuple[str, ...]
+    value: float
+    trace_id: str | None = None
+
+
+def prometheus_name(name: str) -> str:
+    """The Prometheus exposition name of a contract metric (``context_envelopes_total``)."""
+    return S.PROMETHEUS_NAMES[name]
+
+
+def _label(value: Any) -> str:
+    if value is None or value == "":
+        return UNKNOWN
+    return str(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _list(bundle: Mapping[str, Any], key: str) -> list[Any]:
+    value = bundle.get(key)
+    return value if isinstance(value, list) else []
+
+
+def measure(bundle: Mapping[str, Any]) -> list[Measurement]:
+    """All measurements of contract section 3 that one rebuilt envelope yields."""
+    return list(_iter_measurements(bundle))
+
+
+def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
+    envelope = bundle.get("context_envelope") or {}
+    metadata = envelope.get("metadata") or {}
+    agent = _label(metadata.get(S.GEN_AI_AGENT_NAME))
+    refs = envelope.get("telemetry_refs") or []
+    trace_id = refs[0].get("trace_id") if refs and isinstance(refs[0], dict) else None
+    rebuild = bundle.get("rebuild") or {}
+
+    yield Measurement(
+        S.METRIC_ENVELOPES,
+        (_label(envelope.get("scope")), agent, _label(rebuild.get("status"))),
+        1.0,
+    )
+
+    # -- budgets, overflow, truncation ------------------------------------------------------
+    for budget in _list(bundle, "context_budgets"):
+        target = _label(budget.get("target"))
+        utilization = _number(budget.get("utilization"))
+        if utilization is None:
+            actual = _number(budget.get("actual_tokens"))
+            maximum = _number(budget.get("max_tokens"))
+            if actual is not None and maximum:
+                utilization = actual / maximum
+        if utilization is not None:
+            yield Measurement(S.METRIC_BUDGET_UTILIZATION, (target, agent), utilization, trace_id)
+        if budget.get("overflow") is True:
+            yield Measurement(
+                S.METRIC_BUDGET_OVERFLOWS,
+                (target, agent, _label(budget.get("overflow_strategy"))),
+                1.0,
+            )
+        truncated_tokens = 0.0
+        for record in budget.get("truncation_records") or []:
+            strategy = record.get("strategy") or budget.get("overflow_strategy")
+            yield Measurement(S.METRIC_TRUNCATIONS, (target, agent, _label(strategy)), 1.0)
+            before = _number(record.get("tokens_before"))
+            after = _number(record.get("tokens_after"))
+            if before is not None and after is not None and before > after:
+                truncated_tokens += before - after
+        if truncated_tokens:
+            yield Measurement(S.METRIC_TRUNCATED_TOKENS, (target, agent), truncated_tokens)
+
+    # -- selection and omission ---------------------------------------------------------------
+    items = {
+        item.get("item_id"): item for item in _list(bundle, "context_items") if isinstance(item, dict)
+    }
+    for selection in _list(bundle, "context_selections"):
+        for item_id in selection.get("selected_item_refs") or []:
+            kind = _label((items.get(item_id) or {}).get("context_kind"))
+            yield Measurement(S.METRIC_ITEMS_SELECTED, (agent, kind), 1.0)
+        for omitted in selection.get("omitted_item_refs") or []:
+            item = items.get(omitted.get("item_id")) or {}
+            reason = _label(omitted.get("reason"))
+            yield Measurement(
+                S.METRIC_ITEMS_OMITTED, (agent, _label(item.get("context_kind")), reason), 1.0
+            )
+            tokens = _number(item.get("token_estimate"))
+            if tokens:
+                yield Measurement(S.METRIC_OMITTED_TOKENS, (agent, reason), tokens)
+
+    # -- injection ----------------------------------------------------------------------------
+    for injection in _list(bundle, "context_injections"):
+        yield Measurement(
+            S.METRIC_INJECTIONS,
+            (_label(injection.get("target")), _label(injection.get("injection_point"))),
+            1.0,
+        )
+
+    # -- compaction ---------------------------------------------------------------------------
+    for compaction in _list(bundle, "context_compactions"):
+        method = _label(compaction.get("method"))
+        yield Measurement(
+            S.METRIC_COMPACTIONS, (agent, method, _label(compaction.get("trigger"))), 1.0
+        )
+        coverage = _number(compaction.get("coverage"))
+        if coverage is not None:
+            yield Measurement(S.METRIC_COMPACTION_COVERAGE, (agent, method), coverage, trace_id)
+        uncovered = sum(
+            1 for source in compaction.get("source_coverage") or [] if source.get("covered") is False
+        )
+        if uncovered:
+            yield Measurement(S.METRIC_COMPACTION_UNCOVERED_SOURCES, (agent, method), uncovered)
+        notes = len(compaction.get("loss_notes") or [])
+        if notes:
+            yield Measurement(S.METRIC_COMPACTION_LOSS_NOTES, (agent, method), notes)
+
+    # -- missing context ------------------------------------------------------------------------
+    for missing in _list(bundle, "missing_context"):
+        severity = _label(missing.get("severity"))
+        yield Measurement(S.METRIC_MISSING_DETECTED, (agent, severity), 1.0)
+        if (
+            missing.get("status") == _RESOLVED
+            or missing.get("resolved_at")
+            or missing.get("resolution_refs")
+        ):
+            yield Measurement(S.METRIC_MISSING_RESOLVED, (agent, severity), 1.0)

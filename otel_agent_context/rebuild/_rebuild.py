@@ -1,0 +1,561 @@
+"""Span views to bundles: the rebuild half of the one mapping (contract sections 1, 5).
+
+Pure: the same spans, in any order and with duplicates, give the same bundle. Output is
+JSON-ready dicts shaped like :class:`otel_agent_context.Bundle` (absent fields left out),
+so the processor can serialise them without building objects first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import _semconv as S
+from .._records import ns_to_rfc3339
+from ._view import EventView, SpanView
+
+__all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
+
+_STAGE_SPANS = frozenset({S.SPAN_SURFACE, S.SPAN_SELECTION, S.SPAN_BUDGET, S.SPAN_ASSEMBLY,
+                          S.SPAN_COMPACTION})
+
+# (attribute, field) pairs for the flat parts of each record
+_ITEM_FIELDS = (
+    (S.ITEM_KIND, "context_kind"), (S.ITEM_TITLE, "title"),
+    (S.ITEM_CONTENT_MODE, "content_mode"), (S.ITEM_CONTENT, "content"),
+    (S.ITEM_CONTENT_REF, "content_ref"), (S.ITEM_MIME_TYPE, "mime_type"),
+    (S.ITEM_LANGUAGE, "language"), (S.ITEM_TOKEN_ESTIMATE, "token_estimate"),
+    (S.ITEM_BYTE_SIZE, "byte_size"), (S.ITEM_FRESHNESS, "freshness"),
+    (S.ITEM_TRUST_LEVEL, "trust_level"), (S.ITEM_SENSITIVITY, "sensitivity"),
+    (S.ITEM_REDACTION_STATE, "redaction_state"), (S.ITEM_VISIBILITY, "visibility"),
+    (S.ITEM_PRIORITY, "priority"), (S.ITEM_DIGEST, "digest"),
+    (S.ITEM_CREATED_AT, "created_at"),
+)
+_SOURCE_FIELDS = (
+    (S.SOURCE_ID, "source_id"), (S.SOURCE_URI, "uri"), (S.SOURCE_KIND, "source_kind"),
+    (S.SOURCE_SELECTOR, "selector"), (S.SOURCE_DIGEST, "digest"),
+    (S.SOURCE_AUTHORITY, "authority"), (S.SOURCE_PROVENANCE_REFS, "provenance_refs"),
+    (S.SOURCE_LICENSE, "license"), (S.SOURCE_RETRIEVED_AT, "retrieved_at"),
+    (S.SOURCE_MODIFIED_AT, "modified_at"),
+)
+_NATIVE_BY_ATTR = {attr: key for key, attr in S.NATIVE_REUSED.items()}
+_BUDGET_FIELDS = (
+    (S.BUDGET_TARGET, "target"), (S.BUDGET_MAX_TOKENS, "max_tokens"),
+    (S.BUDGET_RESERVED_TOKENS, "reserved_tokens"), (S.BUDGET_MAX_BYTES, "max_bytes"),
+    (S.BUDGET_MAX_ITEMS, "max_items"), (S.BUDGET_ACTUAL_TOKENS, "actual_tokens"),
+    (S.BUDGET_ACTUAL_BYTES, "actual_bytes"), (S.BUDGET_ACTUAL_ITEMS, "actual_items"),
+    (S.BUDGET_OVERFLOW_STRATEGY, "overflow_strategy"), (S.BUDGET_OVERFLOW, "overflow"),
+    (S.BUDGET_OVERFLOW_TOKENS, "overflow_tokens"), (S.BUDGET_UTILIZATION, "utilization"),
+    (S.WINDOW_ID, "window_ref"),
+)
+_SELECTION_FIELDS = (
+    (S.SURFACE_ID, "surface_id"), (S.SELECTION_QUERY, "query"),
+    (S.SELECTION_INTENT, "intent"), (S.SELECTION_POLICY, "selection_policy"),
+    (S.BUDGET_ID, "budget_ref"), (S.SELECTION_RATIONALE, "rationale"),
+    (S.SELECTION_ACTOR_REF, "actor_ref"), (S.SELECTION_MODEL_REF, "model_ref"),
+    (S.SELECTION_CANDIDATE_COUNT, "candidate_count"),
+)
+_ASSEMBLY_FIELDS = (
+    (S.ASSEMBLY_TARGET, "target"), (S.ASSEMBLY_WRAPPING_POLICY, "wrapping_policy"),
+    (S.ASSEMBLY_SEPARATOR_POLICY, "separator_policy"),
+    (S.ASSEMBLY_VISIBILITY, "visibility"), (S.BUDGET_ID, "budget_ref"),
+    (S.ASSEMBLY_REDACTION_STATE, "redaction_state"),
+    (S.ASSEMBLY_BLOCK_COUNT, "block_count"), (S.ASSEMBLY_TOKEN_COUNT, "token_count"),
+    (S.ASSEMBLY_HASH, "hash"),
+)
+_BLOCK_FIELDS = (
+    (S.ITEM_ID, "item_id"), (S.ITEM_KIND, "context_kind"), (S.BLOCK_TOKENS, "tokens"),
+    (S.INJECTION_POINT, "injection_point"), (S.BLOCK_DIGEST, "digest"),
+)
+_INJECTION_FIELDS = (
+    (S.ASSEMBLY_ID, "assembly_id"), (S.INJECTION_TARGET, "target"),
+    (S.INJECTION_POINT, "injection_point"), (S.INJECTION_NATIVE_ID, "native_id"),
+    (S.INJECTION_VISIBILITY, "visibility"), (S.INJECTION_FINAL_REF, "final_ref"),
+    (S.INJECTION_HASH, "hash"),
+)
+_COMPACTION_FIELDS = (
+    (S.COMPACTION_SCOPE, "scope"), (S.SUMMARY_ID, "summary_ref"),
+    (S.COMPACTION_METHOD, "method"), (S.COMPACTION_TRIGGER, "trigger"),
+    (S.COMPACTION_COVERAGE, "coverage"), (S.COMPACTION_LOSS_NOTES, "loss_notes"),
+    (S.COMPACTION_VALIDATION, "validation"),
+    (S.COMPACTION_REPLACEMENT_POLICY, "replacement_policy"),
+    (S.COMPACTION_SOURCE_COUNT, "source_count"),
+    (S.COMPACTION_TOKENS_BEFORE, "tokens_before"), (S.COMPACTION_TOKENS_AFTER, "tokens_after"),
+)
+_MISSING_FIELDS = (
+    (S.MISSING_SCOPE, "scope"), (S.MISSING_QUESTION, "question"),
+    (S.MISSING_NEEDED_FOR, "needed_for"), (S.MISSING_SEVERITY, "severity"),
+    (S.MISSING_CANDIDATE_SOURCES, "candidate_sources"),
+    (S.MISSING_BLOCKED_ACTIONS, "blocked_actions"),
+    (S.MISSING_REQUESTED_FROM, "requested_from"), (S.MISSING_STATUS, "status"),
+)
+_ENVELOPE_REFS = (
+    (S.CONTEXT_ACTOR_REFS, "actor_refs"), (S.CONTEXT_RUNTIME_REFS, "runtime_refs"),
+    (S.CONTEXT_POLICY_REFS, "policy_refs"), (S.CONTEXT_EVIDENCE_REFS, "evidence_refs"),
+)
+
+
+def _pick(attrs: Any, fields: Sequence[tuple[str, str]], out: dict[str, Any]) -> dict[str, Any]:
+    get = attrs.get
+    for attr, name in fields:
+        v = get(attr)
+        if v is not None:
+            out[name] = list(v) if isinstance(v, (tuple, list)) else v
+    return out
+
+
+def _t(ns: int) -> str:
+    return ns_to_rfc3339(ns)
+
+
+def _item_from(attrs: Any) -> dict[str, Any]:
+    item = _pick(attrs, _ITEM_FIELDS, {"item_id": attrs[S.ITEM_ID]})
+    src = _pick(attrs, _SOURCE_FIELDS, {})
+    for key, value in attrs.items():
+        native = _NATIVE_BY_ATTR.get(key)
+        if native is None and key.startswith(S.SOURCE_NATIVE_PREFIX):
+            native = key[len(S.SOURCE_NATIVE_PREFIX):]
+        if native is not None:
+            src.setdefault("external_mappings", {})[native] = value
+    if src:
+        item["source_refs"] = [src]
+    return item
+
+
+class _Builder:
+    """Accumulates the records of one envelope while walking its spans."""
+
+    def __init__(self, context_id: str) -> None:
+        self.context_id = context_id
+        self.items: dict[str, dict[str, Any]] = {}
+        self.surfaces: list[dict[str, Any]] = []
+        self.selections: list[dict[str, Any]] = []
+        self.budgets: list[dict[str, Any]] = []
+        self.windows: list[dict[str, Any]] = []
+        self.assemblies: list[dict[str, Any]] = []
+        self.injections: list[dict[str, Any]] = []
+        self.compactions: list[dict[str, Any]] = []
+        self.summaries: list[dict[str, Any]] = []
+        self.missing: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[int, int, dict[str, Any]]] = []
+        self.notes: list[str] = []
+        self._seq = 0
+
+    def item(self, attrs: Any) -> str:
+        item_id = attrs[S.ITEM_ID]
+        seen = self.items.get(item_id)
+        if seen is None:
+            self.items[item_id] = _item_from(attrs)
+        else:  # a later sighting fills what an earlier one lacked
+            for key, value in _item_from(attrs).items():
+                seen.setdefault(key, value)
+        return item_id  # type: ignore[no-any-return]
+
+    def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
+              metadata: dict[str, str] | None = None) -> None:
+        ev: dict[str, Any] = {"event_class": cls, "occurred_at": _t(ns),
+                              "context_id": self.context_id}
+        if subject is not None:
+            ev["subject_ref"] = subject
+        ev["trace_id"] = span.trace_id
+        ev["span_id"] = span.span_id
+        if metadata:
+            ev["metadata"] = metadata
+        self._seq += 1
+        self.events.append((ns, self._seq, ev))
+
+    # -- stages -------------------------------------------------------------------------
+
+    def surface(self, span: SpanView, events: Sequence[EventView]) -> None:
+        a = span.attributes
+        sid = a.get(S.SURFACE_ID, span.span_id)
+        current: dict[str, None] = {}
+        removed: list[str] = []
+        updated = False
+        self.event(span.start_time_unix_nano, "context.surface.created", f"surface:{sid}", span)
+        for ev in events:
+            if ev.name == S.EVENT_ITEM_ADDED or ev.name == S.EVENT_ITEM_UPDATED:
+                item_id = self.item(ev.attributes)
+                current[item_id] = None
+                cls = ev.name
+                updated = updated or cls == S.EVENT_ITEM_UPDATED
+            elif ev.name == S.EVENT_ITEM_REMOVED:
+                item_id = ev.attributes[S.ITEM_ID]
+                current.pop(item_id, None)
+                removed.append(item_id)
+                cls, updated = ev.name, True
+            else:
+                continue
+            self.event(ev.time_unix_nano, cls, f"item:{item_id}", span)
+        if updated:
+            self.event(span.end_time_unix_nano, "context.surface.updated", f"surface:{sid}",
+                       span)
+        rec: dict[str, Any] = {"surface_id": sid}
+        if current:
+            rec["item_refs"] = list(current)
+        if removed:
+            rec["removed_item_refs"] = removed
+        _pick(a, ((S.SURFACE_ITEM_COUNT, "item_count"),
+                  (S.SURFACE_TOKEN_ESTIMATE, "token_estimate")), rec)
+        rec["created_at"] = _t(span.start_time_unix_nano)
+        rec["completed_at"] = _t(span.end_time_unix_nano)
+        self.surfaces.append(rec)
+
+    def selection(self, span: SpanView, events: Sequence[EventView]) -> None:
+        a = span.attributes
+        sid = a.get(S.SELECTION_ID, span.span_id)
+        rec = _pick(a, _SELECTION_FIELDS, {"selection_id": sid})
+        candidates: list[str] = []
+        selected: list[str] = []
+        omitted: list[dict[str, Any]] = []
+        signals: list[dict[str, Any]] = []
+        for ev in events:
+            ea = ev.attributes
+            if ev.name == S.EVENT_ITEM_SELECTED:
+                item_id = self.item(ea)
+                candidates.append(item_id)
+                selected.append(item_id)
+                sig: dict[str, Any] = {"item_id": item_id}
+                _pick(ea, ((S.SELECTION_RANK, "rank"), (S.SELECTION_SCORE, "score")), sig)
+                named = {k[len(S.SELECTION_SIGNAL_PREFIX):]: v for k, v in ea.items()
+                         if k.startswith(S.SELECTION_SIGNAL_PREFIX)}
+                if named:
+                    sig["signals"] = named
+                if len(sig) > 1:
+                    signals.append(sig)
+            elif ev.name == S.EVENT_ITEM_OMITTED:
+                item_id = self.item(ea)
+                candidates.append(item_id)
+                omitted.append(_pick(ea, ((S.OMISSION_REASON, "reason"),
+                                          (S.OMISSION_DETAIL, "detail"),
+                                          (S.SELECTION_SCORE, "score")), {"item_id": item_id}))
+        for key, value in (("candidate_item_refs", candidates),
+                           ("selected_item_refs", selected), ("omitted_item_refs", omitted),
+                           ("ranking_signals", signals)):
+            if value:
+                rec[key] = value
+        self._check_count(a, S.SELECTION_SELECTED_COUNT, len(selected), f"selection {sid}",
+                          "selected")
+        self._check_count(a, S.SELECTION_OMITTED_COUNT, len(omitted), f"selection {sid}",
+                          "omitted")
+        rec["created_at"] = _t(span.start_time_unix_nano)
+        rec["completed_at"] = _t(span.end_time_unix_nano)
+        self.event(span.start_time_unix_nano, "context.selection.started",
+                   f"selection:{sid}", span)
+        self.event(span.end_time_unix_nano, "context.selection.completed",
+                   f"selection:{sid}", span)
+        self.selections.append(rec)
+
+    def budget(self, span: SpanView, events: Sequence[EventView]) -> None:
+        a = span.attributes
+        bid = a.get(S.BUDGET_ID, span.span_id)
+        rec = _pick(a, _BUDGET_FIELDS, {"budget_id": bid})
+        truncations = []
+        segments = []
+        for ev in events:
+            ea = ev.attributes
+            if ev.name == S.EVENT_BUDGET_TRUNCATED:
+                if S.ITEM_ID in ea:
+                    self.item(ea)
+                truncations.append(_pick(ea, (
+                    (S.ITEM_ID, "item_id"), (S.WINDOW_SEGMENT, "segment"),
+                    (S.TRUNCATION_STRATEGY, "strategy"),
+                    (S.TRUNCATION_TOKENS_BEFORE, "tokens_before"),
+                    (S.TRUNCATION_TOKENS_AFTER, "tokens_after")), {}))
+            elif ev.name == S.EVENT_WINDOW_SEGMENT:
+                segments.append(_pick(ea, (
+                    (S.WINDOW_SEGMENT, "segment"), (S.WINDOW_ORDER, "order"),
+                    (S.WINDOW_RESERVED_TOKENS, "reserved_tokens"),
+                    (S.WINDOW_USED_TOKENS, "used_tokens")), {}))
+        if truncations:
+            rec["truncation_records"] = truncations
+        if segments:
+            rec["window_segments"] = segments
+        rec["created_at"] = _t(span.start_time_unix_nano)
+        rec["completed_at"] = _t(span.end_time_unix_nano)
+        self.budgets.append(rec)
+        window_id = a.get(S.WINDOW_ID)
+        if window_id is not None:
+            window = {"window_id": window_id, "budget_ref": bid}
+            _pick(a, ((S.BUDGET_TARGET, "target"), (S.BUDGET_MAX_TOKENS, "max_tokens")), window)
+            if segments:
+                window["segments"] = [dict(s) for s in segments]
+            window["created_at"] = rec["created_at"]
+            self.windows.append(window)
+        self.event(span.end_time_unix_nano, "context.budget.applied", f"budget:{bid}", span)
+
+    def assembly(self, span: SpanView, events: Sequence[EventView]) -> None:
+        a = span.attributes
+        aid = a.get(S.ASSEMBLY_ID, span.span_id)
+        rec = _pick(a, _ASSEMBLY_FIELDS, {"assembly_id": aid})
+        blocks = []
+        sources: dict[str, None] = {}
+        for ev in events:
+            if ev.name == S.EVENT_ASSEMBLY_BLOCK:
+                ea = ev.attributes
+                block = _pick(ea, _BLOCK_FIELDS, {"index": ea.get(S.BLOCK_INDEX, len(blocks))})
+                blocks.append(block)
+                if S.ITEM_ID in ea:
+                    sources[self.item(ea)] = None
+        if blocks:
+            rec["ordered_blocks"] = blocks
+        if sources:
+            rec["source_item_refs"] = list(sources)
+        if S.ASSEMBLY_BLOCK_COUNT in a and a[S.ASSEMBLY_BLOCK_COUNT] > len(blocks):
+            self.notes.append(f"assembly {aid}: {a[S.ASSEMBLY_BLOCK_COUNT]} blocks counted, "
+                              f"{len(blocks)} recorded")
+        rec["created_at"] = _t(span.end_time_unix_nano)
+        self.assemblies.append(rec)
+        self.event(span.end_time_unix_nano, "context.assembly.created", f"assembly:{aid}", span)
+
+    def compaction(self, span: SpanView, events: Sequence[EventView]) -> None:
+        a = span.attributes
+        cid = a.get(S.COMPACTION_ID, span.span_id)
+        rec = _pick(a, _COMPACTION_FIELDS, {"compaction_id": cid})
+        sources: list[str] = []
+        coverage: list[dict[str, Any]] = []
+        summary_events = []
+        for ev in events:
+            ea = ev.attributes
+            if ev.name == S.EVENT_COMPACTION_SOURCE:
+                item_id = self.item(ea)
+                sources.append(item_id)
+                coverage.append(_pick(ea, ((S.ITEM_TOKEN_ESTIMATE, "token_estimate"),
+                                           (S.COMPACTION_COVERED, "covered")),
+                                      {"item_id": item_id}))
+            elif ev.name == S.EVENT_SUMMARY_CREATED:
+                summary_events.append(ev)
+        if sources:
+            rec["source_item_refs"] = sources
+            rec["source_coverage"] = coverage
+        self._check_count(a, S.COMPACTION_SOURCE_COUNT, len(sources), f"compaction {cid}",
+                          "source")
+        rec["created_at"] = _t(span.start_time_unix_nano)
+        rec["completed_at"] = _t(span.end_time_unix_nano)
+        self.compactions.append(rec)
+        self.event(span.start_time_unix_nano, "context.compaction.started",
+                   f"compaction:{cid}", span)
+        for ev in summary_events:
+            ea = ev.attributes
+            summary = _pick(ea, ((S.SUMMARY_CONTENT, "content"),
+                                 (S.SUMMARY_TOKEN_ESTIMATE, "token_estimate"),
+                                 (S.SUMMARY_DIGEST, "digest"),
+                                 (S.SUMMARY_REFRESH_POLICY, "refresh_policy")),
+                            {"summary_id": ea[S.SUMMARY_ID], "compaction_ref": cid})
+            _pick(a, ((S.COMPACTION_COVERAGE, "coverage"), (S.COMPACTION_LOSS_NOTES, "loss_notes"),
+                      (S.COMPACTION_VALIDATION, "validation")), summary)
+            if sources:
+                summary["source_item_refs"] = list(sources)
+            summary["created_at"] = _t(ev.time_unix_nano)
+            self.summaries.append(summary)
+            self.event(ev.time_unix_nano, "context.summary.created",
+                       f"summary:{ea[S.SUMMARY_ID]}", span)
+        self.event(span.end_time_unix_nano, "context.compaction.completed",
+                   f"compaction:{cid}", span)
+
+    # -- events that may sit on any span of the envelope ---------------------------------
+
+    def span_events(self, span: SpanView) -> None:
+        for ev in span.events:
+            name = ev.name
+            ea = ev.attributes
+            if name == S.EVENT_INJECTION_APPLIED:
+                iid = ea.get(S.INJECTION_ID, f"{span.span_id}:{len(self.injections)}")
+                rec = _pick(ea, _INJECTION_FIELDS, {"injection_id": iid})
+                rec["created_at"] = _t(ev.time_unix_nano)
+                self.injections.append(rec)
+                self.event(ev.time_unix_nano, name, f"injection:{iid}", span)
+            elif name == S.EVENT_MISSING_DETECTED:
+                mid = ea[S.MISSING_ID]
+                rec = self.missing.setdefault(mid, {"missing_id": mid})
+                _pick(ea, _MISSING_FIELDS, rec)
+                rec["created_at"] = _t(ev.time_unix_nano)
+                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
+            elif name == S.EVENT_MISSING_REQUESTED:
+                mid = ea[S.MISSING_ID]
+                rec = self.missing.setdefault(mid, {"missing_id": mid})
+                _pick(ea, ((S.MISSING_REQUESTED_FROM, "requested_from"),), rec)
+                rec["requested_at"] = _t(ev.time_unix_nano)
+                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
+            elif name == S.EVENT_MISSING_RESOLVED:
+                mid = ea[S.MISSING_ID]
+                rec = self.missing.setdefault(mid, {"missing_id": mid})
+                _pick(ea, ((S.MISSING_RESOLUTION_REFS, "resolution_refs"),), rec)
+                rec["resolved_at"] = _t(ev.time_unix_nano)
+                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
+            elif name == S.EVENT_REDACTION_APPLIED:
+                meta = _pick(ea, ((S.REDACTION_STATE, "state"), (S.REDACTION_METHOD, "method"),
+                                  (S.REDACTION_REDACTED_BY, "redacted_by"),
+                                  (S.POLICY_REF, "policy_ref")), {})
+                self.event(ev.time_unix_nano, name, f"item:{ea.get(S.ITEM_ID)}", span,
+                           {k: str(v) for k, v in meta.items()})
+
+    def _check_count(self, attrs: Any, key: str, recorded: int, what: str, noun: str) -> None:
+        counted = attrs.get(key)
+        if counted is not None and counted > recorded:
+            self.notes.append(f"{what}: {counted} {noun} items counted, {recorded} recorded")
+
+
+def group_by_context(spans: Iterable[SpanView]) -> dict[str, list[SpanView]]:
+    """Spans that carry ``context.id``, grouped by it (in first-seen order)."""
+    groups: dict[str, list[SpanView]] = {}
+    for span in spans:
+        cid = span.attributes.get(S.CONTEXT_ID)
+        if isinstance(cid, str) and cid:
+            groups.setdefault(cid, []).append(span)
+    return groups
+
+
+def rebuild(spans: Iterable[SpanView]) -> list[dict[str, Any]]:
+    """Every envelope in ``spans``, one bundle each (complete or partial)."""
+    return [rebuild_envelope(group) for group in group_by_context(spans).values()]
+
+
+def _missing_status(rec: dict[str, Any]) -> None:
+    if "resolved_at" in rec:
+        rec["status"] = "resolved"
+    elif "requested_at" in rec:
+        rec["status"] = "requested"
+    elif "status" not in rec:
+        rec["status"] = "open"
+
+
+def rebuild_envelope(spans: Sequence[SpanView], *,
+                     partial_reasons: Sequence[str] = ()) -> dict[str, Any]:
+    """One envelope's bundle from the spans that carry its ``context.id``.
+
+    The bundle is ``partial`` when the envelope span is missing, fewer spans arrived than
+    its ``context.span_count`` promised, the SDK dropped events or attributes, a stage
+    counted more items than it recorded, or the caller names ``partial_reasons`` (e.g.
+    ``timeout``, ``evicted``, ``shutdown``).
+    """
+    # Deterministic whatever the arrival order; duplicates (client retries) count once.
+    unique: dict[tuple[str, str], SpanView] = {}
+    for span in spans:
+        unique.setdefault((span.trace_id, span.span_id), span)
+    ordered = sorted(unique.values(), key=lambda s: (s.start_time_unix_nano, s.span_id))
+    if not ordered:
+        raise ValueError("rebuild_envelope needs at least one span")
+    context_id = str(ordered[0].attributes.get(S.CONTEXT_ID))
+    envelope_span = next((s for s in ordered if S.CONTEXT_SCOPE in s.attributes), None)
+    b = _Builder(context_id)
+
+    items_parts: dict[str, list[SpanView]] = {}
+    for span in ordered:
+        if span.name == S.SPAN_ITEMS and span.parent_span_id is not None:
+            items_parts.setdefault(span.parent_span_id, []).append(span)
+    for parts in items_parts.values():
+        parts.sort(key=lambda s: (s.attributes.get(S.ITEMS_PART, 0), s.start_time_unix_nano))
+
+    dropped_events = dropped_attrs = 0
+    for span in ordered:
+        dropped_events += span.dropped_events_count
+        dropped_attrs += span.dropped_attributes_count
+        name = span.name
+        if name in _STAGE_SPANS:
+            events: Sequence[EventView] = span.events
+            parts = items_parts.get(span.span_id)
+            if parts:
+                events = list(events)
+                for part in parts:
+                    events.extend(part.events)
+            getattr(b, name[len("context."):])(span, events)
+        b.span_events(span)
+
+    # -- the envelope record --------------------------------------------------------------
+    env: dict[str, Any] = {"context_id": context_id}
+    if envelope_span is not None:
+        a = envelope_span.attributes
+        env["scope"] = a[S.CONTEXT_SCOPE]
+        _pick(a, ((S.CONTEXT_SCHEMA_VERSION, "schema_version"), (S.CONTEXT_LIFECYCLE, "lifecycle")),
+              env)
+        env["created_at"] = _t(envelope_span.start_time_unix_nano)
+        env["completed_at"] = _t(envelope_span.end_time_unix_nano)
+        _pick(a, ((S.CONTEXT_PRODUCER, "producer"), (S.CONTEXT_PARENT_ID, "parent_id")), env)
+        _pick(a, _ENVELOPE_REFS, env)
+        meta = {k: str(a[k]) for k in S.ENVELOPE_REUSED if k in a}
+        if meta:
+            env["metadata"] = meta
+    else:
+        env["scope"] = "custom"
+        env["created_at"] = _t(ordered[0].start_time_unix_nano)
+    env.setdefault("schema_version", S.SCHEMA_VERSION)
+    if b.surfaces:
+        env["surface_refs"] = [s["surface_id"] for s in b.surfaces]
+    item_refs: dict[str, None] = {}
+    for sel in b.selections:
+        item_refs.update(dict.fromkeys(sel.get("selected_item_refs", ())))
+    for asm in b.assemblies:
+        item_refs.update(dict.fromkeys(asm.get("source_item_refs", ())))
+    if item_refs:
+        env["item_refs"] = list(item_refs)
+    if b.selections:
+        env["selection_refs"] = [s["selection_id"] for s in b.selections]
+    if b.budgets:
+        env["budget_ref"] = b.budgets[0]["budget_id"]
+    if b.assemblies:
+        env["assembly_refs"] = [a["assembly_id"] for a in b.assemblies]
+    if b.injections:
+        env["injection_refs"] = [i["injection_id"] for i in b.injections]
+    if b.compactions:
+        env["compaction_refs"] = [c["compaction_id"] for c in b.compactions]
+    missing = list(b.missing.values())
+    for rec in missing:
+        _missing_status(rec)
+    if missing:
+        env["missing_context_refs"] = [m["missing_id"] for m in missing]
+    env["telemetry_refs"] = [{"trace_id": s.trace_id, "span_id": s.span_id, "span_name": s.name}
+                             for s in ordered]
+
+    # -- completeness -----------------------------------------------------------------------
+    reasons = list(partial_reasons)
+    notes = list(b.notes)
+    expected = None
+    received = len(ordered) - (1 if envelope_span is not None else 0)
+    if envelope_span is None:
+        reasons.append("no_envelope_span")
+        notes.append("the envelope span never arrived")
+    else:
+        raw = envelope_span.attributes.get(S.CONTEXT_SPAN_COUNT)
+        expected = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+        if expected is None:
+            reasons.append("no_span_count")
+            notes.append("the envelope span carries no context.span_count")
+        elif received < expected:
+            reasons.append("missing_spans")
+            notes.append(f"expected {expected} spans besides the envelope, received {received}")
+    if dropped_events or dropped_attrs:
+        reasons.append("dropped_data")
+        notes.append(f"the SDK dropped {dropped_events} events and {dropped_attrs} attributes "
+                     "(span limits)")
+    if b.notes:
+        reasons.append("uncounted_items")
+    rebuild_info: dict[str, Any] = {
+        "status": "partial" if reasons else "complete",
+        "expected_spans": expected,
+        "received_spans": received,
+        "dropped_events": dropped_events,
+        "dropped_attributes": dropped_attrs,
+    }
+    if expected is None:
+        del rebuild_info["expected_spans"]
+    if reasons:
+        rebuild_info["partial_reasons"] = list(dict.fromkeys(reasons))
+    if notes:
+        rebuild_info["notes"] = notes
+
+    bundle: dict[str, Any] = {"context_envelope": env}
+    for key, records in (
+        ("context_surfaces", b.surfaces), ("context_items", list(b.items.values())),
+        ("context_selections", b.selections), ("context_budgets", b.budgets),
+        ("context_windows", b.windows), ("context_assemblies", b.assemblies),
+        ("context_injections", b.injections), ("context_compactions", b.compactions),
+        ("context_summaries", b.summaries), ("missing_context", missing),
+    ):
+        if records:
+            bundle[key] = records
+    b.events.sort(key=lambda e: (e[0], e[1]))
+    if b.events:
+        bundle["context_events"] = [e[2] for e in b.events]
+    bundle["rebuild"] = rebuild_info
+    return bundle
