@@ -335,8 +335,10 @@ class Envelope(_Recorder):
 
     def _finish(self, end_time: int | str | None) -> None:
         lifecycle = self._lifecycle or self._derived_lifecycle()
-        self._span.set_attribute(S.CONTEXT_LIFECYCLE, lifecycle)
-        self._span.set_attribute(S.CONTEXT_SPAN_COUNT, self._span_count)
+        # Set last: span limits drop the oldest attributes first, never these.
+        self._span.set_attributes({S.CONTEXT_LIFECYCLE: lifecycle, S.CONTEXT_SCOPE: self._scope,
+                                   S.CONTEXT_SPAN_COUNT: self._span_count,
+                                   S.CONTEXT_ID: self.context_id})
         self._owner._instruments.envelopes.add(
             1, {"scope": self._scope, "agent": self._agent, "status": "complete"})
         if self._owned:
@@ -639,6 +641,8 @@ class _Stage(_Recorder):
         if not self._derive:
             attrs = {}
         attrs.update(self._overrides)
+        # Set last: span limits drop the oldest attributes first, never the grouping key.
+        attrs[S.CONTEXT_ID] = self._env.context_id
         self._span.set_attributes(attrs)
         self._span.end(end_time=to_ns(end_time))
 
@@ -847,9 +851,18 @@ class Assembly(_Stage):
     def block(self, item: ContextItem | str, *, tokens: int | None = None,
               injection_point: InjectionPoint | str | None = None,
               kind: ContextKind | str | None = None, digest: str | None = None,
-              index: int | None = None, timestamp: int | str | None = None) -> None:
-        """The next block in the order the target sees it."""
+              index: int | None = None, timestamp: int | str | None = None,
+              describe: bool = False) -> None:
+        """The next block in the order the target sees it.
+
+        ``describe=True`` (with a :class:`ContextItem`) also writes the item's own attributes
+        on the block event (content mode, token estimate, digest, source; content only under
+        content capture), for callers whose blocks are the only place the item is recorded.
+        """
+        described: dict[str, Any] = {}
         if isinstance(item, ContextItem):
+            if describe:
+                described = self._env._item_attrs(item)
             item_id = item.item_id
             k = item.context_kind.value if item.context_kind is not None else _enum(
                 ContextKind, kind)
@@ -861,7 +874,9 @@ class Assembly(_Stage):
             item_id, k = item, _enum(ContextKind, kind)
         idx = self._index if index is None else index
         self._index = idx + 1
-        attrs: dict[str, Any] = {S.BLOCK_INDEX: idx, S.ITEM_ID: item_id}
+        attrs: dict[str, Any] = described
+        attrs[S.BLOCK_INDEX] = idx
+        attrs[S.ITEM_ID] = item_id
         _put(attrs, S.ITEM_KIND, k)
         _put(attrs, S.BLOCK_TOKENS, tokens)
         _put(attrs, S.INJECTION_POINT, _enum(InjectionPoint, injection_point))

@@ -112,7 +112,9 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
 
     # -- selection and omission ---------------------------------------------------------------
     items = {
-        item.get("item_id"): item for item in _list(bundle, "context_items") if isinstance(item, dict)
+        item.get("item_id"): item
+        for item in _list(bundle, "context_items")
+        if isinstance(item, dict)
     }
     for selection in _list(bundle, "context_selections"):
         for item_id in selection.get("selected_item_refs") or []:
@@ -145,9 +147,8 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
         coverage = _number(compaction.get("coverage"))
         if coverage is not None:
             yield Measurement(S.METRIC_COMPACTION_COVERAGE, (agent, method), coverage, trace_id)
-        uncovered = sum(
-            1 for source in compaction.get("source_coverage") or [] if source.get("covered") is False
-        )
+        sources = compaction.get("source_coverage") or []
+        uncovered = sum(1 for source in sources if source.get("covered") is False)
         if uncovered:
             yield Measurement(S.METRIC_COMPACTION_UNCOVERED_SOURCES, (agent, method), uncovered)
         notes = len(compaction.get("loss_notes") or [])

@@ -310,3 +310,14 @@ ALERT_NAMES = (
     "AgentContextCompactionLoss",
     "AgentContextPartialEnvelopes",
 )
+
+# --- adapters: Context Runtime ABI rule checks ---------------------------------------------------
+# Added with the seeds' runtimes adapters (otel_agent_context.adapters, docs/runtimes.md): an
+# extension of contract v0.1. A ``context.runtime.rule_breach`` event sits on the envelope span
+# of the session state it was found in; the rebuilt bundle does not carry it (v0.1 has no record
+# for it), the adapter also logs it.
+EVENT_RUNTIME_RULE_BREACH = "context.runtime.rule_breach"
+RUNTIME_RULE = "context.runtime.rule"  # e.g. messages_append_only
+RUNTIME_RULE_LEVEL = "context.runtime.rule_level"  # must | should (the seed's keyword)
+RUNTIME_RULE_DETAIL = "context.runtime.rule_detail"
+RUNTIME_PATH = "context.runtime.path"  # the file concerned, relative to the session folder

@@ -15,7 +15,6 @@ span, turning 20 attributes into Python objects about 15 µs. So:
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
 import sys
 from collections.abc import Iterable
@@ -28,7 +27,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from .. import _semconv as S
 from ..rebuild._view import EventView, SpanView
-from ._types import DOUBLE, EXPECTED, INT, STRING, STRING_ARRAY, expected_type
+from ._types import (
+    DOUBLE,
+    EXPECTED,
+    INT,
+    REQUIRED_EVENT_ATTRIBUTES,
+    STRING,
+    STRING_ARRAY,
+    expected_type,
+)
 
 __all__ = [
     "Accepted",
@@ -156,6 +163,9 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 
 # -- attribute decoding -----------------------------------------------------------------------
 
+_SCALARS = frozenset({STRING, INT, DOUBLE, "bool_value"})
+_MISMATCH = object()
+
 #: Interned names of every attribute the contract knows: buffered spans share the strings.
 _INTERNED: dict[str, str] = {sys.intern(name): name for name in EXPECTED}
 
@@ -202,8 +212,7 @@ def _attributes(kvs: Iterable[Any], errors: list[str]) -> dict[str, Any]:
         if want is None and key.startswith(_CONTEXT_PREFIX):
             want = expected_type(key)
         if want is None or want == kind:
-            out[key] = getattr(value, kind) if kind[0] != "a" and kind[0] != "k" and \
-                kind[0] != "b" or kind == "bool_value" else _any_value(value, kind)
+            out[key] = getattr(value, kind) if kind in _SCALARS else _any_value(value, kind)
             continue
         # Mismatch, or a string array (which arrives as array_value): check carefully.
         converted = _convert(value, kind, want)
@@ -215,7 +224,6 @@ def _attributes(kvs: Iterable[Any], errors: list[str]) -> dict[str, Any]:
     return out
 
 
-_MISMATCH = object()
 
 
 def _convert(value: Any, kind: str, want: str) -> Any:
@@ -233,10 +241,15 @@ def _convert(value: Any, kind: str, want: str) -> Any:
 
 
 def _view(span: Any, resource: dict[str, Any], errors: list[str]) -> SpanView:
-    events = [
-        EventView(event.name, event.time_unix_nano, _attributes(event.attributes, errors))
-        for event in span.events
-    ]
+    events = []
+    required = REQUIRED_EVENT_ATTRIBUTES
+    for event in span.events:
+        name = event.name
+        attributes = _attributes(event.attributes, errors)
+        needs = required.get(name)
+        if needs is not None and not any(attributes.get(key) for key in needs):
+            errors.append(f"event {name} lacks {' or '.join(needs)}")
+        events.append(EventView(name, event.time_unix_nano, attributes))
     parent = span.parent_span_id
     links = [(link.trace_id.hex(), link.span_id.hex()) for link in span.links]
     return SpanView(
@@ -358,6 +371,3 @@ def _subset(request: ExportTraceServiceRequest,
         target.spans.add().CopyFrom(rs.scope_spans[s].spans[i])
     return subset
 
-
-def hex_or_none(value: bytes) -> str | None:
-    return binascii.hexlify(value).decode() if value else None

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from .. import _semconv as S
 
-__all__ = ["BOOL", "DOUBLE", "INT", "STRING", "STRING_ARRAY", "expected_type", "EXPECTED"]
+__all__ = [
+    "BOOL", "DOUBLE", "EXPECTED", "INT", "REQUIRED_EVENT_ATTRIBUTES", "STRING", "STRING_ARRAY",
+    "expected_type",
+]
 
 # The names of the OTLP ``AnyValue`` oneof (what ``WhichOneof("value")`` returns), plus
 # one for arrays whose elements must be strings.
@@ -67,3 +70,15 @@ def expected_type(name: str) -> str | None:
             if name.startswith(prefix):
                 return prefixed_kind
     return kind
+
+
+#: Span events and the attribute each must carry (any one of the alternatives): the ids
+#: that tie an event to its record. Without it the event cannot be rebuilt.
+REQUIRED_EVENT_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    **{name: (S.ITEM_ID,) for name in S.ITEM_EVENTS if name != S.EVENT_BUDGET_TRUNCATED},
+    S.EVENT_BUDGET_TRUNCATED: (S.ITEM_ID, S.WINDOW_SEGMENT),
+    S.EVENT_MISSING_DETECTED: (S.MISSING_ID,),
+    S.EVENT_MISSING_REQUESTED: (S.MISSING_ID,),
+    S.EVENT_MISSING_RESOLVED: (S.MISSING_ID,),
+    S.EVENT_SUMMARY_CREATED: (S.SUMMARY_ID,),
+}

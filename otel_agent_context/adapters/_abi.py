@@ -1,0 +1,1104 @@
+"""Context Runtime ABI (seed 003): a session folder as Agent Context records.
+
+One pack build (``context/pack.json``) is one ``turn`` envelope:
+
+- the pack's items are the assembly's ordered blocks and the selected items of a selection;
+  ``context/budget`` (else the pack's ``budget_tokens``) is the budget, overflowing when the
+  pack's tokens exceed it;
+- ``context/swap/index.jsonl`` entries are candidates omitted for ``budget`` (out of the
+  window, not deleted), ``context/dedup/index.jsonl`` refs after the first are omitted for
+  ``duplicate_coverage``;
+- ``summary.md``, ``facts.jsonl``, ``decisions.jsonl``, ``todo.md`` (and ``refs.jsonl`` when
+  its entries carry a ``source``) are one compaction and one summary each; the compaction's
+  sources are the history it replaced, ``messages.jsonl`` outside the pack's message window,
+  cut into ranges that the file cites (covered) or does not (not covered);
+- child results and ``refs.jsonl`` entries are items on the surface.
+
+The ABI's rules are checked at the same time; each breach is a :class:`RuleBreach`. The
+folder is only ever read. Malformed or half-written files give a warning (logged, and kept
+in :attr:`SessionSnapshot.warnings`), never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from opentelemetry.trace import SpanKind
+
+from .. import _semconv as S
+from .._api import AgentContext
+from .._attributes import to_ns
+from .._enums import CompactionMethod, ContextKind, InjectionPoint, OmissionReason
+from .._records import (
+    AssemblyBlock,
+    Bundle,
+    CompactionSource,
+    ContextAssembly,
+    ContextBudget,
+    ContextCompaction,
+    ContextEnvelope,
+    ContextItem,
+    ContextSelection,
+    ContextSourceRef,
+    ContextSummary,
+    ContextSurface,
+    OmittedRef,
+    ns_to_rfc3339,
+)
+from .._replay import emit_bundle
+from ..exceptions import ConfigError
+from ..instrumentation._tokens import estimate_tokens
+
+__all__ = [
+    "FileState",
+    "check_history",
+    "RULES",
+    "RuleBreach",
+    "SessionSnapshot",
+    "emit_rule_breaches",
+    "emit_session",
+    "emit_snapshot",
+    "read_session",
+    "session_bundle",
+]
+
+_log = logging.getLogger("otel_agent_context.adapters")
+
+#: The system name of native ids: ``context.source.native.context_runtime_abi.<field>``.
+NATIVE = "context_runtime_abi"
+
+MESSAGES = "messages.jsonl"
+EVENTS = "events.jsonl"
+PACK = "context/pack.json"
+BUDGET = "context/budget"
+GC_POLICY = "context/gc.policy"
+SWAP_INDEX = "context/swap/index.jsonl"
+DEDUP_INDEX = "context/dedup/index.jsonl"
+CHILD_DIR = "context/child"
+
+# ---------------------------------------------------------------------------------------
+# rules
+
+RULE_MESSAGES_APPEND_ONLY = "messages_append_only"
+RULE_EVENTS_APPEND_ONLY = "events_append_only"
+RULE_SUMMARY_NOT_ONLY_COPY = "summary_not_only_copy"
+RULE_GC_KEEPS_DURABLE_HISTORY = "gc_keeps_durable_history"
+RULE_GC_KEEPS_REFERENCED_CHILD_RESULT = "gc_keeps_referenced_child_result"
+
+#: rule -> (level, the seed's wording)
+RULES: Mapping[str, tuple[str, str]] = {
+    RULE_MESSAGES_APPEND_ONLY: ("must", "messages.jsonl MUST be append-only logical history."),
+    RULE_EVENTS_APPEND_ONLY: ("should", "events.jsonl SHOULD be append-only runtime history."),
+    RULE_SUMMARY_NOT_ONLY_COPY: ("must", "A summary is never the only copy of history."),
+    RULE_GC_KEEPS_DURABLE_HISTORY: (
+        "must", "GC MUST NOT delete messages.jsonl or events.jsonl unless explicit "
+                "archive/delete policy allows it."),
+    RULE_GC_KEEPS_REFERENCED_CHILD_RESULT: (
+        "must", "GC MUST NOT delete a child result while parent context references it."),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuleBreach:
+    """A breach of one of the ABI's rules, found in a session folder."""
+
+    rule: str  # one of RULES
+    path: str  # the file concerned, relative to the session folder
+    detail: str
+
+    @property
+    def level(self) -> str:
+        """``must`` or ``should``: the keyword of the seed's rule."""
+        return RULES[self.rule][0]
+
+    def attributes(self) -> dict[str, str]:
+        """Attributes of the ``context.runtime.rule_breach`` event."""
+        return {S.RUNTIME_RULE: self.rule, S.RUNTIME_RULE_LEVEL: self.level,
+                S.RUNTIME_RULE_DETAIL: self.detail, S.RUNTIME_PATH: self.path}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileState:
+    """What was seen of an append-only file: its size, mtime and the digest of its bytes."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FileState:
+        return cls(int(data["size"]), int(data["mtime_ns"]), str(data["sha256"]))
+
+
+@dataclasses.dataclass(slots=True)
+class SessionSnapshot:
+    """One reading of a session folder."""
+
+    path: Path
+    agent: str | None
+    session: str
+    bundle: Bundle | None  # None when there is no usable context/pack.json
+    breaches: list[RuleBreach]
+    warnings: list[str]
+    history: dict[str, FileState]  # messages.jsonl / events.jsonl as seen now
+    pack_key: tuple[int, str] | None  # (mtime_ns, sha256) of context/pack.json
+
+
+# ---------------------------------------------------------------------------------------
+# reading, never writing, never raising on content
+
+
+class _Reader:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.warnings: list[str] = []
+
+    def warn(self, rel: str, message: str) -> None:
+        text = f"{rel}: {message}"
+        self.warnings.append(text)
+        _log.warning("context runtime session %s: %s", self.root, text)
+
+    def stat(self, rel: str) -> os.stat_result | None:
+        try:
+            st = (self.root / rel).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.warn(rel, f"cannot stat ({exc.strerror or exc})")
+            return None
+        return st
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when absent, unreadable or not a file (with a warning)."""
+        path = self.root / rel
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            self.warn(rel, "is a directory, expected a file")
+        except OSError as exc:
+            self.warn(rel, f"cannot read ({exc.strerror or exc})")
+        return None
+
+    def text(self, rel: str, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.warn(rel, "not UTF-8; undecodable bytes replaced")
+            return data.decode("utf-8", errors="replace")
+
+    def json_object(self, rel: str, data: bytes) -> dict[str, Any] | None:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            what = "empty" if not data.strip() else "not valid JSON (half-written?)"
+            self.warn(rel, f"{what}: {exc}" if data.strip() else what)
+            return None
+        if not isinstance(doc, dict):
+            self.warn(rel, f"expected a JSON object, got {type(doc).__name__}")
+            return None
+        return doc
+
+    def jsonl(self, rel: str, data: bytes) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, object) of every well-formed line; a warning for each other line."""
+        out = []
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            last = number == len(lines)  # no newline after it: may still be being written
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                self.warn(rel, f"line {number}: " + (
+                    "half-written last line, ignored" if last else "not valid JSON, ignored"))
+                continue
+            if not isinstance(doc, dict):
+                self.warn(rel, f"line {number}: expected a JSON object, ignored")
+                continue
+            out.append((number, doc))
+        return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + _sha256(data)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _count(reader: _Reader, rel: str, where: str, value: Any) -> int | None:
+    """A non-negative integer field, or None with a warning when it is something else."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    reader.warn(rel, f"{where}: expected a non-negative integer, got {value!r}; ignored")
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# line ranges (1-based, inclusive)
+
+Range = tuple[int, int]
+_MESSAGE_REF = re.compile(r"\bmessages(?:\.jsonl)?:(\d+)(?:-(\d+))?\b")
+
+
+def _merge(ranges: Iterable[Range]) -> list[Range]:
+    out: list[Range] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersect(ranges: list[Range], other: list[Range]) -> list[Range]:
+    out = []
+    for a, b in ranges:
+        for c, d in other:
+            lo, hi = max(a, c), min(b, d)
+            if lo <= hi:
+                out.append((lo, hi))
+    return _merge(out)
+
+
+def _subtract(ranges: list[Range], minus: list[Range]) -> list[Range]:
+    out = []
+    for a, b in ranges:
+        start = a
+        for c, d in minus:
+            if d < start or c > b:
+                continue
+            if c > start:
+                out.append((start, c - 1))
+            start = max(start, d + 1)
+        if start <= b:
+            out.append((start, b))
+    return out
+
+
+def _fmt(r: Range) -> str:
+    return f"{r[0]}-{r[1]}"
+
+
+def _message_refs(reader: _Reader, rel: str, where: str, text: str) -> list[Range]:
+    """Every ``messages:A-B`` / ``messages:N`` in ``text``."""
+    out = []
+    for match in _MESSAGE_REF.finditer(text):
+        a = int(match.group(1))
+        b = int(match.group(2)) if match.group(2) else a
+        if a < 1 or b < a:
+            reader.warn(rel, f"{where}: bad message range {match.group(0)!r}; ignored")
+            continue
+        out.append((a, b))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# messages.jsonl
+
+
+class _History:
+    def __init__(self, reader: _Reader) -> None:
+        data = reader.read(MESSAGES)
+        self.present = data is not None
+        self.lines: list[bytes] = []
+        self.tokens: list[int] = []
+        if data is None:
+            return
+        parts = data.split(b"\n")
+        complete = parts[:-1]  # the part after the last newline is not a whole line yet
+        if parts[-1].strip():
+            reader.warn(MESSAGES, f"line {len(parts)}: half-written last line, not counted")
+        for number, raw in enumerate(complete, start=1):
+            self.lines.append(raw + b"\n")
+            self.tokens.append(self._tokens(reader, number, raw))
+
+    @staticmethod
+    def _tokens(reader: _Reader, number: int, raw: bytes) -> int:
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            if raw.strip():
+                reader.warn(MESSAGES, f"line {number}: not valid JSON; tokens estimated")
+            return estimate_tokens(raw.decode("utf-8", errors="replace"))
+        if isinstance(doc, dict):
+            tokens = doc.get("tokens")
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+                return tokens
+            content = doc.get("content")
+            if isinstance(content, str):
+                return estimate_tokens(content)
+        return estimate_tokens(raw.decode("utf-8", errors="replace"))
+
+    @property
+    def count(self) -> int:
+        return len(self.lines)
+
+    def tokens_in(self, r: Range) -> int:
+        return sum(self.tokens[r[0] - 1:r[1]])
+
+    def bytes_in(self, r: Range) -> bytes:
+        return b"".join(self.lines[r[0] - 1:r[1]])
+
+    def resolve(self, selector: str | None) -> Range | None:
+        """A pack range (``tail:N``, ``head:N``, ``A-B``, ``N``) as lines of messages.jsonl."""
+        if self.count == 0:
+            return None
+        if selector is None:
+            return (1, self.count)
+        text = selector.strip()
+        m = re.fullmatch(r"(tail|head):(\d+)", text)
+        if m:
+            n = min(int(m.group(2)), self.count)
+            if n == 0:
+                return None
+            return (self.count - n + 1, self.count) if m.group(1) == "tail" else (1, n)
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+        if m:
+            a = int(m.group(1))
+            b = min(int(m.group(2) or a), self.count)
+            return (a, b) if 1 <= a <= b else None
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# append-only history and GC of durable history
+
+
+def _gc_policy(reader: _Reader) -> dict[str, str]:
+    data = reader.read(GC_POLICY)
+    if data is None:
+        return {}
+    policy = {}
+    for number, line in enumerate(reader.text(GC_POLICY, data).splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            reader.warn(GC_POLICY, f"line {number}: expected key=value, got {line!r}; ignored")
+            continue
+        policy[key.strip()] = value.strip()
+    return policy
+
+
+def _deletion_allowed(policy: Mapping[str, str], rel: str) -> bool:
+    """``keep_messages=0`` / ``keep_events=0`` is the explicit policy that allows deletion."""
+    key = "keep_messages" if rel == MESSAGES else "keep_events"
+    return policy.get(key, "1").strip().lower() in ("0", "false", "no")
+
+
+def _file_state(reader: _Reader, rel: str, previous: FileState | None
+                ) -> tuple[FileState | None, RuleBreach | None]:
+    st = reader.stat(rel)
+    if st is None:
+        return None, None
+    if previous is not None and (st.st_size, st.st_mtime_ns) == (previous.size, previous.mtime_ns):
+        return previous, None  # unchanged since last seen
+    data = reader.read(rel)
+    if data is None:
+        return None, None
+    state = FileState(len(data), st.st_mtime_ns, _sha256(data))
+    if previous is None:
+        return state, None
+    rule = RULE_MESSAGES_APPEND_ONLY if rel == MESSAGES else RULE_EVENTS_APPEND_ONLY
+    if len(data) < previous.size:
+        return state, RuleBreach(rule, rel, f"{rel} shrank from {previous.size} to "
+                                            f"{len(data)} bytes since last seen")
+    if _sha256(data[:previous.size]) != previous.sha256:
+        return state, RuleBreach(rule, rel, f"the first {previous.size} bytes of {rel} were "
+                                            "rewritten since last seen (not an append)")
+    return state, None
+
+
+def _check_history(reader: _Reader, previous: Mapping[str, FileState], policy: Mapping[str, str]
+                   ) -> tuple[dict[str, FileState], list[RuleBreach]]:
+    states: dict[str, FileState] = {}
+    breaches = []
+    for rel in (MESSAGES, EVENTS):
+        before = previous.get(rel)
+        state, breach = _file_state(reader, rel, before)
+        if breach is not None:
+            breaches.append(breach)
+        if state is not None:
+            states[rel] = state
+        elif before is not None and not _deletion_allowed(policy, rel):
+            breaches.append(RuleBreach(
+                RULE_GC_KEEPS_DURABLE_HISTORY, rel,
+                f"{rel} was deleted ({before.size} bytes when last seen) and "
+                f"{GC_POLICY} does not allow it"))
+    return states, breaches
+
+
+def check_history(path: str | os.PathLike[str], previous: Mapping[str, FileState]
+                  ) -> tuple[dict[str, FileState], list[RuleBreach], list[str]]:
+    """Compare ``messages.jsonl`` and ``events.jsonl`` with what was seen before:
+    (states now, breaches, warnings). Cheap when nothing changed (stat only)."""
+    reader = _Reader(Path(path))
+    states, breaches = _check_history(reader, previous, _gc_policy(reader))
+    for breach in breaches:
+        log_breach(reader.root, breach)
+    return states, breaches, reader.warnings
+
+
+# ---------------------------------------------------------------------------------------
+# mapping tables
+
+#: pack item kind -> context_kind
+PACK_KINDS: Mapping[str, ContextKind] = {
+    "system": ContextKind.SYSTEM_PROMPT,
+    "developer": ContextKind.DEVELOPER_INSTRUCTION,
+    "user": ContextKind.USER_MESSAGE,
+    "summary": ContextKind.THREAD_SUMMARY,
+    "facts": ContextKind.DURABLE_MEMORY,
+    "decisions": ContextKind.DURABLE_MEMORY,
+    "todo": ContextKind.WORKING_MEMORY,
+    "refs": ContextKind.ARTIFACT_REF,
+    "recent_messages": ContextKind.SESSION_HISTORY,
+    "messages": ContextKind.SESSION_HISTORY,
+    "swap": ContextKind.SESSION_HISTORY,
+    "child_result": ContextKind.PEER_AGENT_MESSAGE,
+    "tool_output": ContextKind.TOOL_RESULT,
+    "file": ContextKind.FILE_EXCERPT,
+    "pinned": ContextKind.MANUAL_NOTE,
+}
+#: pack item kind -> injection point, where the ABI leaves no doubt
+PACK_INJECTION: Mapping[str, InjectionPoint] = {
+    "system": InjectionPoint.SYSTEM_PROMPT,
+    "developer": InjectionPoint.DEVELOPER_PROMPT,
+    "recent_messages": InjectionPoint.MESSAGE_HISTORY,
+    "messages": InjectionPoint.MESSAGE_HISTORY,
+}
+#: swap index kind -> context_kind
+SWAP_KINDS: Mapping[str, ContextKind] = {
+    "message_range": ContextKind.SESSION_HISTORY,
+    "tool_output": ContextKind.TOOL_RESULT,
+    "file": ContextKind.FILE_EXCERPT,
+}
+#: refs.jsonl kind -> context_kind
+REF_KINDS: Mapping[str, ContextKind] = {
+    "file": ContextKind.FILE_EXCERPT,
+    "artifact": ContextKind.ARTIFACT_REF,
+    "tool_output": ContextKind.TOOL_RESULT,
+    "swap": ContextKind.SESSION_HISTORY,
+}
+#: derived file -> (compaction id, method)
+DERIVED: Mapping[str, tuple[str, CompactionMethod]] = {
+    "context/summary.md": ("abi-compaction-summary", CompactionMethod.ABSTRACTIVE_SUMMARY),
+    "context/facts.jsonl": ("abi-compaction-facts", CompactionMethod.STRUCTURED_DIGEST),
+    "context/decisions.jsonl": ("abi-compaction-decisions", CompactionMethod.STRUCTURED_DIGEST),
+    "context/todo.md": ("abi-compaction-todo", CompactionMethod.STRUCTURED_DIGEST),
+    "context/refs.jsonl": ("abi-compaction-refs", CompactionMethod.STRUCTURED_DIGEST),
+}
+SURFACE_ID = "abi-surface"
+SELECTION_ID = "abi-selection"
+BUDGET_ID = "abi-budget"
+ASSEMBLY_ID = "abi-assembly"
+
+
+def ref_item_id(ref: str) -> str:
+    """The item id of a ref as the ABI writes it: ``messages:1-40`` is
+    ``messages.jsonl#1-40``, ``swap:X`` is ``context/swap/chunk/X``, ``dedup:H`` is
+    ``context/dedup/blob/H``; anything else is its own id."""
+    kind, sep, rest = ref.partition(":")
+    if sep and rest:
+        if kind == "messages":
+            return f"{MESSAGES}#{rest}"
+        if kind == "swap":
+            return f"context/swap/chunk/{rest}"
+        if kind == "dedup":
+            return f"context/dedup/blob/{rest}"
+    return ref
+
+
+def _native(**fields: Any) -> dict[str, str]:
+    return {f"{NATIVE}.{k}": str(v) for k, v in fields.items() if v is not None}
+
+
+# ---------------------------------------------------------------------------------------
+# the snapshot
+
+
+class _Build:
+    """Everything one reading of the folder turns into."""
+
+    def __init__(self, reader: _Reader, history: _History) -> None:
+        self.reader = reader
+        self.history = history
+        self.items: dict[str, ContextItem] = {}  # surface items, in surface order
+        self.breaches: list[RuleBreach] = []
+        self.refers: set[str] = set()  # session files the context points at
+
+    def add(self, item: ContextItem) -> None:
+        self.items.setdefault(item.item_id, item)
+
+    def file_facts(self, rel: str, selector: str | None
+                   ) -> tuple[str | None, int | None, str | None, str | None]:
+        """(digest, byte size, modified_at, resolved selector) of a session file's content."""
+        if rel == MESSAGES and self.history.present:
+            r = self.history.resolve(selector)
+            st = self.reader.stat(MESSAGES)
+            mod = ns_to_rfc3339(st.st_mtime_ns) if st is not None else None
+            if r is None:
+                return None, None, mod, None
+            data = self.history.bytes_in(r)
+            return _digest(data), len(data), mod, f"line_range:{_fmt(r)}"
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            return None, None, None, None  # outside the session folder: not ours to read
+        st = self.reader.stat(rel)
+        if st is None or not (self.reader.root / rel).is_file():
+            return None, None, None, None
+        data = self.reader.read(rel)
+        if data is None:
+            return None, None, None, None
+        sel = None
+        if selector is not None and re.fullmatch(r"\d+-\d+", selector.strip()):
+            sel = f"line_range:{selector.strip()}"
+        return _digest(data), len(data), ns_to_rfc3339(st.st_mtime_ns), sel
+
+
+def _pack_items(build: _Build, pack: dict[str, Any]) -> list[tuple[ContextItem, str | None]]:
+    reader = build.reader
+    raw_items = pack.get("items")
+    if raw_items is None:
+        reader.warn(PACK, "no items")
+        return []
+    if not isinstance(raw_items, list):
+        reader.warn(PACK, f"items: expected a list, got {type(raw_items).__name__}")
+        return []
+    out = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raw_items):
+        where = f"items[{index}]"
+        if not isinstance(raw, dict):
+            reader.warn(PACK, f"{where}: expected an object; ignored")
+            continue
+        kind = _str(raw.get("kind"))
+        source = _str(raw.get("source"))
+        rng = _str(raw.get("range"))
+        if source is None:
+            reader.warn(PACK, f"{where}: no source (pack items SHOULD identify their source)")
+        else:
+            build.refers.add(source)
+        item_id = f"pack:{index}" if source is None else source + (f"#{rng}" if rng else "")
+        if item_id in seen:
+            item_id = f"{item_id}@{index}"
+        seen.add(item_id)
+        tokens = _count(reader, PACK, f"{where}.tokens", raw.get("tokens"))
+        digest = size = modified = selector = None
+        if source is not None:
+            digest, size, modified, selector = build.file_facts(source, rng)
+            if tokens is None and digest is not None:
+                reader.warn(PACK, f"{where}: no tokens; estimated from {source}")
+                data = reader.read(source) if source != MESSAGES else None
+                text = reader.text(source, data) if data is not None else ""
+                tokens = estimate_tokens(text) if data is not None else None
+        src = ContextSourceRef(uri=source, source_kind="file" if source else None,
+                               selector=selector, modified_at=modified,
+                               external_mappings=_native(kind=kind, range=rng))
+        item = ContextItem(
+            item_id=item_id, context_kind=PACK_KINDS.get(kind or "", ContextKind.CUSTOM),
+            content_mode="ref", content_ref=source, token_estimate=tokens, byte_size=size,
+            digest=digest, source_refs=[src])
+        build.add(item)
+        out.append((item, kind))
+        if source is not None and source.startswith(CHILD_DIR + "/") and digest is None \
+                and not (reader.root / source).exists():
+            build.breaches.append(RuleBreach(
+                RULE_GC_KEEPS_REFERENCED_CHILD_RESULT, source,
+                f"{source} is referenced by {PACK} ({where}) but does not exist"))
+    return out
+
+
+def _token_number(values: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        v = values.get(key)
+        if isinstance(v, str) and v.isdigit():
+            return int(v)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+    return None
+
+
+def _budget(reader: _Reader, pack: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(max tokens, reserved tokens) from context/budget, else the pack's budget_tokens.
+
+    ``context/budget`` is a token count (``32000``), ``key=value`` lines (``tokens=32000``,
+    ``reserved_tokens=2000``) or a JSON object with those keys.
+    """
+    data = reader.read(BUDGET)
+    if data is not None:
+        text = reader.text(BUDGET, data).strip()
+        if re.fullmatch(r"\d+", text):
+            return int(text), None
+        values: Mapping[str, Any] = {}
+        if text.startswith("{"):
+            values = reader.json_object(BUDGET, data) or {}
+        else:
+            values = {k.strip(): v.strip() for k, sep, v in
+                      (line.replace(":", "=", 1).partition("=") for line in text.splitlines())
+                      if sep}
+        max_tokens = _token_number(values, "tokens", "max_tokens", "budget_tokens",
+                                   "total_tokens")
+        if max_tokens is not None:
+            return max_tokens, _token_number(values, "reserved_tokens", "reserved", "reserve")
+        reader.warn(BUDGET, f"not a token budget: {text[:80]!r}; ignored")
+    return _count(reader, PACK, "budget_tokens", pack.get("budget_tokens")), None
+
+
+def _swap(build: _Build, selected: set[str]) -> list[tuple[ContextItem, OmittedRef]]:
+    reader = build.reader
+    data = reader.read(SWAP_INDEX)
+    if data is None:
+        return []
+    out = []
+    for number, entry in reader.jsonl(SWAP_INDEX, data):
+        swap_id = _str(entry.get("id"))
+        if swap_id is None:
+            reader.warn(SWAP_INDEX, f"line {number}: no id; ignored")
+            continue
+        chunk = f"context/swap/chunk/{swap_id}"
+        source = _str(entry.get("source"))
+        rng = _str(entry.get("range"))
+        event = _str(entry.get("event"))
+        selector = f"line_range:{rng}" if rng and re.fullmatch(r"\d+-\d+", rng) else None
+        if selector is None and event is not None:
+            selector = f"event:{event}"
+        digest = None
+        chunk_data = reader.read(chunk)
+        if chunk_data is not None:
+            digest = _digest(chunk_data)
+            # a reference chunk: {"source", "start_event", "end_event", "hash"}
+            ref = reader.json_object(chunk, chunk_data) if chunk_data[:1] == b"{" else None
+            if ref is not None and selector is None and _str(ref.get("start_event")):
+                selector = f"event_range:{ref['start_event']}..{ref.get('end_event', '')}"
+        if source is not None:
+            build.refers.add(source)
+        kind = _str(entry.get("kind"))
+        item = ContextItem(
+            item_id=chunk, context_kind=SWAP_KINDS.get(kind or "", ContextKind.CUSTOM),
+            content_mode="ref", content_ref=chunk, title=_str(entry.get("summary")),
+            token_estimate=_count(reader, SWAP_INDEX, f"line {number}: tokens",
+                                  entry.get("tokens")),
+            digest=digest,
+            source_refs=[ContextSourceRef(uri=source, source_kind="file" if source else None,
+                                          selector=selector,
+                                          external_mappings=_native(swap_id=swap_id, kind=kind,
+                                                                    range=rng, event=event))])
+        build.add(item)
+        if chunk in selected:
+            continue  # swapped back in: the pack selected it
+        detail = f"swapped out to {chunk} (out of the window, not deleted)"
+        out.append((build.items[chunk], OmittedRef(item_id=chunk, reason=OmissionReason.BUDGET,
+                                                   detail=detail)))
+    return out
+
+
+_REF_PREFIX_KINDS = {"messages": ContextKind.SESSION_HISTORY, "swap": ContextKind.SESSION_HISTORY,
+                     "tool": ContextKind.TOOL_RESULT, "file": ContextKind.FILE_EXCERPT}
+
+
+def _dedup(build: _Build, selected: set[str], omitted: set[str]
+           ) -> list[tuple[ContextItem, OmittedRef]]:
+    reader = build.reader
+    data = reader.read(DEDUP_INDEX)
+    if data is None:
+        return []
+    out = []
+    for number, entry in reader.jsonl(DEDUP_INDEX, data):
+        blob = _str(entry.get("hash"))
+        refs = entry.get("refs")
+        if blob is None or not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+            reader.warn(DEDUP_INDEX, f"line {number}: expected hash and a list of refs; ignored")
+            continue
+        tokens = _count(reader, DEDUP_INDEX, f"line {number}: tokens", entry.get("tokens"))
+        size = _count(reader, DEDUP_INDEX, f"line {number}: bytes", entry.get("bytes"))
+        algo, sep, hexpart = blob.partition("-")
+        digest = f"{algo}:{hexpart}" if sep else blob
+        ids = [ref_item_id(r) for r in refs]
+        canonical = next((i for i in ids if i in selected), ids[0] if ids else None)
+        for ref, item_id in zip(refs, ids, strict=True):
+            prefix = ref.partition(":")[0]
+            selector = None
+            if prefix == "messages":
+                selector = f"line_range:{ref.partition(':')[2]}"
+                build.refers.add(MESSAGES)
+            build.add(ContextItem(
+                item_id=item_id, context_kind=_REF_PREFIX_KINDS.get(prefix, ContextKind.CUSTOM),
+                content_mode="ref", token_estimate=tokens, byte_size=size, digest=digest,
+                source_refs=[ContextSourceRef(
+                    uri=MESSAGES if prefix == "messages" else None, selector=selector,
+                    source_id=ref, external_mappings=_native(dedup_hash=blob))]))
+            if item_id == canonical or item_id in selected or item_id in omitted:
+                continue
+            omitted.add(item_id)
+            out.append((build.items[item_id], OmittedRef(
+                item_id=item_id, reason=OmissionReason.DUPLICATE_COVERAGE,
+                detail=f"same content as {canonical} ({blob})")))
+    return out
+
+
+def _children(build: _Build) -> None:
+    root = build.reader.root / CHILD_DIR
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return
+    for child in children:
+        try:
+            files = sorted(p for p in child.iterdir() if p.is_file())
+        except OSError as exc:
+            build.reader.warn(f"{CHILD_DIR}/{child.name}", f"cannot list ({exc.strerror})")
+            continue
+        for f in files:
+            rel = f"{CHILD_DIR}/{child.name}/{f.name}"
+            if rel in build.items:
+                continue
+            digest, size, modified, _ = build.file_facts(rel, None)
+            is_result = f.name.startswith("result")
+            build.add(ContextItem(
+                item_id=rel,
+                context_kind=ContextKind.PEER_AGENT_MESSAGE if is_result
+                else ContextKind.ARTIFACT_REF,
+                content_mode="ref", content_ref=rel, byte_size=size, digest=digest,
+                source_refs=[ContextSourceRef(uri=rel, source_kind="file", modified_at=modified,
+                                              external_mappings=_native(child=child.name))]))
+
+
+def _refs(build: _Build, entries: list[tuple[int, dict[str, Any]]]) -> None:
+    reader = build.reader
+    for number, entry in entries:
+        path = _str(entry.get("path"))
+        ref_id = _str(entry.get("id"))
+        if path is None and ref_id is None:
+            reader.warn("context/refs.jsonl", f"line {number}: no id and no path; ignored")
+            continue
+        item_id = path or f"ref:{ref_id}"
+        if path is not None and path.startswith(CHILD_DIR + "/") \
+                and not (reader.root / path).exists():
+            build.breaches.append(RuleBreach(
+                RULE_GC_KEEPS_REFERENCED_CHILD_RESULT, path,
+                f"{path} is referenced by context/refs.jsonl (line {number}) but does not exist"))
+        if item_id in build.items:
+            continue
+        kind = _str(entry.get("kind"))
+        build.add(ContextItem(
+            item_id=item_id,
+            context_kind=REF_KINDS.get(kind or "", ContextKind.EXTERNAL_RESOURCE),
+            content_mode="ref", content_ref=path, title=_str(entry.get("summary")),
+            source_refs=[ContextSourceRef(uri=path, source_kind=kind,
+                                          external_mappings=_native(ref_id=ref_id))]))
+
+
+def _citations(reader: _Reader, rel: str, data: bytes
+               ) -> tuple[list[Range], list[tuple[int, dict[str, Any]]], bool]:
+    """(message ranges cited, jsonl entries, whether any entry names a source)."""
+    if rel.endswith(".md"):
+        text = reader.text(rel, data)
+        return _message_refs(reader, rel, rel, text), [], True
+    entries = reader.jsonl(rel, data)
+    cited: list[Range] = []
+    has_source = False
+    for number, entry in entries:
+        src = entry.get("source")
+        values = src if isinstance(src, list) else [src] if src is not None else []
+        for value in values:
+            if not isinstance(value, str):
+                reader.warn(rel, f"line {number}: source must be a string; ignored")
+                continue
+            has_source = True
+            if value.startswith("messages"):
+                found = _message_refs(reader, rel, f"line {number}", value)
+                if not found:
+                    reader.warn(rel, f"line {number}: unreadable source {value!r}; ignored")
+                cited.extend(found)
+    return cited, entries, has_source
+
+
+def _compactions(build: _Build, window: list[Range], at: str, pack_tokens: Mapping[str, int]
+                 ) -> tuple[list[ContextCompaction], list[ContextSummary], list[ContextItem],
+                            list[tuple[int, dict[str, Any]]]]:
+    reader, history = build.reader, build.history
+    compactions, summaries, segment_items = [], [], []
+    refs_entries: list[tuple[int, dict[str, Any]]] = []
+    everything = [(1, history.count)] if history.count else []
+    compacted = _subtract(everything, window)  # the history outside the pack's window
+    for rel, (compaction_id, method) in DERIVED.items():
+        data = reader.read(rel)
+        if data is None:
+            continue
+        cited, entries, has_source = _citations(reader, rel, data)
+        if rel == "context/refs.jsonl":
+            refs_entries = entries
+            if not has_source:
+                continue  # references, not a compression of history
+        cited = _merge(cited)
+        if cited:
+            build.refers.add(MESSAGES)
+        missing = _subtract(cited, everything)
+        loss_notes = []
+        if missing:
+            ranges = ", ".join(f"messages:{_fmt(r)}" for r in missing)
+            have = f"{history.count} messages" if history.present else "no messages.jsonl"
+            loss_notes.append(f"cites {ranges}, not in {MESSAGES} ({have})")
+            build.breaches.append(RuleBreach(
+                RULE_SUMMARY_NOT_ONLY_COPY, rel,
+                f"{rel} cites {ranges} but {MESSAGES} has {have}: the derived file is the "
+                "only copy of that history"))
+        if not cited:
+            loss_notes.append(f"cites no ranges of {MESSAGES}: coverage unknown")
+        covered = _intersect(compacted, cited)
+        sources = sorted([(r, True) for r in covered] +
+                         [(r, False) for r in _subtract(compacted, covered)])
+        refs, coverage = [], []
+        total = covered_tokens = 0
+        for r, is_covered in sources if cited else []:
+            item_id = f"{MESSAGES}#{_fmt(r)}"
+            tokens = history.tokens_in(r)
+            total += tokens
+            covered_tokens += tokens if is_covered else 0
+            refs.append(item_id)
+            coverage.append(CompactionSource(item_id=item_id, token_estimate=tokens,
+                                             covered=is_covered))
+            segment_items.append(ContextItem(item_id=item_id,
+                                             context_kind=ContextKind.SESSION_HISTORY,
+                                             token_estimate=tokens))
+        text = reader.text(rel, data)
+        after = pack_tokens.get(rel, estimate_tokens(text))
+        compactions.append(ContextCompaction(
+            compaction_id=compaction_id, scope="session_history", method=method,
+            source_item_refs=refs, source_coverage=coverage, summary_ref=rel,
+            coverage=covered_tokens / total if total else None, loss_notes=loss_notes,
+            replacement_policy="keep_history", source_count=len(refs),
+            tokens_before=total if refs else None, tokens_after=after,
+            created_at=at, completed_at=at))
+        summaries.append(ContextSummary(
+            summary_id=rel, compaction_ref=compaction_id, content=text, token_estimate=after,
+            digest=_digest(data), refresh_policy="rebuild_from_history", created_at=at))
+    return compactions, summaries, segment_items, refs_entries
+
+
+def _names(root: Path, pack: Mapping[str, Any] | None) -> tuple[str | None, str]:
+    """(agent, session): from the pack, else from ``.../agent/<agent>/session/<session>``."""
+    agent = _str(pack.get("agent")) if pack else None
+    session = _str(pack.get("session")) if pack else None
+    parts = root.resolve().parts
+    if len(parts) >= 4 and parts[-2] == "session" and parts[-4] == "agent":
+        agent = agent or parts[-3]
+    return agent, session or root.name
+
+
+def _envelope_refs(agent: str | None, session: str
+                   ) -> tuple[list[str], list[str], dict[str, str]]:
+    actors = [f"agent:{agent}"] if agent else []
+    meta = {S.GEN_AI_CONVERSATION_ID: session}
+    if agent:
+        meta[S.GEN_AI_AGENT_NAME] = agent
+    return actors, [f"session:{session}"], meta
+
+
+def read_session(path: str | os.PathLike[str], *,
+                 previous: Mapping[str, FileState] | None = None) -> SessionSnapshot:
+    """Read a session folder once: its current pack as a bundle, and the ABI rule breaches.
+
+    ``previous``: the history files as seen before (:attr:`SessionSnapshot.history` of an
+    earlier reading); with it, ``messages.jsonl`` / ``events.jsonl`` that shrank, were
+    rewritten or were deleted are breaches too. Raises :class:`ConfigError` only when
+    ``path`` is not a directory.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError("session_dir", f"{root} is not a directory")
+    reader = _Reader(root)
+    policy = _gc_policy(reader)
+    states, breaches = _check_history(reader, previous or {}, policy)
+    history = _History(reader)
+    build = _Build(reader, history)
+
+    pack_bytes = reader.read(PACK)
+    pack_st = reader.stat(PACK)
+    pack = reader.json_object(PACK, pack_bytes) if pack_bytes is not None else None
+    pack_key = (pack_st.st_mtime_ns, _sha256(pack_bytes)) \
+        if pack_bytes is not None and pack_st is not None else None
+    agent, session = _names(root, pack)
+    bundle = None
+    if pack is not None and pack_key is not None:
+        bundle = _bundle(build, pack, pack_key, agent, session)
+    elif pack_bytes is None:
+        reader.warn(PACK, "absent: no pack built yet, nothing to emit")
+
+    # GC of durable history that derived state still points at (first sight of the folder)
+    for rel in (MESSAGES, EVENTS):
+        if rel in states or _deletion_allowed(policy, rel) or (previous or {}).get(rel):
+            continue
+        if rel in build.refers:
+            breaches.append(RuleBreach(
+                RULE_GC_KEEPS_DURABLE_HISTORY, rel,
+                f"{rel} does not exist but the session's context refers to it, and "
+                f"{GC_POLICY} does not allow deleting it"))
+    breaches.extend(build.breaches)
+    for breach in breaches:
+        log_breach(root, breach)
+    return SessionSnapshot(root, agent, session, bundle, breaches, reader.warnings, states,
+                           pack_key)
+
+
+def _bundle(build: _Build, pack: dict[str, Any], pack_key: tuple[int, str], agent: str | None,
+            session: str) -> Bundle:
+    reader = build.reader
+    mtime_ns, sha = pack_key
+    at = ns_to_rfc3339(mtime_ns)
+    pack_items = _pack_items(build, pack)
+    selected_ids = [item.item_id for item, _ in pack_items]
+    selected = set(selected_ids)
+    omitted_pairs = _swap(build, selected)
+    omitted_ids = {o.item_id for _, o in omitted_pairs}
+    omitted_pairs += _dedup(build, selected, omitted_ids)
+    _children(build)
+
+    # the pack's window of messages.jsonl
+    window: list[Range] = []
+    for item, _ in pack_items:
+        src = item.source_refs[0]
+        if src.uri == MESSAGES and src.selector and src.selector.startswith("line_range:"):
+            a, _, b = src.selector[len("line_range:"):].partition("-")
+            window.append((int(a), int(b)))
+    window = _merge(window)
+    pack_tokens = {item.content_ref: item.token_estimate for item, _ in pack_items
+                   if item.content_ref and item.token_estimate is not None
+                   and "#" not in item.item_id}
+    compactions, summaries, segment_items, refs_entries = _compactions(
+        build, window, at, pack_tokens)
+    _refs(build, refs_entries)
+
+    # budget and assembly
+    max_tokens, reserved = _budget(reader, pack)
+    actual = sum(item.token_estimate or 0 for item, _ in pack_items)
+    overflow = overflow_tokens = utilization = None
+    if max_tokens:
+        over = actual + (reserved or 0) - max_tokens
+        overflow = over > 0
+        overflow_tokens = over if over > 0 else None
+        utilization = actual / max_tokens
+    budget = ContextBudget(
+        budget_id=BUDGET_ID, target="model", max_tokens=max_tokens, reserved_tokens=reserved,
+        actual_tokens=actual, actual_items=len(pack_items), overflow=overflow,
+        overflow_tokens=overflow_tokens, utilization=utilization, created_at=at,
+        completed_at=at)
+    blocks = [AssemblyBlock(index=i, item_id=item.item_id, context_kind=item.context_kind,
+                            tokens=item.token_estimate,
+                            injection_point=PACK_INJECTION.get(kind or ""), digest=item.digest)
+              for i, (item, kind) in enumerate(pack_items)]
+    assembly = ContextAssembly(
+        assembly_id=ASSEMBLY_ID, target="model", ordered_blocks=blocks, budget_ref=BUDGET_ID,
+        block_count=len(blocks), token_count=actual, hash="sha256:" + sha, created_at=at)
+
+    surface_items = list(build.items.values())
+    surface = ContextSurface(
+        surface_id=SURFACE_ID, item_refs=[i.item_id for i in surface_items],
+        item_count=len(surface_items),
+        token_estimate=sum(i.token_estimate or 0 for i in surface_items),
+        created_at=at, completed_at=at)
+    omitted = [o for _, o in omitted_pairs]
+    candidates = selected_ids + [o.item_id for o in omitted]
+    selection = ContextSelection(
+        selection_id=SELECTION_ID, surface_id=SURFACE_ID, candidate_item_refs=candidates,
+        selected_item_refs=selected_ids, omitted_item_refs=omitted, budget_ref=BUDGET_ID,
+        selection_policy=PACK, candidate_count=len(candidates), created_at=at,
+        completed_at=at)
+
+    actors, runtime, meta = _envelope_refs(agent, session)
+    envelope = ContextEnvelope(
+        context_id=f"abi:{agent or '-'}/{session}/pack-{mtime_ns}-{sha[:8]}", scope="turn",
+        lifecycle="assembled", created_at=at, completed_at=at, actor_refs=actors,
+        runtime_refs=runtime, metadata=meta)
+    items = {i.item_id: i for i in surface_items}
+    for seg in segment_items:
+        items.setdefault(seg.item_id, seg)
+    return Bundle(context_envelope=envelope, context_surfaces=[surface],
+                  context_items=list(items.values()), context_selections=[selection],
+                  context_budgets=[budget], context_assemblies=[assembly],
+                  context_compactions=compactions, context_summaries=summaries)
+
+
+def session_bundle(path: str | os.PathLike[str]) -> Bundle | None:
+    """The current pack build of a session folder as a bundle (None when there is no usable
+    ``context/pack.json``). Warnings for malformed files are logged."""
+    return read_session(path).bundle
+
+
+# ---------------------------------------------------------------------------------------
+# emitting
+
+
+def log_breach(root: Path, breach: RuleBreach) -> None:
+    _log.warning("context runtime rule breach in %s: %s (%s): %s", root, breach.rule,
+                 breach.level.upper(), breach.detail)
+
+
+def emit_snapshot(snapshot: SessionSnapshot, agent_context: AgentContext,
+                  extra_breaches: Iterable[RuleBreach] = ()) -> str | None:
+    """Emit a snapshot's bundle with its rule breaches as ``context.runtime.rule_breach``
+    events on the envelope span. Returns the context id (None without a bundle)."""
+    if snapshot.bundle is None:
+        return None
+    breaches = list(snapshot.breaches)
+    breaches += [b for b in extra_breaches if b not in breaches]
+    return _emit(snapshot.bundle, agent_context, breaches)
+
+
+def emit_rule_breaches(path: str | os.PathLike[str], agent: str | None, session: str,
+                       breaches: list[RuleBreach], agent_context: AgentContext, *,
+                       at_ns: int | None = None) -> str:
+    """Emit breaches found between pack builds on a ``session`` envelope of their own."""
+    ns = at_ns if at_ns is not None else time.time_ns()
+    at = ns_to_rfc3339(ns)
+    actors, runtime, meta = _envelope_refs(agent, session)
+    bundle = Bundle(context_envelope=ContextEnvelope(
+        context_id=f"abi:{agent or '-'}/{session}/check-{ns}", scope="session", created_at=at,
+        completed_at=at, actor_refs=actors, runtime_refs=runtime, metadata=meta))
+    _emit(bundle, agent_context, breaches)
+    return bundle.context_envelope.context_id
+
+
+def _emit(bundle: Bundle, agent_context: AgentContext, breaches: list[RuleBreach]) -> str:
+    env = bundle.context_envelope
+    start = to_ns(env.created_at)
+    span = agent_context._tracer.start_span(S.SPAN_ENVELOPE, kind=SpanKind.INTERNAL,
+                                            start_time=start)
+    try:
+        for breach in breaches:
+            span.add_event(S.EVENT_RUNTIME_RULE_BREACH, breach.attributes(), timestamp=start)
+        emit_bundle(bundle, agent_context, span=span)
+    finally:
+        span.end(end_time=to_ns(env.completed_at))
+    return env.context_id
+
+
+def emit_session(path: str | os.PathLike[str], agent_context: AgentContext) -> SessionSnapshot:
+    """Read a session folder and emit its current pack build (with its rule breaches).
+    Returns the snapshot; its bundle's ``context_envelope.context_id`` names the envelope."""
+    snapshot = read_session(path)
+    emit_snapshot(snapshot, agent_context)
+    return snapshot

@@ -1,0 +1,163 @@
+"""``watch``: follow a Context Runtime ABI session folder and emit one envelope per pack build.
+
+    otel-agent-context watch SESSION_DIR [--once] [--out FILE] [--interval SECONDS]
+                                         [--state FILE]
+
+Where to: by default an OTLP span exporter configured by the standard ``OTEL_EXPORTER_OTLP_*``
+variables (``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``:
+``grpc``, the default, or ``http/protobuf``) and a resource from ``OTEL_SERVICE_NAME`` /
+``OTEL_RESOURCE_ATTRIBUTES``; with ``--out FILE`` the envelopes are rebuilt in-process and
+appended to FILE as JSON Lines, with no network at all. Nothing is ever written into the
+session folder: ``--out`` and ``--state`` must lie outside it. Exit codes: 0 done (rule
+breaches and malformed files are reported, not failures), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from .._api import AgentContext
+from ..exceptions import ConfigError
+from ..rebuild import BundleSpanProcessor
+from ._watch import SessionWatcher
+
+__all__ = ["register"]
+
+_log = logging.getLogger("otel_agent_context.adapters")
+
+DEFAULT_INTERVAL = 1.0
+DEFAULT_SERVICE_NAME = "otel-agent-context-watch"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "watch", help="emit a Context Runtime ABI session folder's pack builds",
+        description="Follow SESSION_DIR (a Context Runtime ABI session folder) and emit one "
+                    "context envelope per new context/pack.json, with the ABI's rule breaches.")
+    p.add_argument("session_dir", metavar="SESSION_DIR", help="the session folder to follow")
+    p.add_argument("--once", action="store_true",
+                   help="emit the current pack build (and breaches) and exit")
+    p.add_argument("--out", metavar="FILE",
+                   help="append rebuilt bundles to FILE as JSON Lines instead of sending OTLP")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, metavar="SECONDS",
+                   help=f"seconds between looks at the folder (default {DEFAULT_INTERVAL})")
+    p.add_argument("--state", metavar="FILE",
+                   help="remember what was seen in FILE (JSON), so a later run only emits "
+                        "what is new and sees history rewritten in between")
+    p.set_defaults(func=_watch)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _check(args: argparse.Namespace) -> tuple[Path, Path | None, Path | None]:
+    session = Path(args.session_dir)
+    if not session.is_dir():
+        raise ConfigError("SESSION_DIR", f"{session} is not a directory")
+    if not args.interval > 0:
+        raise ConfigError("--interval", f"must be a positive number of seconds, "
+                                        f"got {args.interval}")
+    out = Path(args.out) if args.out else None
+    state = Path(args.state) if args.state else None
+    for key, path in (("--out", out), ("--state", state)):
+        if path is not None and _inside(path, session):
+            raise ConfigError(key, f"{path} is inside the session folder, which is never "
+                                   "written to")
+        if path is not None and path.is_dir():
+            raise ConfigError(key, f"{path} is a directory")
+    return session, out, state
+
+
+def _otlp_processor() -> SpanProcessor:
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip()
+    exporter: Any
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        exporter = OTLPSpanExporter()
+    elif protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HTTPSpanExporter,
+        )
+        exporter = HTTPSpanExporter()
+    else:
+        raise ConfigError("OTEL_EXPORTER_OTLP_PROTOCOL",
+                          f"expected grpc or http/protobuf, got {protocol!r}")
+    return BatchSpanProcessor(exporter)
+
+
+def _load_state(path: Path | None) -> dict[str, Any] | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        _log.warning("watch: cannot read state %s (%s); starting afresh", path, exc)
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _save_state(path: Path | None, state: dict[str, Any]) -> None:
+    if path is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(orjson.dumps(state))
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log.warning("watch: cannot save state to %s (%s)", path, exc)
+
+
+def _configure_logging() -> None:
+    logger = logging.getLogger("otel_agent_context")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("otel-agent-context %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    try:
+        session, out, state_path = _check(args)
+        processor = (BundleSpanProcessor(path=out, envelope_timeout=5.0) if out is not None
+                     else _otlp_processor())
+    except ConfigError as exc:
+        print(f"watch: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging()
+    attrs = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": DEFAULT_SERVICE_NAME}
+    provider = TracerProvider(resource=Resource.create(attrs))
+    provider.add_span_processor(processor)
+    watcher = SessionWatcher(session, AgentContext(tracer_provider=provider),
+                             state=_load_state(state_path))
+    stop = threading.Event()
+    previous = {}
+    if not args.once and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    try:
+        watcher.run(interval=args.interval, stop=stop, max_polls=1 if args.once else None)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _save_state(state_path, watcher.state())
+        provider.shutdown()  # flushes the exporter / the bundle file
+    return 0

@@ -1,0 +1,670 @@
+"""What the LLM client instrumentors share: one model call's context lifecycle.
+
+A provider module turns a request into a :class:`Request` (blocks in the order the model sees
+them, the reserved output, the overflow strategy) and a response, stream or error into an
+:class:`Outcome`; everything else is here:
+
+- The inference span comes from ``opentelemetry-util-genai``'s ``TelemetryHandler``. When the
+  official GenAI instrumentor of the same client is also enabled, the handler merges the two
+  nested inference invocations into ONE span whichever wrapper runs outermost: the outer one
+  owns the span, the inner one is suppressed and publishes its ``gen_ai.*`` data into it.
+  Our context telemetry always goes on ``invocation.span``, which is that one span.
+- Outside any envelope the inference span carries ``context.scope = turn``: it IS the
+  (implicit) envelope, and the budget and assembly spans are its children. Inside an envelope
+  (``with ctx.envelope(...)``) the stages join that envelope and the injection event goes on
+  the inference span.
+- Streams are wrapped with util-genai's stream wrappers (iteration, ``with``, ``close()``,
+  ``send``/``throw`` and abandoned streams behave as the SDK's own); the call is finished when
+  the stream ends, is closed, or its HTTP response is closed by an SDK helper.
+
+Telemetry never breaks the host: every step is guarded, and the application's exceptions
+pass through unchanged (the same object).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.util.genai.handler import TelemetryHandler
+from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
+
+from .._api import AgentContext, current_envelope
+from .._attributes import digest_text
+from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
+from .._records import ContextItem, ContextSourceRef
+from .._version import __version__
+from ._models import context_window
+from ._tokens import estimate_tokens
+
+__all__ = [
+    "Accumulator",
+    "Api",
+    "Block",
+    "Call",
+    "ClientTelemetry",
+    "OurAsyncStream",
+    "OurSyncStream",
+    "Outcome",
+    "Request",
+    "async_wrapper",
+    "guarded",
+    "is_context_length_error",
+    "make_item",
+    "overflow_tokens_from",
+    "short_digest",
+    "sync_wrapper",
+    "unwrap_all",
+    "wrap_all",
+]
+
+_log = logging.getLogger("otel_agent_context")
+
+#: Segments of the window layout, in order.
+SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
+SEG_DEVELOPER = InjectionPoint.DEVELOPER_PROMPT.value
+SEG_TOOLS = "tool_definitions"
+SEG_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
+SEG_OUTPUT = "output"
+_SEGMENT_ORDER = (SEG_SYSTEM, SEG_DEVELOPER, SEG_TOOLS, SEG_HISTORY)
+
+# "maximum context length is 128000 tokens ... resulted in 130000 tokens" /
+# "prompt is too long: 210000 tokens > 200000 maximum"
+_NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens")
+
+
+def _strict_now() -> bool:
+    from .. import _api
+
+    return _api._strict
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Log (or, in strict test mode, raise) the instrumentation's own errors; return None."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            if _strict_now():
+                raise
+            _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
+                         "incomplete", fn.__qualname__, exc_info=True)
+            return None
+
+    return wrapper
+
+
+def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
+              content_mode: str = "inline", tokens: int | None = None,
+              tool_call_id: str | None = None, response_id: str | None = None,
+              content_ref: str | None = None) -> ContextItem:
+    """One message or input item as a context item: digest always, content only if captured."""
+    if tokens is None:
+        tokens = estimate_tokens(text)
+    mappings: dict[str, str] = {}
+    if tool_call_id:
+        mappings["model_api.tool_call_id"] = tool_call_id
+    if response_id:
+        mappings["model_api.response_id"] = response_id
+    return ContextItem(
+        item_id=item_id, context_kind=kind, content_mode=content_mode,
+        content=text if capture and text else None, content_ref=content_ref,
+        token_estimate=tokens, digest=digest_text(text) if text else None,
+        source_refs=[ContextSourceRef(external_mappings=mappings)] if mappings else [],
+    )
+
+
+def short_digest(*parts: str) -> str:
+    """12 hex characters naming a message by its content (stable across turns)."""
+    return digest_text("\x1f".join(parts))[7:19]
+
+
+@dataclass(slots=True)
+class Block:
+    """One block of the assembled input: the item, where it is injected, its window segment."""
+
+    item: ContextItem
+    point: str
+    segment: str
+    cache_breakpoint: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return self.item.token_estimate or 0
+
+
+@dataclass(slots=True)
+class Request:
+    """A model call's input, provider-neutral."""
+
+    provider: str
+    model: str | None
+    blocks: list[Block] = field(default_factory=list)
+    reserved_output: int | None = None
+    overflow_strategy: str = OverflowStrategy.REJECT.value
+    tool_tokens: int = 0
+    compacted: bool = False
+    stream: bool = False
+    operation: str = "chat"
+    #: InferenceInvocation properties to set (temperature, top_p, max_tokens, ...).
+    genai: dict[str, Any] = field(default_factory=dict)
+    #: Provider context-editing configuration (Anthropic ``context_management.edits``).
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    #: Tool names by tool call id (which tool uses an edit may clear).
+    tool_names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def estimated_input(self) -> int:
+        return sum(b.tokens for b in self.blocks) + self.tool_tokens
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the response (or the finished stream) said."""
+
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    #: All input tokens the model saw, cached ones included.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    reasoning_tokens: int | None = None
+    #: Provider compaction items produced by this response: (id, encrypted) pairs.
+    compactions: list[str] = field(default_factory=list)
+    #: Provider context-management edits applied to this request (Anthropic applied_edits).
+    applied_edits: list[dict[str, Any]] = field(default_factory=list)
+    output_messages: list[Any] | None = None
+
+
+class Accumulator:
+    """Builds an :class:`Outcome` from stream chunks (one per provider API)."""
+
+    def __init__(self, capture: bool) -> None:
+        self.capture = capture
+        self.outcome = Outcome()
+
+    def add(self, chunk: Any) -> None:
+        raise NotImplementedError
+
+    def result(self) -> Outcome:
+        return self.outcome
+
+
+def overflow_tokens_from(message: str) -> int | None:
+    """Tokens over the limit, from a provider's context-length error message."""
+    numbers = [int(n.replace(",", "")) for n in _NUMBERS.findall(message)]
+    if "prompt is too long" in message and len(numbers) >= 1:
+        m = re.search(r"(\d[\d,]*)\s*tokens\s*>\s*(\d[\d,]*)", message)
+        if m:
+            return int(m.group(1).replace(",", "")) - int(m.group(2).replace(",", ""))
+    if len(numbers) >= 2:
+        # "maximum context length is W tokens. However, you requested N tokens (...)"
+        return max(numbers[1] - numbers[0], 0)
+    return None
+
+
+class ClientTelemetry:
+    """Per-instrumentor configuration: our API, the GenAI handler, the capture switch."""
+
+    def __init__(self, scope_name: str, **kwargs: Any) -> None:
+        self.ctx = AgentContext(tracer_provider=kwargs.get("tracer_provider"),
+                                meter_provider=kwargs.get("meter_provider"),
+                                capture_content=kwargs.get("capture_content"))
+        agent_context = kwargs.get("agent_context")
+        if isinstance(agent_context, AgentContext):  # tests: deterministic ids
+            self.ctx = agent_context
+        self.handler = TelemetryHandler(
+            tracer_provider=kwargs.get("tracer_provider"),
+            meter_provider=kwargs.get("meter_provider"),
+            logger_provider=kwargs.get("logger_provider"),
+            instrumentation_scope_name=scope_name,
+            instrumentation_scope_version=__version__,
+        )
+        self.capture: bool = self.ctx.capture_content
+        #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
+        self.genai_capture: bool = self.handler.should_capture_content()
+
+    @guarded
+    def start(self, request: Request, server_address: str | None = None,
+              server_port: int | None = None) -> Call:
+        return Call(self, request, server_address, server_port)
+
+
+class Call:
+    """One model call: the inference invocation and its context stages."""
+
+    def __init__(self, tel: ClientTelemetry, req: Request, address: str | None,
+                 port: int | None) -> None:
+        self.req = req
+        self.tel = tel
+        self.done = False
+        inv = tel.handler.inference(req.provider, request_model=req.model,
+                                    server_address=address, server_port=port,
+                                    operation_name=req.operation)
+        self.invocation = inv
+        try:
+            self._begin(inv)
+        except Exception:
+            # our stages failed: the invocation must still end with the call
+            if _strict_now():
+                inv.fail(RuntimeError("otel_agent_context instrumentation error"))
+                raise
+            _log.warning("otel_agent_context: context stages failed", exc_info=True)
+            self.env = self.budget = None
+            self.own_env = False
+
+    def _begin(self, inv: Any) -> None:
+        req, tel = self.req, self.tel
+        for name, value in req.genai.items():
+            if value is not None:
+                setattr(inv, name, value)
+        if req.stream:
+            inv.request_stream = True
+        span = inv.span
+        self.window = context_window(req.model)
+        env = current_envelope()
+        self.own_env = env is None
+        if env is None:
+            env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
+        self.env = env
+        budget = env.budget(max_tokens=self.window, reserved_tokens=req.reserved_output,
+                            overflow_strategy=req.overflow_strategy)
+        self.budget = budget
+        used: dict[str, int] = {}
+        for b in req.blocks:
+            used[b.segment] = used.get(b.segment, 0) + b.tokens
+        if req.tool_tokens:
+            used[SEG_TOOLS] = req.tool_tokens
+        order = 0
+        for seg in _SEGMENT_ORDER:
+            if seg in used:
+                budget.segment(seg, order=order, used_tokens=used[seg])
+                order += 1
+        if req.reserved_output is not None:
+            budget.segment(SEG_OUTPUT, order=order, reserved_tokens=req.reserved_output)
+        prefix = 0
+        n = 0
+        for b in req.blocks:
+            prefix += b.tokens
+            if b.cache_breakpoint:
+                n += 1
+                budget.segment(f"cache_prefix_{n}", used_tokens=prefix)
+        asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
+        for b in req.blocks:
+            asm.block(b.item, injection_point=b.point, describe=True)
+        asm.stop()
+        asm.inject(span=span, injection_point=InjectionPoint.MESSAGE_HISTORY)
+        if req.compacted:
+            env.mark_compacted(span)
+            inv.conversation_compacted = True
+
+    # -- the end of the call --------------------------------------------------------------
+
+    def finish(self, out: Outcome | None) -> None:
+        """The call succeeded (``out`` None: nothing could be read from the response)."""
+        if self.done:
+            return
+        self.done = True
+        inv = self.invocation
+        try:
+            if out is not None:
+                self._record_outcome(inv, out)
+            self._end_stages(None)
+        finally:
+            inv.stop()
+
+    def fail(self, exc: BaseException, out: Outcome | None = None) -> None:
+        """The call raised ``exc`` (the application gets it unchanged); ``out``: what was
+        read before it (a stream cut short)."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            if out is not None:
+                self._record_outcome(self.invocation, out)
+            self._end_stages(exc)
+        finally:
+            self.invocation.fail(exc)
+
+    @guarded
+    def _record_outcome(self, inv: Any, out: Outcome) -> None:
+        if out.response_id:
+            inv.response_id = out.response_id
+        if out.response_model:
+            inv.response_model_name = out.response_model
+        if out.finish_reasons:
+            inv.finish_reasons = out.finish_reasons
+        if out.input_tokens is not None:
+            inv.input_tokens = out.input_tokens
+        if out.output_tokens is not None:
+            inv.output_tokens = out.output_tokens
+        if out.cache_read:
+            inv.cache_read_input_tokens = out.cache_read
+        if out.cache_write:
+            inv.cache_write_input_tokens = out.cache_write
+        if out.reasoning_tokens:
+            inv.thinking_tokens = out.reasoning_tokens
+        if out.output_messages is not None and self.tel.genai_capture:
+            inv.output_messages = out.output_messages
+        budget, env, req = self.budget, self.env, self.req
+        if budget is None or env is None:
+            return
+        if out.input_tokens is not None:
+            budget.actual(tokens=out.input_tokens, items=len(req.blocks))
+        estimated = req.estimated_input
+        if (req.overflow_strategy == OverflowStrategy.TRUNCATE_MIDDLE.value and self.window
+                and out.input_tokens is not None
+                and estimated + (req.reserved_output or 0) > self.window
+                and out.input_tokens < estimated):
+            budget.truncated(segment=SEG_HISTORY, strategy=OverflowStrategy.TRUNCATE_MIDDLE,
+                             tokens_before=estimated, tokens_after=out.input_tokens)
+        if out.compactions:
+            self._provider_compaction(out)
+        if out.applied_edits:
+            self._context_edits(out)
+
+    def _provider_compaction(self, out: Outcome) -> None:
+        """OpenAI server-side compaction: the input so far replaced by an encrypted item."""
+        req = self.req
+        with self.env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
+                                 trigger="compact_threshold", scope="input",
+                                 replacement_policy="replace_sources") as cmp:
+            for b in req.blocks:
+                if b.point == InjectionPoint.MESSAGE_HISTORY.value:
+                    cmp.source(b.item.item_id, covered=True, token_estimate=b.tokens,
+                               kind=b.item.context_kind)
+            for cid in out.compactions:
+                cmp.summary(summary_id=f"compaction:{cid}", refresh_policy="provider")
+            cmp.loss_note("provider summary is encrypted: coverage is the provider's claim, "
+                          "not verified")
+            cmp.set(tokens_before=req.estimated_input, tokens_after=out.input_tokens)
+
+    def _context_edits(self, out: Outcome) -> None:
+        """Anthropic context editing: tool results (or thinking) cleared before the call."""
+        req = self.req
+        tool_results = [b for b in req.blocks if b.item.context_kind is not None
+                        and b.item.context_kind.value == "tool_result"]
+        for edit in out.applied_edits:
+            etype = str(edit.get("type") or "unknown")
+            config = next((e for e in req.edits if e.get("type") == etype), {})
+            excluded = set(config.get("exclude_tools") or ())
+            cleared_n = int(edit.get("cleared_tool_uses") or 0)
+            cleared_tokens = edit.get("cleared_input_tokens")
+            with self.env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
+                                     trigger=etype, scope="input",
+                                     replacement_policy="clear") as cmp:
+                candidates = [b for b in tool_results
+                              if req.tool_names.get(_tool_call_id(b.item) or "") not in excluded]
+                for b in candidates[:cleared_n]:  # the oldest tool results are cleared first
+                    cmp.source(b.item.item_id, covered=False, token_estimate=b.tokens,
+                               kind=b.item.context_kind)
+                what = (f"{cleared_n} tool uses" if "cleared_tool_uses" in edit else
+                        f"{edit.get('cleared_thinking_turns', 0)} thinking turns")
+                cmp.loss_note(f"{etype} cleared {what} ({cleared_tokens} input tokens)")
+                before = req.estimated_input
+                after = before - int(cleared_tokens or 0)
+                cmp.set(tokens_before=before, tokens_after=max(after, 0),
+                        source_count=cleared_n if "cleared_tool_uses" in edit else None)
+
+    @guarded
+    def _end_stages(self, exc: BaseException | None) -> None:
+        budget, env = self.budget, self.env
+        if budget is not None and exc is not None and is_context_length_error(exc):
+            budget.overflowed(overflow_tokens=overflow_tokens_from(str(exc)),
+                              strategy=OverflowStrategy.REJECT)
+        if budget is not None:
+            budget.stop()
+        if env is not None and self.own_env:
+            if exc is None:
+                env.stop()
+            else:
+                env.fail(exc)
+
+
+def _tool_call_id(item: ContextItem) -> str | None:
+    for src in item.source_refs:
+        value = src.external_mappings.get("model_api.tool_call_id")
+        if value:
+            return value
+    return None
+
+
+def is_context_length_error(exc: BaseException) -> bool:
+    """Whether a provider error says the input did not fit the model's window."""
+    code = getattr(exc, "code", None)
+    if code == "context_length_exceeded":
+        return True
+    status = getattr(exc, "status_code", None)
+    text = str(exc)
+    return status == 400 and ("prompt is too long" in text
+                              or "maximum context length" in text
+                              or "context_length_exceeded" in text)
+
+
+# ---------------------------------------------------------------------------------------
+# wrappers: one body for sync and async
+
+
+def _http_response(stream: Any) -> Any:
+    try:
+        return getattr(stream, "response", None)
+    except Exception:
+        return None
+
+
+class _StreamMixin:
+    _self_call: Call
+    _self_acc: Accumulator
+
+    def _process_chunk(self, chunk: Any) -> None:
+        try:
+            self._self_acc.add(chunk)
+        except Exception:
+            if _strict_now():
+                raise
+            _log.debug("otel_agent_context: could not read a stream chunk", exc_info=True)
+
+    def _on_stream_end(self) -> None:
+        self._self_call.finish(self._self_acc.result())
+
+    def _on_stream_error(self, error: BaseException) -> None:
+        # a stream cut short (or abandoned): record what was read, then the error
+        self._self_call.fail(error, self._self_acc.result())
+
+
+class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
+    """A sync SDK stream that records the call when it ends (or its response is closed)."""
+
+    def __init__(self, stream: Any, call: Call, acc: Accumulator) -> None:
+        super().__init__(stream, invocation=call.invocation)
+        self._self_call = call
+        self._self_acc = acc
+        call.invocation.suspend()
+        response = _http_response(stream)
+        close = getattr(response, "close", None)
+        if close is not None:
+            # SDK helpers (ResponseStream, ChatCompletionStream) close the HTTP response
+            # directly: finish the call then, before any outer wrapper ends the span.
+            @functools.wraps(close)
+            def closing(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return close(*args, **kwargs)
+                finally:
+                    if not self._self_finalized:
+                        with self._execution_context():
+                            self._finalize_success()
+
+            with contextlib.suppress(Exception):  # a response we cannot patch
+                response.close = closing
+
+
+class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
+    """The async counterpart of :class:`OurSyncStream`."""
+
+    def __init__(self, stream: Any, call: Call, acc: Accumulator) -> None:
+        super().__init__(stream, invocation=call.invocation)
+        self._self_call = call
+        self._self_acc = acc
+        call.invocation.suspend()
+        response = _http_response(stream)
+        aclose = getattr(response, "aclose", None)
+        if aclose is not None:
+            @functools.wraps(aclose)
+            async def closing(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await aclose(*args, **kwargs)
+                finally:
+                    if not self._self_finalized:
+                        with self._execution_context():
+                            self._finalize_success()
+
+            with contextlib.suppress(Exception):
+                response.aclose = closing
+
+
+@dataclass(slots=True)
+class Api:
+    """How to read one provider API: request -> Request, response -> Outcome, chunks."""
+
+    parse_request: Callable[[tuple[Any, ...], dict[str, Any], bool], Request]
+    parse_response: Callable[[Any, bool], Outcome]
+    accumulator: Callable[[bool], Accumulator]
+    is_stream_call: Callable[[dict[str, Any]], bool]
+
+
+def _server(instance: Any) -> tuple[str | None, int | None]:
+    try:
+        url = instance._client.base_url
+        return url.host or None, url.port
+    except Exception:
+        return None, None
+
+
+def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
+           kwargs: dict[str, Any]) -> Call | None:
+    try:
+        req = api.parse_request(args, kwargs, tel.capture)
+    except Exception:
+        if _strict_now():
+            raise
+        _log.warning("otel_agent_context: could not read the request", exc_info=True)
+        return None
+    host, port = _server(instance)
+    return tel.start(req, host, port)
+
+
+@guarded
+def _complete(call: Call, api: Api, result: Any) -> Any:
+    """Finish a non-streaming call from its result; returns what the app gets."""
+    out = None
+    try:
+        target = result
+        if not hasattr(result, "usage") and callable(getattr(result, "parse", None)):
+            target = result.parse()  # with_raw_response: parsed once, cached by the SDK
+        out = api.parse_response(target, call.tel.capture)
+    except Exception:
+        if _strict_now():
+            raise
+        _log.debug("otel_agent_context: could not read the response", exc_info=True)
+    call.finish(out)
+
+
+def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: bool) -> Any:
+    if not streaming:
+        _complete(call, api, result)
+        return result
+    if not hasattr(result, "__iter__") and not hasattr(result, "__aiter__"):
+        # a raw-response object around a stream: nothing we can follow safely
+        call.finish(None)
+        return result
+    try:
+        acc = api.accumulator(call.tel.capture)
+        return (OurAsyncStream if is_async else OurSyncStream)(result, call, acc)
+    except Exception:
+        if _strict_now():
+            raise
+        _log.warning("otel_agent_context: could not wrap the stream", exc_info=True)
+        call.finish(None)
+        return result
+
+
+def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
+    """A wrapt wrapper for a sync ``create``."""
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        call = _begin(tel, api, instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            _fail(call, exc)
+            raise
+        return _wrap_result(call, api, result, api.is_stream_call(kwargs), False)
+
+    return wrapper
+
+
+def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
+    """A wrapt wrapper for an async ``create``."""
+
+    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+        call = _begin(tel, api, instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            _fail(call, exc)
+            raise
+        return _wrap_result(call, api, result, api.is_stream_call(kwargs), True)
+
+    return wrapper
+
+
+@guarded
+def _fail(call: Call, exc: BaseException) -> None:
+    call.fail(exc)
+
+
+def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> list[tuple[Any, str]]:
+    """``wrap_function_wrapper`` each (module, "Class.method", wrapper) whose target exists;
+    returns (class, method) pairs to unwrap."""
+    import importlib
+
+    from wrapt import wrap_function_wrapper
+
+    done = []
+    for module_name, name, wrapper in targets:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cls_name, _, method = name.partition(".")
+        cls = getattr(module, cls_name, None)
+        if cls is None or not hasattr(cls, method):
+            continue
+        wrap_function_wrapper(module_name, name, wrapper)
+        done.append((cls, method))
+    return done
+
+
+def unwrap_all(done: list[tuple[Any, str]]) -> None:
+    from opentelemetry.instrumentation.utils import unwrap
+
+    for cls, method in done:
+        unwrap(cls, method)
+    done.clear()
+
+

@@ -1,0 +1,454 @@
+"""A local stub of the OpenAI and Anthropic wire APIs, for tests, examples and benchmarks.
+
+Serves on loopback only and never calls out. It speaks just enough of each API for the real
+``openai`` and ``anthropic`` client libraries (pointed at it with ``base_url``) to work:
+
+- OpenAI ``POST /v1/chat/completions`` and ``POST /v1/responses``, JSON or SSE streaming
+  (``stream: true``), usage with cached tokens, ``previous_response_id`` (stored responses),
+  ``truncation: "auto"`` (drops the middle of the input to fit) and ``context_management``
+  compaction (a ``compaction`` output item), and a ``context_length_exceeded`` 400 when the
+  prompt plus the reserved output does not fit the model's window.
+- Anthropic ``POST /v1/messages`` (and the beta ``?beta=true``), JSON or SSE, prompt caching
+  (``cache_control`` breakpoints: written once, read after), ``context_management`` edits
+  (``clear_tool_uses_20250919``) reported as ``applied_edits``, and the ``prompt is too long``
+  400.
+
+Deterministic: token counts are characters / 4 (rounded up) plus a little per message, the
+reply is a fixed sentence, ids count up. Start with ``with StubServer() as stub:``; the
+OpenAI base URL is ``stub.openai_base_url``, the Anthropic one ``stub.anthropic_base_url``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["StubServer", "stub_tokens"]
+
+#: Context windows the stub enforces (tokens); other models get 128k.
+WINDOWS = {"gpt-4": 8_192, "gpt-3.5-turbo": 16_385, "claude-3-haiku": 200_000}
+DEFAULT_WINDOW = 128_000
+REPLY = "The order shipped yesterday and should arrive within three business days."
+
+
+def stub_tokens(text: str) -> int:
+    """The stub's own token count (characters / 4, rounded up)."""
+    return (len(text) + 3) // 4
+
+
+def _window(model: str) -> int:
+    best = max((k for k in WINDOWS if model.startswith(k)), key=len, default=None)
+    return WINDOWS[best] if best else DEFAULT_WINDOW
+
+
+def _text_of(content: Any) -> str:
+    """Plain text of a message content (string, list of parts, or anything JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text_of(p) for p in content)
+    if isinstance(content, dict):
+        for key in ("text", "content", "output", "arguments", "encrypted_content", "input"):
+            if key in content:
+                value = content[key]
+                return value if isinstance(value, str) else _text_of(value)
+        return ""
+    return json.dumps(content)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.ids = itertools.count(1)
+        self.responses: dict[str, int] = {}  # stored response id -> its total tokens
+        self.cache: set[str] = set()  # anthropic cached prefixes (digests)
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    def new_id(self, prefix: str) -> str:
+        with self.lock:
+            return f"{prefix}_{next(self.ids):04d}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        return None
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+              ) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, events: list[tuple[str | None, dict[str, Any]]]) -> None:
+        chunks = []
+        for name, data in events:
+            head = f"event: {name}\n" if name else ""
+            chunks.append(f"{head}data: {json.dumps(data)}\n\n".encode())
+        if self.path.startswith("/v1/chat/"):
+            chunks.append(b"data: [DONE]\n\n")
+        body = b"".join(chunks)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        length = int(self.headers.get("content-length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._json(400, {"error": {"message": "invalid JSON", "type": "invalid_request"}})
+            return
+        state = self.server.state
+        with state.lock:
+            state.requests.append((self.path, body))
+        path = self.path.split("?", 1)[0]
+        if path == "/v1/chat/completions":
+            self._chat(body)
+        elif path == "/v1/responses":
+            self._responses(body)
+        elif path == "/v1/messages":
+            self._messages(body)
+        else:
+            self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+
+    # -- OpenAI -------------------------------------------------------------------------
+
+    def _openai_too_long(self, model: str, prompt: int, reserved: int) -> bool:
+        window = _window(model)
+        if prompt + reserved <= window:
+            return False
+        self._json(400, {"error": {
+            "message": (f"This model's maximum context length is {window} tokens. However, "
+                        f"you requested {prompt + reserved} tokens ({prompt} in the messages, "
+                        f"{reserved} in the completion). Please reduce the length of the "
+                        "messages or completion."),
+            "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}})
+        return True
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        model = body.get("model", "")
+        messages = body.get("messages") or []
+        sizes = [stub_tokens(_text_of(m.get("content")) + _text_of(m.get("tool_calls")))
+                 + 4 for m in messages]
+        prompt = sum(sizes) + 3
+        reserved = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        if self._openai_too_long(model, prompt, reserved):
+            return
+        cached = sum(sizes[:-1]) if len(sizes) >= 3 else 0
+        completion = stub_tokens(REPLY)
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion,
+                 "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+                 "completion_tokens_details": {"reasoning_tokens": 0}}
+        cid = self.server.state.new_id("chatcmpl")
+        if not body.get("stream"):
+            self._json(200, {
+                "id": cid, "object": "chat.completion", "created": 1_700_000_000,
+                "model": f"{model}-2024-07-18" if model == "gpt-4o-mini" else model,
+                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                             "message": {"role": "assistant", "content": REPLY,
+                                         "refusal": None}}],
+                "usage": usage, "system_fingerprint": "fp_stub"})
+            return
+        base = {"id": cid, "object": "chat.completion.chunk", "created": 1_700_000_000,
+                "model": model, "system_fingerprint": "fp_stub"}
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                               "content": ""},
+                                         "finish_reason": None}]})]
+        for word in REPLY.split(" "):
+            events.append((None, {**base, "choices": [{"index": 0,
+                                                       "delta": {"content": word + " "},
+                                                       "finish_reason": None}]}))
+        events.append((None, {**base, "choices": [{"index": 0, "delta": {},
+                                                   "finish_reason": "stop"}]}))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append((None, {**base, "choices": [], "usage": usage}))
+        self._sse(events)
+
+    def _responses(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        model = body.get("model", "")
+        raw = body.get("input")
+        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+        sizes = [stub_tokens(_text_of(it)) + 4 for it in items]
+        prompt = sum(sizes) + stub_tokens(body.get("instructions") or "") + 3
+        prev = body.get("previous_response_id")
+        if prev:
+            if prev not in state.responses:
+                self._json(404, {"error": {"message": f"Previous response with id '{prev}' "
+                                           "not found.", "type": "invalid_request_error",
+                                           "param": "previous_response_id",
+                                           "code": "previous_response_not_found"}})
+                return
+            prompt += state.responses[prev]
+        reserved = body.get("max_output_tokens") or 0
+        window = _window(model)
+        if body.get("truncation") == "auto" and prompt + reserved > window:
+            # drop items from the middle until it fits (keep the first and the last)
+            while len(sizes) > 2 and prompt + reserved > window:
+                prompt -= sizes.pop(len(sizes) // 2)
+            prompt = min(prompt, window - reserved)
+        elif self._openai_too_long(model, prompt, reserved):
+            return
+        output: list[dict[str, Any]] = []
+        for entry in body.get("context_management") or []:
+            threshold = entry.get("compact_threshold")
+            if entry.get("type") == "compaction" and threshold and prompt > threshold:
+                output.append({"type": "compaction", "id": state.new_id("cmp"),
+                               "encrypted_content": "gAAAA" + "x" * 32})
+                prompt = max(threshold // 4, 1)
+        rid = state.new_id("resp")
+        completion = stub_tokens(REPLY)
+        msg_id = state.new_id("msg")
+        message = {"type": "message", "id": msg_id, "status": "completed", "role": "assistant",
+                   "content": [{"type": "output_text", "text": REPLY, "annotations": [],
+                                "logprobs": []}]}
+        output.append(message)
+        usage = {"input_tokens": prompt, "output_tokens": completion,
+                 "total_tokens": prompt + completion,
+                 "input_tokens_details": {"cached_tokens": sum(sizes[:-1])
+                                          if len(sizes) >= 3 else 0},
+                 "output_tokens_details": {"reasoning_tokens": 0}}
+        if body.get("store", True):
+            with state.lock:
+                state.responses[rid] = prompt + completion
+        response = {
+            "id": rid, "object": "response", "created_at": 1_700_000_000, "status": "completed",
+            "model": model, "output": output, "usage": usage, "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": [], "truncation": body.get("truncation", "disabled"),
+            "previous_response_id": prev, "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"), "error": None,
+            "incomplete_details": None, "metadata": {}, "temperature": 1.0, "top_p": 1.0,
+            "text": {"format": {"type": "text"}}}
+        if not body.get("stream"):
+            self._json(200, response)
+            return
+        seq = itertools.count()
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            ("response.created", {"type": "response.created", "sequence_number": next(seq),
+                                  "response": started})]
+        index = 0
+        for item in output[:-1]:  # compaction items come whole
+            events.append(("response.output_item.added", {
+                "type": "response.output_item.added", "sequence_number": next(seq),
+                "output_index": index, "item": item}))
+            events.append(("response.output_item.done", {
+                "type": "response.output_item.done", "sequence_number": next(seq),
+                "output_index": index, "item": item}))
+            index += 1
+        empty = {**message, "status": "in_progress", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        events.append(("response.output_item.added", {
+            "type": "response.output_item.added", "sequence_number": next(seq),
+            "output_index": index, "item": empty}))
+        events.append(("response.content_part.added", {
+            "type": "response.content_part.added", "sequence_number": next(seq),
+            "output_index": index, "item_id": msg_id, "content_index": 0, "part": part}))
+        for word in REPLY.split(" "):
+            events.append(("response.output_text.delta", {
+                "type": "response.output_text.delta", "sequence_number": next(seq),
+                "output_index": index, "item_id": msg_id, "content_index": 0,
+                "delta": word if word == REPLY.split(" ")[0] else " " + word,
+                "logprobs": []}))
+        events.append(("response.output_text.done", {
+            "type": "response.output_text.done", "sequence_number": next(seq),
+            "output_index": index, "item_id": msg_id, "content_index": 0, "text": REPLY,
+            "logprobs": []}))
+        events.append(("response.content_part.done", {
+            "type": "response.content_part.done", "sequence_number": next(seq),
+            "output_index": index, "item_id": msg_id, "content_index": 0,
+            "part": {**part, "text": REPLY}}))
+        events.append(("response.output_item.done", {
+            "type": "response.output_item.done", "sequence_number": next(seq),
+            "output_index": index, "item": message}))
+        events.append(("response.completed", {"type": "response.completed",
+                                              "sequence_number": next(seq),
+                                              "response": response}))
+        self._sse(events)
+
+    # -- Anthropic ----------------------------------------------------------------------
+
+    def _messages(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        model = body.get("model", "")
+        system = body.get("system")
+        blocks: list[tuple[int, bool]] = []  # (tokens, cache breakpoint after it)
+        raw_blocks: list[Any] = []
+        sys_blocks = ([{"type": "text", "text": system}] if isinstance(system, str)
+                      else list(system or []))
+        for b in sys_blocks:
+            blocks.append((stub_tokens(_text_of(b)), bool(b.get("cache_control"))))
+            raw_blocks.append(b)
+        tool_results: list[tuple[int, int]] = []  # (block index, tokens)
+        for m in body.get("messages") or []:
+            content = m.get("content")
+            parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            for p in parts or []:
+                tokens = stub_tokens(_text_of(p)) + 2
+                if p.get("type") == "tool_result":
+                    tool_results.append((len(blocks), tokens))
+                blocks.append((tokens, bool(p.get("cache_control"))))
+                raw_blocks.append(p)
+        prompt = sum(t for t, _ in blocks) + 3
+        window = _window(model)
+        if prompt > window:
+            self._json(400, {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {prompt} tokens > {window} maximum"},
+                "request_id": "req_stub"})
+            return
+        applied: list[dict[str, Any]] = []
+        for edit in (body.get("context_management") or {}).get("edits") or []:
+            if edit.get("type") != "clear_tool_uses_20250919":
+                continue
+            trigger = (edit.get("trigger") or {}).get("value", 100_000)
+            keep = (edit.get("keep") or {}).get("value", 3)
+            if prompt <= trigger or len(tool_results) <= keep:
+                continue
+            cleared = tool_results[: len(tool_results) - keep]
+            cleared_tokens = sum(t for _, t in cleared)
+            prompt -= cleared_tokens
+            applied.append({"type": "clear_tool_uses_20250919",
+                            "cleared_tool_uses": len(cleared),
+                            "cleared_input_tokens": cleared_tokens})
+        # prompt caching: the prefix up to the last breakpoint
+        last = max((i for i, (_, bp) in enumerate(blocks) if bp), default=None)
+        cache_read = cache_write = 0
+        if last is not None:
+            prefix = sum(t for t, _ in blocks[: last + 1])
+            key = hashlib.sha256(json.dumps([model, raw_blocks[: last + 1]],
+                                            sort_keys=True).encode()).hexdigest()
+            with state.lock:
+                if key in state.cache:
+                    cache_read = prefix
+                else:
+                    state.cache.add(key)
+                    cache_write = prefix
+        uncached = max(prompt - cache_read - cache_write, 0)
+        output_tokens = stub_tokens(REPLY)
+        usage = {"input_tokens": uncached, "output_tokens": output_tokens,
+                 "cache_read_input_tokens": cache_read,
+                 "cache_creation_input_tokens": cache_write, "service_tier": "standard"}
+        mid = state.new_id("msg")
+        message: dict[str, Any] = {
+            "id": mid, "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": REPLY}], "stop_reason": "end_turn",
+            "stop_sequence": None, "usage": usage}
+        if applied or body.get("context_management"):
+            message["context_management"] = {"applied_edits": applied}
+        if not body.get("stream"):
+            self._json(200, message)
+            return
+        start = {**message, "content": [], "stop_reason": None,
+                 "usage": {**usage, "output_tokens": 1}}
+        start.pop("context_management", None)
+        events: list[tuple[str | None, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": start}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+        ]
+        for i, word in enumerate(REPLY.split(" ")):
+            events.append(("content_block_delta", {
+                "type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": word if i == 0 else " " + word}}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        delta: dict[str, Any] = {"type": "message_delta",
+                                 "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                 "usage": {"output_tokens": output_tokens,
+                                           "input_tokens": uncached,
+                                           "cache_read_input_tokens": cache_read,
+                                           "cache_creation_input_tokens": cache_write}}
+        if "context_management" in message:
+            delta["context_management"] = message["context_management"]
+        events.append(("message_delta", delta))
+        events.append(("message_stop", {"type": "message_stop"}))
+        self._sse(events)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    state: _State
+
+
+class StubServer:
+    """The stub on ``127.0.0.1`` and a free port, served from a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = _Server((host, port), _Handler)
+        self._server.state = _State()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    @property
+    def requests(self) -> list[tuple[str, dict[str, Any]]]:
+        """(path, JSON body) of every request received, in order."""
+        return list(self._server.state.requests)
+
+    def start(self) -> StubServer:
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
+                                        name="otel-agent-context-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> StubServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def main() -> None:  # pragma: no cover - manual use
+    import time
+
+    with StubServer(port=8089) as stub:
+        print(f"stub serving on {stub.url}", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

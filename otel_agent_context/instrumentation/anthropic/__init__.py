@@ -1,0 +1,148 @@
+"""Context lifecycle of Anthropic Messages calls (``messages`` and ``beta.messages``).
+
+``create`` (sync and async, streaming or not) and the ``stream()`` helper::
+
+    from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+
+    AnthropicContextInstrumentor().instrument()
+
+or ``opentelemetry-instrument python agent.py``. Each call records an assembly (system
+blocks, then one block per content block of each message: text, tool uses, tool results),
+``cache_control`` breakpoints as ``cache_prefix_N`` window segments, a budget from the model's
+window and ``max_tokens``, the injection on the inference span, usage with cache read and
+write tokens, and ``context_management`` edits (beta) as a ``provider_context_editing``
+compaction whose sources are the tool results the edit cleared. A ``prompt is too long``
+error is a rejected overflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from wrapt import ObjectProxy
+
+from .._common import (
+    Api,
+    ClientTelemetry,
+    _begin,
+    async_wrapper,
+    guarded,
+    sync_wrapper,
+    unwrap_all,
+    wrap_all,
+)
+from . import _extract as X
+
+__all__ = ["AnthropicContextInstrumentor"]
+
+_instruments = ("anthropic >= 0.40.0, < 3",)
+
+_MESSAGES = "anthropic.resources.messages"
+_BETA = "anthropic.resources.beta.messages"
+
+
+class _StreamManager(ObjectProxy):  # type: ignore[misc]
+    """The ``messages.stream()`` manager: the call starts on enter and ends on exit."""
+
+    def __init__(self, manager: Any, tel: ClientTelemetry, api: Api, instance: Any,
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__(manager)
+        self._self_start = (tel, api, instance, args, kwargs)
+        self._self_call: Any = None
+        self._self_stream: Any = None
+
+    def _enter(self) -> None:
+        tel, api, instance, args, kwargs = self._self_start
+        self._self_call = _begin(tel, api, instance, args, {**kwargs, "stream": True})
+
+    def _entered(self, stream: Any) -> Any:
+        self._self_stream = stream
+        if self._self_call is not None:
+            self._self_call.invocation.suspend()
+        return stream
+
+    @guarded
+    def _exit(self, exc: BaseException | None) -> None:
+        call = self._self_call
+        if call is None or call.done:
+            return
+        out = (X.snapshot_outcome(self._self_stream, call.tel.capture)
+               if self._self_stream is not None else None)
+        if exc is None:
+            call.finish(out)
+        else:
+            call.fail(exc, out)
+
+    def __enter__(self) -> Any:
+        self._enter()
+        try:
+            stream = self.__wrapped__.__enter__()
+        except BaseException as exc:
+            self._exit(exc)
+            raise
+        return self._entered(stream)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return self.__wrapped__.__exit__(exc_type, exc, tb)
+        finally:
+            self._exit(exc)
+
+    async def __aenter__(self) -> Any:
+        self._enter()
+        try:
+            stream = await self.__wrapped__.__aenter__()
+        except BaseException as exc:
+            self._exit(exc)
+            raise
+        return self._entered(stream)
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return await self.__wrapped__.__aexit__(exc_type, exc, tb)
+        finally:
+            self._exit(exc)
+
+
+def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        manager = wrapped(*args, **kwargs)
+        try:
+            return _StreamManager(manager, tel, api, instance, args, kwargs)
+        except Exception:  # pragma: no cover - proxying cannot fail in practice
+            return manager
+
+    return wrapper
+
+
+class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Records the context of every Anthropic message.
+
+    ``instrument(tracer_provider=, meter_provider=, logger_provider=, capture_content=)``;
+    ``capture_content`` defaults to ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+    """
+
+    _wrapped: list[tuple[Any, str]] = []
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        tel = ClientTelemetry(__name__, **kwargs)
+        api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
+                  X.messages_is_stream)
+        targets = []
+        for module in (_MESSAGES, _BETA):
+            targets += [
+                (module, "Messages.create", sync_wrapper(tel, api)),
+                (module, "AsyncMessages.create", async_wrapper(tel, api)),
+                (module, "Messages.stream", _stream_wrapper(tel, api)),
+                (module, "AsyncMessages.stream", _stream_wrapper(tel, api)),
+            ]
+        self._wrapped = wrap_all(targets)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        unwrap_all(self._wrapped)

@@ -1,0 +1,227 @@
+"""Anthropic Messages requests and responses as context."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.util.genai.types import (
+    InputMessage,
+    OutputMessage,
+    TextPart,
+    ToolCallRequestPart,
+    ToolCallResponsePart,
+)
+
+from ..._enums import ContextKind, InjectionPoint
+from .._common import (
+    SEG_HISTORY,
+    SEG_SYSTEM,
+    Accumulator,
+    Block,
+    Outcome,
+    Request,
+    make_item,
+    short_digest,
+)
+from .._tokens import estimate_tokens
+from ..openai._extract import _get, _int, _tool_tokens, given
+
+PROVIDER = "anthropic"
+_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
+_FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop",
+           "tool_use": "tool_call", "refusal": "content_filter"}
+
+
+def _block_text(block: Any) -> str:
+    if isinstance(block, str):
+        return block
+    btype = _get(block, "type")
+    if btype == "text":
+        return str(_get(block, "text") or "")
+    if btype == "tool_use":
+        return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=str)})"
+    if btype == "tool_result":
+        content = _get(block, "content")
+        if isinstance(content, str):
+            return content
+        return "\n".join(_block_text(b) for b in content or ())
+    if btype in ("thinking", "redacted_thinking"):
+        return str(_get(block, "thinking") or "")
+    if btype == "compaction":
+        return str(_get(block, "content") or "")
+    return f"[{btype}]"
+
+
+def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
+    reserved = _int(kwargs.get("max_tokens"))
+    stop = given(kwargs.get("stop_sequences"))
+    req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
+                  stream=bool(given(kwargs.get("stream"))),
+                  tool_tokens=_tool_tokens(kwargs.get("tools")),
+                  genai={"max_tokens": reserved, "temperature": given(kwargs.get("temperature")),
+                         "top_p": given(kwargs.get("top_p")), "top_k": _int(kwargs.get("top_k")),
+                         "stop_sequences": list(stop) if stop else None})
+    system = given(kwargs.get("system"))
+    sys_parts: list[Any] = []
+    for block in [system] if isinstance(system, str) else list(system or ()):
+        text = _block_text(block)
+        req.blocks.append(Block(
+            make_item(f"system:{short_digest(text)}", ContextKind.SYSTEM_PROMPT.value, text,
+                      capture),
+            InjectionPoint.SYSTEM_PROMPT.value, SEG_SYSTEM,
+            cache_breakpoint=bool(given(_get(block, "cache_control")))
+            if not isinstance(block, str) else False))
+        if capture:
+            sys_parts.append(TextPart(content=text))
+    messages = list(given(kwargs.get("messages")) or ())
+    last_user = max((i for i, m in enumerate(messages) if _get(m, "role") == "user"
+                     and not _only_tool_results(_get(m, "content"))), default=-1)
+    inputs: list[InputMessage] = []
+    for i, m in enumerate(messages):
+        role = str(_get(m, "role"))
+        content = _get(m, "content")
+        blocks = [content] if isinstance(content, str) else list(content or ())
+        parts: list[Any] = []
+        for j, block in enumerate(blocks):
+            req.blocks.append(_content_block(role, i, j, block, i == last_user, req, capture))
+            if capture:
+                parts.append(_genai_part(block))
+        if capture:
+            inputs.append(InputMessage(role=role, parts=parts))
+    edits = _get(given(kwargs.get("context_management")), "edits")
+    if edits:
+        req.edits = [dict(e) if isinstance(e, dict) else e.model_dump() for e in edits]
+    if capture:
+        req.genai["input_messages"] = inputs
+        req.genai["system_instruction"] = sys_parts
+    return req
+
+
+def _only_tool_results(content: Any) -> bool:
+    return (isinstance(content, (list, tuple)) and bool(content)
+            and all(_get(b, "type") == "tool_result" for b in content))
+
+
+def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req: Request,
+                   capture: bool) -> Block:
+    btype = "text" if isinstance(block, str) else _get(block, "type")
+    text = _block_text(block)
+    breakpoint_ = not isinstance(block, str) and bool(given(_get(block, "cache_control")))
+    if btype == "tool_result":
+        call_id = str(_get(block, "tool_use_id"))
+        item = make_item(f"tool_result:{call_id}", ContextKind.TOOL_RESULT.value, text, capture,
+                         tool_call_id=call_id)
+    elif btype == "tool_use":
+        call_id = str(_get(block, "id"))
+        req.tool_names[call_id] = str(_get(block, "name"))
+        item = make_item(f"tool_use:{call_id}", ContextKind.SESSION_HISTORY.value, text, capture,
+                         tool_call_id=call_id)
+    elif btype == "compaction":
+        req.compacted = True
+        item = make_item(f"compaction:{short_digest(text)}", ContextKind.COMPUTED_SUMMARY.value,
+                         text, capture, content_mode="summary")
+    else:
+        kind = (ContextKind.USER_MESSAGE.value if role == "user" and latest_user
+                else ContextKind.SESSION_HISTORY.value)
+        item = make_item(f"{role}:{short_digest(role, text)}", kind, text, capture,
+                         tokens=estimate_tokens(text) if btype == "text" else None)
+    return Block(item, _HISTORY, SEG_HISTORY, cache_breakpoint=breakpoint_)
+
+
+def _genai_part(block: Any) -> Any:
+    btype = "text" if isinstance(block, str) else _get(block, "type")
+    if btype == "tool_use":
+        return ToolCallRequestPart(arguments=_get(block, "input"), name=str(_get(block, "name")),
+                                   id=_get(block, "id"))
+    if btype == "tool_result":
+        return ToolCallResponsePart(response=_block_text(block), id=_get(block, "tool_use_id"))
+    return TextPart(content=_block_text(block))
+
+
+def _usage(out: Outcome, usage: Any) -> None:
+    if usage is None:
+        return
+    uncached = _get(usage, "input_tokens")
+    read = _get(usage, "cache_read_input_tokens")
+    write = _get(usage, "cache_creation_input_tokens")
+    if uncached is not None or read is not None or write is not None:
+        out.input_tokens = (uncached or 0) + (read or 0) + (write or 0)
+    out.cache_read = read
+    out.cache_write = write
+    output = _get(usage, "output_tokens")
+    if output is not None:
+        out.output_tokens = output
+
+
+def _edits(out: Outcome, management: Any) -> None:
+    for edit in _get(management, "applied_edits") or ():
+        out.applied_edits.append(edit if isinstance(edit, dict) else edit.model_dump())
+
+
+def messages_response(result: Any, capture: bool) -> Outcome:
+    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
+    stop = _get(result, "stop_reason")
+    if stop:
+        out.finish_reasons = [_FINISH.get(str(stop), str(stop))]
+    _usage(out, _get(result, "usage"))
+    _edits(out, _get(result, "context_management"))
+    if capture:
+        out.output_messages = [OutputMessage(
+            role="assistant", parts=[_genai_part(b) for b in _get(result, "content") or ()],
+            finish_reason=out.finish_reasons[0] if out.finish_reasons else "stop")]
+    return out
+
+
+class MessagesAccumulator(Accumulator):
+    """Raw ``create(stream=True)`` events: message_start, content deltas, message_delta."""
+
+    def __init__(self, capture: bool) -> None:
+        super().__init__(capture)
+        self._text: list[str] = []
+
+    def add(self, chunk: Any) -> None:
+        etype = _get(chunk, "type")
+        out = self.outcome
+        if etype == "message_start":
+            message = _get(chunk, "message")
+            out.response_id = _get(message, "id")
+            out.response_model = _get(message, "model")
+            _usage(out, _get(message, "usage"))
+        elif etype == "message_delta":
+            stop = _get(_get(chunk, "delta"), "stop_reason")
+            if stop:
+                out.finish_reasons = [_FINISH.get(str(stop), str(stop))]
+            usage = _get(chunk, "usage")
+            if usage is not None:
+                # cumulative totals; input counts only when present
+                if _get(usage, "input_tokens") is not None:
+                    _usage(out, usage)
+                elif _get(usage, "output_tokens") is not None:
+                    out.output_tokens = _get(usage, "output_tokens")
+            _edits(out, _get(chunk, "context_management"))
+        elif etype == "content_block_delta" and self.capture:
+            text = _get(_get(chunk, "delta"), "text")
+            if text:
+                self._text.append(text)
+
+    def result(self) -> Outcome:
+        out = self.outcome
+        if self.capture:
+            out.output_messages = [OutputMessage(
+                role="assistant", parts=[TextPart(content="".join(self._text))],
+                finish_reason=out.finish_reasons[0] if out.finish_reasons else "stop")]
+        return out
+
+
+def messages_is_stream(kwargs: dict[str, Any]) -> bool:
+    return bool(given(kwargs.get("stream")))
+
+
+def snapshot_outcome(stream: Any, capture: bool) -> Outcome | None:
+    """The outcome of a ``messages.stream()`` helper, from its accumulated message."""
+    try:
+        message = stream.current_message_snapshot
+    except Exception:  # no message_start arrived
+        return None
+    return messages_response(message, capture)

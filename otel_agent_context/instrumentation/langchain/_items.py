@@ -1,0 +1,234 @@
+"""LangChain documents and messages as context items, and matching documents across steps.
+
+Item ids must stay the same from the candidate a retriever returned to the document a
+compressor kept (often a copy, sometimes without its ``id``): :class:`DocIndex` resolves a
+document to the id it got when first seen, by object, native id, content and metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..._enums import ContentMode, ContextKind
+from ..._records import ContextItem, ContextSourceRef
+from .._tokens import estimate_tokens
+
+__all__ = [
+    "DocIndex",
+    "doc_item",
+    "doc_scores",
+    "doc_text",
+    "message_id",
+    "message_kind",
+    "message_text",
+]
+
+#: Metadata keys that carry a relevance score, in the order the primary score is taken.
+SCORE_KEYS = ("score", "relevance_score", "similarity_score", "_similarity_score",
+              "rerank_score")
+#: Set by ``EmbeddingsFilter`` on the state of the documents it keeps.
+_STATE_SCORE = "query_similarity_score"
+_ID_KEYS = ("id", "doc_id", "document_id")
+_URI_KEYS = ("source", "url", "file_path", "path")
+#: ``additional_kwargs["lc_source"]`` of the summary message LangChain's middleware writes.
+SUMMARY_SOURCE = "summarization"
+
+
+def _short_hash(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+# -- documents ------------------------------------------------------------------------------
+
+
+def doc_text(doc: Any) -> str:
+    text = getattr(doc, "page_content", None)
+    return text if isinstance(text, str) else ""
+
+
+def _metadata(doc: Any) -> Mapping[str, Any]:
+    md = getattr(doc, "metadata", None)
+    return md if isinstance(md, Mapping) else {}
+
+
+def _metadata_key(doc: Any) -> str:
+    return json.dumps(_metadata(doc), sort_keys=True, default=str)
+
+
+def _native_id(doc: Any) -> str | None:
+    native = getattr(doc, "id", None)
+    if isinstance(native, str) and native:
+        return native
+    md = _metadata(doc)
+    for key in _ID_KEYS:
+        value = md.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
+
+
+def _derived_id(doc: Any) -> str:
+    native = _native_id(doc)
+    if native is not None:
+        return native
+    md = _metadata(doc)
+    uri = next((str(md[k]) for k in _URI_KEYS if md.get(k) is not None), "")
+    return "doc_" + _short_hash(uri, doc_text(doc))
+
+
+def doc_scores(doc: Any) -> dict[str, float]:
+    """Numeric relevance scores a document carries (metadata, or a compressor's state)."""
+    out: dict[str, float] = {}
+    md = _metadata(doc)
+    for key in SCORE_KEYS:
+        value = md.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+    state = getattr(doc, "state", None)
+    if isinstance(state, Mapping):
+        value = state.get(_STATE_SCORE)
+        try:
+            if value is not None:
+                out[_STATE_SCORE] = float(value)
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+def _source_ref(doc: Any, source_kind: str | None) -> ContextSourceRef | None:
+    md = _metadata(doc)
+    uri = next((str(md[k]) for k in _URI_KEYS if md.get(k) is not None), None)
+    selector = None
+    for key, kind in (("page", "page"), ("start_index", "char_offset"), ("row", "row")):
+        value = md.get(key)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            selector = f"{kind}:{value}"
+            break
+    native = getattr(doc, "id", None)
+    source_id = native if isinstance(native, str) and native else None
+    if uri is None and source_id is None and selector is None:
+        return None
+    return ContextSourceRef(source_id=source_id, uri=uri, source_kind=source_kind or "document",
+                            selector=selector)
+
+
+def doc_item(doc: Any, item_id: str, source_kind: str | None) -> ContextItem:
+    """A retrieved document as a ``retrieval_result`` item (content sent only under capture)."""
+    text = doc_text(doc)
+    md = _metadata(doc)
+    title = md.get("title")
+    sensitivity = md.get("sensitivity")
+    src = _source_ref(doc, source_kind)
+    return ContextItem(
+        item_id=item_id,
+        context_kind=ContextKind.RETRIEVAL_RESULT,
+        content_mode=ContentMode.INLINE,
+        content=text,
+        title=title if isinstance(title, str) else None,
+        token_estimate=estimate_tokens(text),
+        byte_size=len(text.encode("utf-8", "surrogatepass")),
+        sensitivity=sensitivity if isinstance(sensitivity, str) else None,
+        source_refs=[src] if src is not None else [],
+    )
+
+
+class DocIndex:
+    """Item ids of the documents seen in one retrieval, in first-seen order."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, Any] = {}  # item id -> the first document seen with it
+        self._by_obj: dict[int, str] = {}
+        self._by_native: dict[str, str] = {}
+        self._by_content: dict[tuple[str, str], str] = {}
+        self._by_metadata: dict[str, str | None] = {}  # None: ambiguous
+        self._keep: list[Any] = []  # keeps id() keys valid
+
+    def find(self, doc: Any) -> str | None:
+        iid = self._by_obj.get(id(doc))
+        if iid is not None:
+            return iid
+        native = _native_id(doc)
+        if native is not None and native in self._by_native:
+            return self._by_native[native]
+        mkey = _metadata_key(doc)
+        iid = self._by_content.get((doc_text(doc), mkey))
+        if iid is not None:
+            return iid
+        # a compressor that rewrote the text (an extractor) keeps the metadata
+        return self._by_metadata.get(mkey) if mkey != "{}" else None
+
+    def add(self, doc: Any) -> str:
+        iid = self.find(doc)
+        if iid is None:
+            iid = base = _derived_id(doc)
+            n = 1
+            while iid in self.docs:
+                n += 1
+                iid = f"{base}#{n}"
+            self.docs[iid] = doc
+            native = _native_id(doc)
+            if native is not None:
+                self._by_native.setdefault(native, iid)
+            mkey = _metadata_key(doc)
+            self._by_content.setdefault((doc_text(doc), mkey), iid)
+            self._by_metadata[mkey] = None if mkey in self._by_metadata else iid
+        self._by_obj[id(doc)] = iid
+        self._keep.append(doc)
+        return iid
+
+    def add_all(self, docs: Iterable[Any]) -> list[str]:
+        return [self.add(d) for d in docs]
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def message_text(message: Any) -> str:
+    """The text of a message's content (string, or the text blocks of a list)."""
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return ""
+
+
+def message_id(message: Any) -> str:
+    """The message's own id, else one derived from its type and text (stable across calls)."""
+    native = getattr(message, "id", None)
+    if isinstance(native, str) and native:
+        return native
+    return "msg_" + _short_hash(str(getattr(message, "type", "")), message_text(message))
+
+
+def message_kind(message: Any) -> ContextKind:
+    kind = getattr(message, "type", None)
+    if kind == "system":
+        return ContextKind.SYSTEM_PROMPT
+    if kind == "human":
+        extra = getattr(message, "additional_kwargs", None) or {}
+        if extra.get("lc_source") == SUMMARY_SOURCE:
+            return ContextKind.THREAD_SUMMARY
+        return ContextKind.USER_MESSAGE
+    if kind == "tool":
+        return ContextKind.TOOL_RESULT
+    return ContextKind.SESSION_HISTORY
+
+
+def message_item(message: Any) -> ContextItem:
+    text = message_text(message)
+    return ContextItem(item_id=message_id(message), context_kind=message_kind(message),
+                       token_estimate=estimate_tokens(text))

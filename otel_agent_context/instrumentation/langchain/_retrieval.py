@@ -1,0 +1,263 @@
+"""Retrievals: the candidates a retriever found, what its compressors and filters dropped
+and why, and the surface + selection that records it.
+
+A retrieval collects while it runs: child retrievers hand it their documents
+(candidates), and document compressors and transformers (patched, see ``FILTERS``) report
+each document they dropped with the omission reason their class stands for. When the
+outermost retriever ends, the retrieval becomes one ``context.surface`` (every candidate)
+and one ``context.selection`` (the documents returned, ranked by position, with their scores;
+the rest omitted with reasons). A compressor called on its own, outside any retriever, makes
+a retrieval of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..._api import Envelope
+from ..._enums import OmissionReason
+from ._items import DocIndex, doc_item, doc_scores
+from ._state import ACTIVE_RETRIEVAL, guarded, stage_envelope
+
+__all__ = ["FILTERS", "PIPELINES", "Retrieval", "describe_filter", "wrap_filter"]
+
+_LOW = OmissionReason.LOW_RELEVANCE
+_DUP = OmissionReason.DUPLICATE_COVERAGE
+
+#: Filters that drop near-duplicates: what they drop is covered by a document they kept.
+_DUPLICATE_FILTERS = frozenset({"EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter"})
+#: Why each known filter drops a document (the omission detail names the class and its
+#: parameters, then this).
+_WHY = {
+    "EmbeddingsFilter": "not similar enough to the query",
+    "LLMChainFilter": "judged not relevant by the model",
+    "LLMChainExtractor": "no relevant extract",
+    "LLMListwiseRerank": "ranked below top_n",
+    "CrossEncoderReranker": "ranked below top_n",
+    "CohereRerank": "ranked below top_n",
+    "FlashrankRerank": "ranked below top_n",
+    "EmbeddingsRedundantFilter": "near-duplicate of a kept document",
+    "EmbeddingsClusteringFilter": "not the representative of its cluster",
+}
+_PARAMS = ("similarity_threshold", "k", "top_n", "num_clusters", "num_closest")
+
+_COMPRESSORS = "langchain_classic.retrievers.document_compressors"
+_COMPRESSORS_0_3 = "langchain.retrievers.document_compressors"
+_COMMUNITY = "langchain_community.document_transformers.embeddings_redundant_filter"
+
+#: (module, class, sync method, async method) of the document filters recorded as omissions.
+FILTERS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f"{pkg}.{mod}", cls, "compress_documents", "acompress_documents")
+    for pkg in (_COMPRESSORS, _COMPRESSORS_0_3)
+    for mod, cls in (("embeddings_filter", "EmbeddingsFilter"),
+                     ("chain_filter", "LLMChainFilter"),
+                     ("chain_extract", "LLMChainExtractor"),
+                     ("listwise_rerank", "LLMListwiseRerank"),
+                     ("cross_encoder_rerank", "CrossEncoderReranker"))
+) + (
+    (_COMMUNITY, "EmbeddingsRedundantFilter", "transform_documents", "atransform_documents"),
+    (_COMMUNITY, "EmbeddingsClusteringFilter", "transform_documents", "atransform_documents"),
+)
+#: Compressor pipelines: their steps report on their own; the pipeline only groups them
+#: into one retrieval when it runs outside a retriever.
+PIPELINES: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f"{pkg}.base", "DocumentCompressorPipeline", "compress_documents", "acompress_documents")
+    for pkg in (_COMPRESSORS, _COMPRESSORS_0_3)
+)
+
+
+def describe_filter(component: Any) -> tuple[OmissionReason, str]:
+    """The omission reason and detail for documents ``component`` dropped."""
+    name = type(component).__name__
+    params = []
+    for attr in _PARAMS:
+        value = getattr(component, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            params.append(f"{attr}={value}")
+    detail = f"{name}({', '.join(params)})" if params else name
+    why = _WHY.get(name)
+    if why:
+        detail = f"{detail}: {why}"
+    return (_DUP if name in _DUPLICATE_FILTERS else _LOW), detail
+
+
+class Retrieval:
+    """Candidates and drops of one retrieval, collected while it runs."""
+
+    def __init__(self, name: str, query: str | None, source_kind: str | None,
+                 parent: Retrieval | None = None) -> None:
+        self.name = name
+        self.query = query
+        self.source_kind = source_kind
+        self.parent = parent
+        self.start_ns = time.time_ns()
+        self.index = DocIndex()
+        self.candidates: dict[str, None] = {}
+        self.drops: dict[str, tuple[OmissionReason, str]] = {}
+        self.scores: dict[str, dict[str, float]] = {}
+        self.token: Any = None
+
+    def add_candidates(self, docs: Sequence[Any]) -> None:
+        for doc in docs:
+            iid = self.index.add(doc)
+            self.candidates.setdefault(iid, None)
+
+    def filtered(self, component: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """``component`` turned ``inputs`` into ``outputs``: the rest were dropped."""
+        reason, detail = describe_filter(component)
+        self.add_candidates(inputs)
+        kept = set()
+        for doc in outputs:
+            iid = self.index.find(doc)
+            if iid is not None:
+                kept.add(iid)
+                scores = doc_scores(doc)
+                if scores:
+                    self.scores.setdefault(iid, {}).update(scores)
+        for doc in inputs:
+            iid = self.index.find(doc)
+            if iid is not None and iid not in kept:
+                self.drops.setdefault(iid, (reason, detail))
+
+    def merge_into(self, parent: Retrieval, outputs: Sequence[Any]) -> None:
+        """A child retriever ended: its candidates and drops become the parent's."""
+        self.add_candidates(outputs)
+        for iid in self.candidates:
+            piid = parent.index.add(self.index.docs[iid])
+            parent.candidates.setdefault(piid, None)
+            if iid in self.drops:
+                parent.drops.setdefault(piid, self.drops[iid])
+            if iid in self.scores:
+                parent.scores.setdefault(piid, {}).update(self.scores[iid])
+        for doc in outputs:
+            parent.index.add(doc)
+
+    def emit(self, env: Envelope, outputs: Sequence[Any],
+             error: BaseException | None = None) -> None:
+        """Record the surface (all candidates) and the selection (returned vs dropped)."""
+        outputs = list(outputs)
+        self.add_candidates(outputs)
+        kind = self.source_kind
+        surface = env.surface(start_time=self.start_ns)
+        for iid in self.candidates:
+            surface.add(doc_item(self.index.docs[iid], iid, kind))
+        surface.stop()
+        selection = env.selection(surface_id=surface.surface_id, intent="retrieval",
+                                  query=self.query, policy=self.name,
+                                  start_time=self.start_ns)
+        if error is not None:
+            selection.fail(error)
+            return
+        chosen: dict[str, None] = {}
+        for doc in outputs:
+            iid = self.index.find(doc)
+            if iid is None or iid in chosen:
+                continue
+            chosen[iid] = None
+            scores = doc_scores(doc) or self.scores.get(iid, {})
+            score = next(iter(scores.values()), None)
+            selection.selected(doc_item(doc, iid, kind), rank=len(chosen), score=score,
+                               signals=scores if len(scores) > 1 else None)
+        for iid in self.candidates:
+            if iid in chosen:
+                continue
+            doc = self.index.docs[iid]
+            reason, detail = self.drops.get(iid, (_LOW, f"not returned by {self.name}"))
+            scores = self.scores.get(iid) or doc_scores(doc)
+            selection.omitted(doc_item(doc, iid, kind), reason=reason, detail=detail,
+                              score=next(iter(scores.values()), None))
+        selection.stop()
+
+
+# -- the filter patches ---------------------------------------------------------------------
+
+
+def _documents(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sequence[Any] | None:
+    docs = args[0] if args else kwargs.get("documents")
+    # never consume an iterator the host still needs
+    return docs if isinstance(docs, Sequence) else None
+
+
+def _query(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    query = args[1] if len(args) > 1 else kwargs.get("query")
+    return query if isinstance(query, str) else None
+
+
+@guarded
+def _record(retrieval: Retrieval, instance: Any, docs: Sequence[Any], out: Any,
+            pipeline: bool) -> None:
+    if not pipeline and isinstance(out, Sequence):
+        retrieval.filtered(instance, docs, out)
+
+
+@guarded
+def _start_standalone(instance: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Retrieval:
+    retrieval = Retrieval(type(instance).__name__, _query(args, kwargs), None)
+    retrieval.token = ACTIVE_RETRIEVAL.set(retrieval)
+    return retrieval
+
+
+def _end_standalone(retrieval: Retrieval | None) -> None:
+    if retrieval is not None and retrieval.token is not None:
+        try:
+            ACTIVE_RETRIEVAL.reset(retrieval.token)
+        except ValueError:  # reset from another context: leave that context alone
+            pass
+
+
+@guarded
+def _emit_standalone(retrieval: Retrieval | None, env: Envelope | None, out: Any) -> None:
+    if retrieval is not None and env is not None and isinstance(out, Sequence):
+        retrieval.emit(env, out)
+
+
+def wrap_filter(pipeline: bool, is_async: bool) -> Any:
+    """A wrapt wrapper for a filter's (or pipeline's) sync or async method."""
+    from ._state import STATE
+
+    def sync(wrapped: Any, instance: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+        docs = _documents(args, kwargs)
+        if not STATE.active or docs is None:
+            return wrapped(*args, **kwargs)
+        active = ACTIVE_RETRIEVAL.get()
+        if active is not None:
+            out = wrapped(*args, **kwargs)
+            _record(active, instance, docs, out, pipeline)
+            return out
+        with stage_envelope() as env:
+            retrieval = _start_standalone(instance, args, kwargs)
+            try:
+                out = wrapped(*args, **kwargs)
+            finally:
+                _end_standalone(retrieval)
+            if retrieval is not None:
+                _record(retrieval, instance, docs, out, pipeline)
+                _emit_standalone(retrieval, env, out)
+            return out
+
+    async def asynchronous(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+        docs = _documents(args, kwargs)
+        if not STATE.active or docs is None:
+            return await wrapped(*args, **kwargs)
+        active = ACTIVE_RETRIEVAL.get()
+        if active is not None:
+            out = await wrapped(*args, **kwargs)
+            _record(active, instance, docs, out, pipeline)
+            return out
+        with stage_envelope() as env:
+            retrieval = _start_standalone(instance, args, kwargs)
+            try:
+                out = await wrapped(*args, **kwargs)
+            finally:
+                _end_standalone(retrieval)
+            if retrieval is not None:
+                _record(retrieval, instance, docs, out, pipeline)
+                _emit_standalone(retrieval, env, out)
+            return out
+
+    return asynchronous if is_async else sync

@@ -1,0 +1,62 @@
+"""Context lifecycle of OpenAI calls: chat completions and the Responses API.
+
+Sync and async, streaming or not (the SDK's ``chat.completions.stream`` and
+``responses.stream`` helpers go through ``create`` and are covered too)::
+
+    from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+
+    OpenAIContextInstrumentor().instrument()
+
+or ``opentelemetry-instrument python agent.py``. Each call records an assembly (one block per
+message or input item, with its context kind, injection point and token estimate), a budget
+(the model's window, the reserved output, overflow), the injection on the inference span and,
+from the response, the actual input, cached and output tokens. ``truncation="auto"`` is the
+``truncate_middle`` overflow strategy, compaction items mark the conversation compacted,
+``previous_response_id`` is a ``ref`` block, and a context-length error is a rejected overflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+from .._common import Api, ClientTelemetry, async_wrapper, sync_wrapper, unwrap_all, wrap_all
+from . import _extract as X
+
+__all__ = ["OpenAIContextInstrumentor"]
+
+_instruments = ("openai >= 1.40.0, < 4",)
+
+_CHAT = "openai.resources.chat.completions"
+_RESPONSES = "openai.resources.responses.responses"
+
+
+class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Records the context of every OpenAI chat completion and response.
+
+    ``instrument(tracer_provider=, meter_provider=, logger_provider=, capture_content=)``;
+    ``capture_content`` defaults to ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+    """
+
+    _wrapped: list[tuple[Any, str]] = []
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        tel = ClientTelemetry(__name__, **kwargs)
+        chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator,
+                           X.chat_is_stream)
+        responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
+                        X.responses_is_stream)
+        self._wrapped = wrap_all((
+            (_CHAT, "Completions.create", sync_wrapper(tel, chat)),
+            (_CHAT, "AsyncCompletions.create", async_wrapper(tel, chat)),
+            (_RESPONSES, "Responses.create", sync_wrapper(tel, responses)),
+            (_RESPONSES, "AsyncResponses.create", async_wrapper(tel, responses)),
+        ))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        unwrap_all(self._wrapped)

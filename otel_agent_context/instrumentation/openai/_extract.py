@@ -1,0 +1,374 @@
+"""OpenAI requests and responses as context: chat completions and the Responses API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.util.genai.types import (
+    InputMessage,
+    OutputMessage,
+    TextPart,
+    ToolCallRequestPart,
+    ToolCallResponsePart,
+)
+
+from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
+from .._common import (
+    SEG_DEVELOPER,
+    SEG_HISTORY,
+    SEG_SYSTEM,
+    Accumulator,
+    Block,
+    Outcome,
+    Request,
+    make_item,
+    short_digest,
+)
+from .._tokens import estimate_tokens
+
+PROVIDER = "openai"
+
+_SYSTEM = (ContextKind.SYSTEM_PROMPT.value, InjectionPoint.SYSTEM_PROMPT.value, SEG_SYSTEM)
+_DEVELOPER = (ContextKind.DEVELOPER_INSTRUCTION.value, InjectionPoint.DEVELOPER_PROMPT.value,
+              SEG_DEVELOPER)
+_HISTORY_POINT = InjectionPoint.MESSAGE_HISTORY.value
+_FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def given(value: Any) -> Any:
+    """``None`` for the SDK's NOT_GIVEN / omit sentinels."""
+    if value is None or type(value).__name__ in ("NotGiven", "Omit"):
+        return None
+    return value
+
+
+def _get(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def text_of(content: Any) -> str:
+    """The text of a message content: a string, or the text parts of a list."""
+    content = given(content)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        out = []
+        for part in content:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            text = _get(part, "text")
+            if isinstance(text, str):
+                out.append(text)
+            elif _get(part, "type") in ("image_url", "input_image", "input_audio",
+                                         "input_file", "file"):
+                out.append(f"[{_get(part, 'type')}]")
+        return "\n".join(out)
+    text = _get(content, "text")
+    return text if isinstance(text, str) else str(content)
+
+
+def _int(value: Any) -> int | None:
+    value = given(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _common_genai(kwargs: dict[str, Any], reserved: int | None) -> dict[str, Any]:
+    stop = given(kwargs.get("stop"))
+    return {
+        "max_tokens": reserved,
+        "temperature": given(kwargs.get("temperature")),
+        "top_p": given(kwargs.get("top_p")),
+        "frequency_penalty": given(kwargs.get("frequency_penalty")),
+        "presence_penalty": given(kwargs.get("presence_penalty")),
+        "seed": _int(kwargs.get("seed")),
+        "stop_sequences": [stop] if isinstance(stop, str) else (list(stop) if stop else None),
+    }
+
+
+def _tool_tokens(tools: Any) -> int:
+    tools = given(tools)
+    if not tools:
+        return 0
+    try:
+        return estimate_tokens(json.dumps(list(tools), default=str))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _history_kind(role: str | None, is_latest_user: bool) -> str:
+    if role == "user" and is_latest_user:
+        return ContextKind.USER_MESSAGE.value
+    return ContextKind.SESSION_HISTORY.value
+
+
+# ---------------------------------------------------------------------------------------
+# chat completions
+
+
+def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
+    messages = list(given(kwargs.get("messages")) or ())
+    reserved = _int(kwargs.get("max_completion_tokens")) or _int(kwargs.get("max_tokens"))
+    req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
+                  stream=bool(given(kwargs.get("stream"))),
+                  tool_tokens=_tool_tokens(kwargs.get("tools")),
+                  genai=_common_genai(kwargs, reserved))
+    n = _int(kwargs.get("n"))
+    if n and n != 1:
+        req.genai["request_choice_count"] = n
+    last_user = max((i for i, m in enumerate(messages) if _get(m, "role") == "user"),
+                    default=-1)
+    inputs: list[InputMessage] = []
+    system: list[Any] = []
+    for i, m in enumerate(messages):
+        role = _get(m, "role")
+        text = text_of(_get(m, "content"))
+        calls = given(_get(m, "tool_calls")) or ()
+        call_text = ""
+        for call in calls:
+            fn = _get(call, "function")
+            req.tool_names[str(_get(call, "id"))] = str(_get(fn, "name"))
+            call_text += f"\n{_get(fn, 'name')}({_get(fn, 'arguments') or ''})"
+        full = text + call_text
+        if role == "system":
+            kind, point, seg = _SYSTEM
+        elif role == "developer":
+            kind, point, seg = _DEVELOPER
+        elif role == "tool":
+            kind, point, seg = ContextKind.TOOL_RESULT.value, _HISTORY_POINT, SEG_HISTORY
+        else:
+            kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
+        call_id = _get(m, "tool_call_id") if role == "tool" else None
+        item_id = (f"tool_result:{call_id}" if call_id
+                   else f"{role}:{short_digest(str(role), full)}")
+        req.blocks.append(Block(make_item(item_id, kind, full, capture,
+                                          tool_call_id=call_id), point, seg))
+        if capture:
+            if role in ("system", "developer"):
+                system.append(TextPart(content=text))
+            elif role == "tool":
+                inputs.append(InputMessage(role="tool", parts=[
+                    ToolCallResponsePart(response=text, id=call_id)]))
+            else:
+                parts: list[Any] = [TextPart(content=text)] if text else []
+                for call in calls:
+                    fn = _get(call, "function")
+                    parts.append(ToolCallRequestPart(arguments=_get(fn, "arguments"),
+                                                     name=str(_get(fn, "name")),
+                                                     id=_get(call, "id")))
+                inputs.append(InputMessage(role=str(role), parts=parts))
+    if capture:
+        req.genai["input_messages"] = inputs
+        req.genai["system_instruction"] = system
+    return req
+
+
+def chat_response(result: Any, capture: bool) -> Outcome:
+    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
+    choices = _get(result, "choices") or ()
+    out.finish_reasons = [str(_get(c, "finish_reason") or "error") for c in choices]
+    _chat_usage(out, _get(result, "usage"))
+    if capture:
+        out.output_messages = [
+            OutputMessage(role="assistant",
+                          parts=[TextPart(content=text_of(_get(_get(c, "message"), "content")))],
+                          finish_reason=str(_get(c, "finish_reason") or "error"))
+            for c in choices]
+    return out
+
+
+def _chat_usage(out: Outcome, usage: Any) -> None:
+    if usage is None:
+        return
+    out.input_tokens = _get(usage, "prompt_tokens")
+    out.output_tokens = _get(usage, "completion_tokens")
+    out.cache_read = _get(_get(usage, "prompt_tokens_details"), "cached_tokens")
+    out.cache_write = _get(_get(usage, "prompt_tokens_details"), "cache_write_tokens")
+    out.reasoning_tokens = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
+
+
+class ChatAccumulator(Accumulator):
+    def __init__(self, capture: bool) -> None:
+        super().__init__(capture)
+        self._text: dict[int, list[str]] = {}
+        self._finish: dict[int, str] = {}
+
+    def add(self, chunk: Any) -> None:
+        out = self.outcome
+        if out.response_id is None:
+            out.response_id = _get(chunk, "id")
+            out.response_model = _get(chunk, "model")
+        for choice in _get(chunk, "choices") or ():
+            idx = _get(choice, "index") or 0
+            reason = _get(choice, "finish_reason")
+            if reason:
+                self._finish[idx] = str(reason)
+            if self.capture:
+                content = _get(_get(choice, "delta"), "content")
+                if content:
+                    self._text.setdefault(idx, []).append(content)
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            _chat_usage(out, usage)
+
+    def result(self) -> Outcome:
+        out = self.outcome
+        out.finish_reasons = [self._finish[i] for i in sorted(self._finish)]
+        if self.capture:
+            out.output_messages = [
+                OutputMessage(role="assistant", parts=[TextPart(content="".join(parts))],
+                              finish_reason=self._finish.get(i, "stop"))
+                for i, parts in sorted(self._text.items())]
+        return out
+
+
+def chat_is_stream(kwargs: dict[str, Any]) -> bool:
+    return bool(given(kwargs.get("stream")))
+
+
+# ---------------------------------------------------------------------------------------
+# responses
+
+
+def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
+    reserved = _int(kwargs.get("max_output_tokens"))
+    truncation = given(kwargs.get("truncation"))
+    req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
+                  stream=bool(given(kwargs.get("stream"))),
+                  tool_tokens=_tool_tokens(kwargs.get("tools")),
+                  overflow_strategy=(OverflowStrategy.TRUNCATE_MIDDLE.value
+                                     if truncation == "auto" else OverflowStrategy.REJECT.value),
+                  genai=_common_genai(kwargs, reserved))
+    inputs: list[InputMessage] = []
+    system: list[Any] = []
+    instructions = given(kwargs.get("instructions"))
+    if isinstance(instructions, str) and instructions:
+        kind, point, seg = _SYSTEM
+        req.blocks.append(Block(make_item(f"instructions:{short_digest(instructions)}", kind,
+                                          instructions, capture), point, seg))
+        if capture:
+            system.append(TextPart(content=instructions))
+    prev = given(kwargs.get("previous_response_id"))
+    if isinstance(prev, str) and prev:
+        req.genai["previous_response_id"] = prev
+        req.blocks.append(Block(make_item(
+            f"response:{prev}", ContextKind.SESSION_HISTORY.value, None, False,
+            content_mode="ref", tokens=None, response_id=prev,
+            content_ref=f"openai:responses/{prev}"), _HISTORY_POINT, SEG_HISTORY))
+    raw = given(kwargs.get("input"))
+    items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
+    last_user = max((i for i, it in enumerate(items) if _get(it, "role") == "user"), default=-1)
+    for i, it in enumerate(items):
+        block, message = _response_item(it, i == last_user, req, capture)
+        if block is not None:
+            req.blocks.append(block)
+        if message is not None:
+            if message.role in ("system", "developer"):
+                system.extend(message.parts)
+            else:
+                inputs.append(message)
+    if capture:
+        req.genai["input_messages"] = inputs
+        req.genai["system_instruction"] = system
+    return req
+
+
+def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
+                   ) -> tuple[Block | None, InputMessage | None]:
+    itype = _get(it, "type") or "message"
+    role = _get(it, "role")
+    if itype == "message":
+        text = text_of(_get(it, "content"))
+        if role == "system":
+            kind, point, seg = _SYSTEM
+        elif role == "developer":
+            kind, point, seg = _DEVELOPER
+        else:
+            kind, point, seg = _history_kind(role, latest_user), _HISTORY_POINT, SEG_HISTORY
+        item_id = _get(it, "id") or f"{role}:{short_digest(str(role), text)}"
+        msg = InputMessage(role=str(role), parts=[TextPart(content=text)]) if capture else None
+        return Block(make_item(item_id, kind, text, capture), point, seg), msg
+    if itype == "function_call":
+        call_id = str(_get(it, "call_id"))
+        name = str(_get(it, "name"))
+        req.tool_names[call_id] = name
+        text = f"{name}({_get(it, 'arguments') or ''})"
+        msg = (InputMessage(role="assistant", parts=[ToolCallRequestPart(
+            arguments=_get(it, "arguments"), name=name, id=call_id)]) if capture else None)
+        return Block(make_item(f"tool_call:{call_id}", ContextKind.SESSION_HISTORY.value, text,
+                               capture, tool_call_id=call_id), _HISTORY_POINT, SEG_HISTORY), msg
+    if itype == "function_call_output":
+        call_id = str(_get(it, "call_id"))
+        output = _get(it, "output")
+        text = output if isinstance(output, str) else text_of(output)
+        msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
+               if capture else None)
+        return Block(make_item(f"tool_result:{call_id}", ContextKind.TOOL_RESULT.value, text,
+                               capture, tool_call_id=call_id), _HISTORY_POINT, SEG_HISTORY), msg
+    if itype == "compaction":
+        req.compacted = True
+        cid = _get(it, "id") or short_digest(str(_get(it, "encrypted_content")))
+        return Block(make_item(f"compaction:{cid}", ContextKind.COMPUTED_SUMMARY.value, None,
+                               False, content_mode="opaque", tokens=None,
+                               content_ref=f"openai:compaction/{cid}"),
+                     _HISTORY_POINT, SEG_HISTORY), None
+    if itype == "item_reference":
+        ref = str(_get(it, "id"))
+        return Block(make_item(f"item:{ref}", ContextKind.SESSION_HISTORY.value, None, False,
+                               content_mode="ref", tokens=None,
+                               content_ref=f"openai:items/{ref}"),
+                     _HISTORY_POINT, SEG_HISTORY), None
+    # reasoning and other items: history, by their text if any
+    text = text_of(_get(it, "content") or _get(it, "summary"))
+    iid = _get(it, "id") or short_digest(itype, text)
+    return Block(make_item(f"{itype}:{iid}", ContextKind.SESSION_HISTORY.value, text, capture),
+                 _HISTORY_POINT, SEG_HISTORY), None
+
+
+def responses_response(result: Any, capture: bool) -> Outcome:
+    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
+    status = _get(result, "status")
+    reason = _get(_get(result, "incomplete_details"), "reason")
+    out.finish_reasons = [_FINISH.get(str(reason or status), str(reason or status or "stop"))]
+    usage = _get(result, "usage")
+    if usage is not None:
+        out.input_tokens = _get(usage, "input_tokens")
+        out.output_tokens = _get(usage, "output_tokens")
+        out.cache_read = _get(_get(usage, "input_tokens_details"), "cached_tokens")
+        out.cache_write = _get(_get(usage, "input_tokens_details"), "cache_write_tokens")
+        out.reasoning_tokens = _get(_get(usage, "output_tokens_details"), "reasoning_tokens")
+    texts: list[str] = []
+    for item in _get(result, "output") or ():
+        itype = _get(item, "type")
+        if itype == "compaction":
+            out.compactions.append(str(_get(item, "id")))
+        elif itype == "message" and capture:
+            texts.extend(_get(c, "text") or "" for c in _get(item, "content") or ())
+    if capture:
+        out.output_messages = [OutputMessage(role="assistant",
+                                             parts=[TextPart(content="".join(texts))],
+                                             finish_reason=out.finish_reasons[0])]
+    return out
+
+
+class ResponsesAccumulator(Accumulator):
+    """The final response arrives whole in ``response.completed`` (or incomplete/failed)."""
+
+    _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+    def add(self, chunk: Any) -> None:
+        etype = _get(chunk, "type")
+        if etype in self._FINAL:
+            self.outcome = responses_response(_get(chunk, "response"), self.capture)
+        elif etype == "response.created" and self.outcome.response_id is None:
+            response = _get(chunk, "response")
+            self.outcome.response_id = _get(response, "id")
+            self.outcome.response_model = _get(response, "model")
+
+
+responses_is_stream = chat_is_stream

@@ -1,0 +1,256 @@
+"""The trace buffer: spans grouped by (trace id, ``context.id``) until their envelope is done.
+
+Completion (contract section 1): an envelope is finished as soon as its envelope span (the
+one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise it
+is finished ``partial`` once no span of it has come for ``envelope_timeout`` seconds (or
+``orphan_timeout`` while its envelope span has not come at all: a long agent turn ends its
+envelope span last, after its stage spans have long been exported).
+
+Bounded memory: at ``max_traces`` traces or ``max_spans`` spans in flight, the least
+recently active envelope is finished ``partial`` (reason ``evicted``): never dropped.
+
+Idempotency: a finished envelope's key is remembered for ``dedupe_window`` seconds; a span
+arriving for it is a duplicate (a client retry, same span id) or late (a new span id) and
+is counted, not turned into a second bundle. The buffer is not thread-safe: the pipeline
+holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..rebuild._view import SpanView
+from ._decode import Accepted
+
+__all__ = [
+    "DUPLICATE",
+    "LATE",
+    "REASON_EVICTED",
+    "REASON_NO_ENVELOPE_SPAN",
+    "REASON_SHUTDOWN",
+    "REASON_TIMEOUT",
+    "Finished",
+    "TraceBuffer",
+]
+
+Key = tuple[str, str]  # (trace id, context id)
+
+REASON_TIMEOUT = "timeout"
+REASON_EVICTED = "evicted"
+REASON_SHUTDOWN = "shutdown"
+REASON_NO_ENVELOPE_SPAN = "no_envelope_span"
+
+ADDED = "added"
+DUPLICATE = "duplicate"
+LATE = "late"
+
+
+@dataclasses.dataclass(slots=True)
+class Finished:
+    """An envelope ready to rebuild: its spans and why it is partial (if it is)."""
+
+    key: Key
+    spans: list[SpanView]
+    reasons: tuple[str, ...]
+    segments: tuple[int, ...]
+    last_arrival: float  # monotonic seconds of its last span
+
+
+class _Pending:
+    __slots__ = ("expected", "has_envelope", "key", "last", "segments", "spans")
+
+    def __init__(self, key: Key, now: float) -> None:
+        self.key = key
+        self.spans: dict[str, SpanView] = {}
+        self.has_envelope = False
+        self.expected: int | None = None
+        self.segments: list[int] = []
+        self.last = now
+
+    def complete(self) -> bool:
+        return self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
+
+
+class TraceBuffer:
+    """Pending envelopes, their timeouts and caps, and the memory of finished ones."""
+
+    def __init__(
+        self,
+        *,
+        envelope_timeout: float,
+        orphan_timeout: float,
+        max_traces: int,
+        max_spans: int,
+        dedupe_window: float,
+        dedupe_max: int,
+        clock: Callable[[], float] = time.monotonic,
+        on_pin: Callable[[int], None] = lambda segment: None,
+    ) -> None:
+        self.envelope_timeout = envelope_timeout
+        self.orphan_timeout = orphan_timeout
+        self.max_traces = max_traces
+        self.max_spans = max_spans
+        self.dedupe_window = dedupe_window
+        self.dedupe_max = dedupe_max
+        self.clock = clock
+        self.on_pin = on_pin
+        # Both ordered by last activity, oldest first: the head is the next to time out.
+        self._waiting: OrderedDict[Key, _Pending] = OrderedDict()  # envelope span is in
+        self._orphans: OrderedDict[Key, _Pending] = OrderedDict()  # not yet
+        self._traces: dict[str, int] = {}
+        # key -> [expiry (monotonic), span ids, wall time its bundle was written or None]
+        self._done: OrderedDict[Key, list[Any]] = OrderedDict()
+        self.spans_in_flight = 0
+        self.evicted = 0
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def envelopes_in_flight(self) -> int:
+        return len(self._waiting) + len(self._orphans)
+
+    @property
+    def traces_in_flight(self) -> int:
+        return len(self._traces)
+
+    def done_entries(self) -> list[tuple[Key, float]]:
+        """Recently written keys with the wall time they were written (a WAL checkpoint).
+
+        Finished envelopes whose bundles are not written yet are left out: a checkpoint
+        must never claim an envelope the sinks have not taken.
+        """
+        return [(key, entry[2]) for key, entry in self._done.items() if entry[2] is not None]
+
+    def mark_written(self, key: Key, wall_time: float) -> None:
+        entry = self._done.get(key)
+        if entry is not None:
+            entry[2] = wall_time
+
+    def remember_done(self, key: Key, wall_time: float) -> None:
+        """Mark a key written (on replay: its bundle was written before the restart)."""
+        age = time.time() - wall_time
+        if age < self.dedupe_window:
+            self._done[key] = [self.clock() + self.dedupe_window - age, frozenset(), wall_time]
+            self._trim_done(self.clock())
+
+    def is_done(self, key: Key) -> bool:
+        return key in self._done
+
+    # -- adding spans ----------------------------------------------------------------------------
+    def add(self, span: Accepted, segment: int | None, out: list[Finished]) -> str:
+        """Buffer one span; finished envelopes are appended to ``out``.
+
+        Returns ``"added"``, ``"duplicate"`` or ``"late"``. ``segment`` is the WAL segment
+        holding the span (None when it is not in a WAL); the first span of an envelope in a
+        segment calls ``on_pin(segment)``, and the caller unpins ``Finished.segments`` once
+        the bundle is written.
+        """
+        view = span.view
+        key = (view.trace_id, span.context_id)
+        now = self.clock()
+        done = self._done.get(key)
+        if done is not None:
+            return DUPLICATE if not done[1] or view.span_id in done[1] else LATE
+        pending = self._waiting.get(key)
+        if pending is None:
+            pending = self._orphans.get(key)
+            if pending is None:
+                self._make_room(view.trace_id, out)
+                pending = _Pending(key, now)
+                self._orphans[key] = pending
+                self._traces[view.trace_id] = self._traces.get(view.trace_id, 0) + 1
+            elif span.is_envelope:
+                del self._orphans[key]
+                self._waiting[key] = pending
+            else:
+                self._orphans.move_to_end(key)
+        else:
+            self._waiting.move_to_end(key)
+        if view.span_id in pending.spans:
+            return DUPLICATE
+        pending.spans[view.span_id] = view
+        pending.last = now
+        self.spans_in_flight += 1
+        if segment is not None and segment not in pending.segments:
+            pending.segments.append(segment)
+            self.on_pin(segment)
+        if span.is_envelope:
+            pending.has_envelope = True
+            pending.expected = span.span_count
+        if pending.complete():
+            out.append(self._finish(pending, ()))
+        elif self.spans_in_flight > self.max_spans:
+            self._evict_oldest(out)
+        return ADDED
+
+    def _make_room(self, trace_id: str, out: list[Finished]) -> None:
+        while self.envelopes_in_flight and (
+            (trace_id not in self._traces and len(self._traces) >= self.max_traces)
+            or self.spans_in_flight >= self.max_spans
+        ):
+            self._evict_oldest(out)
+
+    def _evict_oldest(self, out: list[Finished]) -> None:
+        heads = [d[next(iter(d))] for d in (self._waiting, self._orphans) if d]
+        oldest = min(heads, key=lambda p: p.last)
+        self.evicted += 1
+        out.append(self._finish(oldest, (REASON_EVICTED,)))
+
+    # -- finishing -------------------------------------------------------------------------------
+    def _finish(self, pending: _Pending, reasons: tuple[str, ...]) -> Finished:
+        key = pending.key
+        if self._waiting.pop(key, None) is None:
+            self._orphans.pop(key, None)
+        trace_id = key[0]
+        remaining = self._traces[trace_id] - 1
+        if remaining:
+            self._traces[trace_id] = remaining
+        else:
+            del self._traces[trace_id]
+        self.spans_in_flight -= len(pending.spans)
+        if not pending.has_envelope:
+            reasons = (REASON_NO_ENVELOPE_SPAN, *reasons)
+        now = self.clock()
+        self._done[key] = [now + self.dedupe_window, frozenset(pending.spans), None]
+        self._trim_done(now)
+        return Finished(key, list(pending.spans.values()), reasons, tuple(pending.segments),
+                        pending.last)
+
+    def _trim_done(self, now: float) -> None:
+        done = self._done
+        while done and (len(done) > self.dedupe_max or next(iter(done.values()))[0] <= now):
+            done.popitem(last=False)
+
+    def expire(self, out: list[Finished]) -> None:
+        """Finish every envelope whose wait is over (reason ``timeout``)."""
+        now = self.clock()
+        for pending_map, timeout in ((self._waiting, self.envelope_timeout),
+                                     (self._orphans, self.orphan_timeout)):
+            while pending_map:
+                head = pending_map[next(iter(pending_map))]
+                if head.last + timeout > now:
+                    break
+                out.append(self._finish(head, (REASON_TIMEOUT,)))
+        self._trim_done(now)
+
+    def next_deadline(self) -> float | None:
+        """Monotonic time of the next timeout, if anything is waiting."""
+        deadlines = [d[next(iter(d))].last + t for d, t in
+                     ((self._waiting, self.envelope_timeout), (self._orphans, self.orphan_timeout))
+                     if d]
+        return min(deadlines) if deadlines else None
+
+    def drain(self, reason: str) -> list[Finished]:
+        """Finish everything still pending (graceful shutdown)."""
+        out: list[Finished] = []
+        for pending_map in (self._waiting, self._orphans):
+            while pending_map:
+                out.append(self._finish(pending_map[next(iter(pending_map))], (reason,)))
+        return out
+
+    def pending_keys(self) -> Iterable[Key]:
+        yield from self._waiting
+        yield from self._orphans

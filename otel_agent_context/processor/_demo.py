@@ -1,0 +1,197 @@
+"""``otel-agent-context demo``: the example agent, the real OTLP exporter, and a processor.
+
+Default: a processor in this process on free loopback ports, the demo agent exporting to it
+over OTLP/gRPC with the stock ``OTLPSpanExporter``, one short summary per rebuilt envelope,
+and where the files are; it ends by itself. ``--endpoint`` sends to an external OTLP
+endpoint instead (the docker-compose demo agent), ``--forever`` keeps sending a round of
+``--turns`` envelopes every ``--interval`` seconds until SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._summary import summarize
+
+__all__ = ["add_arguments", "run"]
+
+_WAIT_FOR_BUNDLES = 20.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", metavar="URL",
+                        help="send to this OTLP endpoint instead of an in-process processor "
+                             "(gRPC: http://host:4317; with --protocol http: "
+                             "http://host:4318/v1/traces)")
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc",
+                        help="OTLP transport of the exporter (default: grpc)")
+    parser.add_argument("--turns", type=_positive_int, default=3, metavar="N",
+                        help="envelopes (agent turns) per round (default: 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated agent")
+    parser.add_argument("--forever", action="store_true",
+                        help="keep sending a round every --interval seconds until stopped")
+    parser.add_argument("--interval", type=_positive_float, default=5.0, metavar="SECONDS",
+                        help="seconds between rounds with --forever (default: 5)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where the in-process processor writes bundles "
+                             "(default: a new temporary directory)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+class _CollectSink:
+    """Keeps the bundles the processor writes, so the demo can print them as they come."""
+
+    name = "demo"
+
+    def __init__(self) -> None:
+        self.bundles: dict[str, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+
+    def write(self, batch: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
+        with self._cond:
+            for (_, context_id), bundle, _ in batch:
+                self.bundles[context_id] = bundle
+            self._cond.notify_all()
+
+    def wait_for(self, context_ids: Sequence[str], timeout: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not all(cid in self.bundles for cid in context_ids):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            return [self.bundles[cid] for cid in context_ids if cid in self.bundles]
+
+    def close(self) -> None:
+        return None
+
+
+def _tracer_provider(endpoint: str, protocol: str) -> Any:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if protocol == "http":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        exporter: Any = OTLPSpanExporter(endpoint=endpoint)
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+        exporter = GrpcExporter(endpoint=endpoint, insecure=not endpoint.startswith("https"))
+    provider = TracerProvider(resource=Resource.create({"service.name": "support-agent-demo"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+    return provider
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from .._demo_agent import run_demo
+
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    try:
+        if args.endpoint:
+            return _run_external(args, run_demo, stop, out)
+        return _run_embedded(args, run_demo, stop, out)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _run_external(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
+                  out: TextIO) -> int:
+    provider = _tracer_provider(args.endpoint, args.protocol)
+    total = 0
+    round_number = 0
+    try:
+        while True:
+            ids = run_demo(provider, turns=args.turns, seed=args.seed + round_number)
+            provider.force_flush()
+            total += len(ids)
+            print(f"sent {len(ids)} envelopes to {args.endpoint} ({total} in all)", file=out,
+                  flush=True)
+            round_number += 1
+            if not args.forever or stop.wait(args.interval):
+                break
+    finally:
+        provider.shutdown()
+    return 0
+
+
+def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
+                  out: TextIO) -> int:
+    from ._config import ProcessorConfig
+    from ._server import Processor
+
+    out_dir = Path(args.out) if args.out else Path(
+        tempfile.mkdtemp(prefix="otel-agent-context-demo-"))
+    config = ProcessorConfig.from_values({
+        "receivers.otlp_grpc.endpoint": "127.0.0.1:0",
+        "receivers.otlp_http.endpoint": "127.0.0.1:0",
+        "metrics.endpoint": "127.0.0.1:0",
+        "output.dir": str(out_dir),
+        "buffer.envelope_timeout": 5.0,
+        "buffer.orphan_timeout": 10.0,
+    })
+    collected = _CollectSink()
+    processor = Processor(config, sinks=[collected]).start()
+    target = processor.addresses["otlp_grpc" if args.protocol == "grpc" else "otlp_http"]
+    endpoint = f"http://{target}" + ("/v1/traces" if args.protocol == "http" else "")
+    print(f"demo agent → OTLP/{args.protocol} {target} → context processor (in this process)",
+          file=out)
+    print(f"metrics while it runs: http://{processor.addresses['metrics']}/metrics\n", file=out,
+          flush=True)
+    provider = _tracer_provider(endpoint, args.protocol)
+    written = 0
+    last_id = None
+    round_number = 0
+    try:
+        while True:
+            ids = run_demo(provider, turns=args.turns, seed=args.seed + round_number)
+            provider.force_flush()
+            bundles = collected.wait_for(ids, _WAIT_FOR_BUNDLES)
+            for bundle in bundles:
+                print("\n".join(summarize(bundle)) + "\n", file=out, flush=True)
+            written += len(bundles)
+            if len(bundles) < len(ids):
+                print(f"only {len(bundles)} of {len(ids)} envelopes were rebuilt in "
+                      f"{_WAIT_FOR_BUNDLES:.0f}s", file=out)
+            last_id = ids[-1] if ids else last_id
+            round_number += 1
+            if not args.forever or stop.wait(args.interval):
+                break
+    finally:
+        provider.shutdown()
+        processor.stop()
+    files = sorted(out_dir.glob("bundles-*.jsonl"))
+    print(f"bundles:  {', '.join(str(f) for f in files)} ({written} envelopes)", file=out)
+    print(f"WAL:      {config.wal_dir}", file=out)
+    if files and last_id:
+        print(f"timeline: otel-agent-context timeline {files[-1]} --context-id {last_id}",
+              file=out)
+    return 0 if written else 1

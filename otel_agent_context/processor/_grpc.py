@@ -1,0 +1,144 @@
+"""The OTLP/gRPC receiver: ``TraceService/Export`` on raw bytes.
+
+The handler takes the request undecoded (no deserializer), so the pipeline controls the
+answer to a malformed one (INVALID_ARGUMENT with a message, not grpcio's INTERNAL) and can
+write an all-context request to the WAL exactly as it came. Over the 64 MiB limit grpcio
+itself answers RESOURCE_EXHAUSTED (OTLP: not retryable). Under backpressure the answer is
+UNAVAILABLE with a ``google.rpc.RetryInfo`` both in the status details (read by the
+Collector's exporter) and in the ``google.rpc.retryinfo-bin`` trailer (read by the Python
+exporter); never RESOURCE_EXHAUSTED without it, which the Collector would drop.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import math
+from concurrent import futures
+from typing import Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from ..exceptions import ConfigError
+from ._config import Endpoint
+from ._decode import InvalidRequest
+from ._pipeline import Backpressure, Pipeline
+
+__all__ = ["GrpcReceiver", "retry_status"]
+
+log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+RETRY_INFO_TRAILER = "google.rpc.retryinfo-bin"
+STATUS_DETAILS_TRAILER = "grpc-status-details-bin"
+
+
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status
+):
+    """A ``grpc.Status`` (what ``grpc_status.rpc_status.to_status`` builds)."""
+
+
+def retry_status(message: str, retry_after: float) -> grpc.Status:
+    """UNAVAILABLE carrying RetryInfo in the status details and in its own trailer."""
+    seconds = math.floor(retry_after)
+    retry_info = error_details_pb2.RetryInfo(
+        retry_delay=Duration(seconds=seconds, nanos=int((retry_after - seconds) * 1e9))
+    )
+    status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
+    status.details.add().Pack(retry_info)
+    return _Status(
+        grpc.StatusCode.UNAVAILABLE,
+        message,
+        (
+            (STATUS_DETAILS_TRAILER, status.SerializeToString()),
+            (RETRY_INFO_TRAILER, retry_info.SerializeToString()),
+        ),
+    )
+
+
+class GrpcReceiver:
+    """A grpcio server with one generic handler for the trace Export method."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        endpoint: Endpoint,
+        *,
+        max_request_bytes: int,
+        workers: int,
+        tls: tuple[bytes, bytes] | None = None,
+        bearer_token: str | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.endpoint = endpoint
+        self._expected_auth = f"Bearer {bearer_token}".encode() if bearer_token else None
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-ac-grpc"),
+            options=[
+                ("grpc.max_receive_message_length", max_request_bytes),
+                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        handler = grpc.unary_unary_rpc_method_handler(self._export)
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+        )
+        self._tls = tls
+        self.port = 0
+
+    def start(self) -> int:
+        """Bind and serve; the bound port (``endpoint.port`` 0 picks a free one)."""
+        address = str(self.endpoint)
+        try:
+            if self._tls is not None:
+                port = self._server.add_secure_port(
+                    address, grpc.ssl_server_credentials([self._tls])
+                )
+            else:
+                port = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise ConfigError("receivers.otlp_grpc.endpoint",
+                              f"cannot listen on {address}: {exc}") from None
+        if not port:
+            raise ConfigError("receivers.otlp_grpc.endpoint", f"cannot listen on {address}")
+        self._server.start()
+        self.port = port
+        return port
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Refuse new calls, let in-flight ones finish for up to ``grace`` seconds."""
+        self._server.stop(grace).wait(grace + 1)
+
+    def _authorized(self, context: Any) -> bool:
+        if self._expected_auth is None:
+            return True
+        for key, value in context.invocation_metadata():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else value
+                return hmac.compare_digest(given, self._expected_auth)
+        return False
+
+    def _export(self, request: bytes, context: Any) -> bytes:
+        count = self.pipeline.metrics.self.inc
+        if not self._authorized(context):
+            count("context_processor_requests_total", ("grpc", "unauthenticated"))
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        try:
+            result = self.pipeline.ingest(request, "grpc")
+        except InvalidRequest as exc:
+            count("context_processor_requests_total", ("grpc", "invalid"))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Backpressure as exc:
+            count("context_processor_requests_total", ("grpc", "unavailable"))
+            context.abort_with_status(retry_status(str(exc), exc.retry_after))
+        response = ExportTraceServiceResponse()
+        if result.rejected:
+            response.partial_success.rejected_spans = result.rejected
+            response.partial_success.error_message = result.message
+        return response.SerializeToString()

@@ -1,0 +1,382 @@
+"""The processor's metrics: contract section 3 derived from bundles, and its own health.
+
+Hot-path updates are plain dict arithmetic under one lock (a bundle yields a few dozen
+measurements); ``prometheus_client`` only renders, through custom collectors, in the
+Prometheus text format or in OpenMetrics (with trace-id exemplars on the histograms) when
+the scraper asks for it. No ``_created`` series: every family is built here.
+
+Every ``context_processor_*`` self-metric is declared in :data:`SELF_METRICS` with the
+sentence docs/processor.md shows operators.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Exemplar
+
+from .. import _semconv as S
+from .._measure import HISTOGRAMS, Measurement
+from ._config import Target
+
+__all__ = [
+    "BUCKETS",
+    "SELF_METRICS",
+    "ContractMetrics",
+    "MetricsRegistry",
+    "OtlpMetricsPush",
+    "SelfMetric",
+    "SelfMetrics",
+]
+
+log = logging.getLogger(__name__)
+
+#: Bucket upper bounds of the contract's histograms (both are ratios; utilization can
+#: exceed 1 when a budget overflows).
+BUCKETS: dict[str, tuple[float, ...]] = {
+    S.METRIC_BUDGET_UTILIZATION: (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1, 1.25,
+                                  1.5, 2.0),
+    S.METRIC_COMPACTION_COVERAGE: (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0),
+}
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 60.0)
+
+_HELP = {
+    S.METRIC_ENVELOPES: "Envelopes rebuilt, by scope, agent and status (complete, partial).",
+    S.METRIC_BUDGET_UTILIZATION: "Budget utilization (actual/max tokens) per envelope budget.",
+    S.METRIC_BUDGET_OVERFLOWS: "Budgets that overflowed, by overflow strategy.",
+    S.METRIC_TRUNCATIONS: "Items or window segments truncated to fit a budget.",
+    S.METRIC_TRUNCATED_TOKENS: "Tokens removed by truncation.",
+    S.METRIC_ITEMS_SELECTED: "Context items selected, by kind.",
+    S.METRIC_ITEMS_OMITTED: "Context items omitted, by kind and reason.",
+    S.METRIC_OMITTED_TOKENS: "Estimated tokens of omitted items, by reason.",
+    S.METRIC_INJECTIONS: "Context injections, by target and injection point.",
+    S.METRIC_COMPACTIONS: "Compactions, by method and trigger.",
+    S.METRIC_COMPACTION_COVERAGE: "Share of source tokens a compaction's summary accounts for.",
+    S.METRIC_COMPACTION_UNCOVERED_SOURCES: "Compaction sources the summary does not cover.",
+    S.METRIC_COMPACTION_LOSS_NOTES: "Loss notes recorded by compactions.",
+    S.METRIC_MISSING_DETECTED: "Missing context detected, by severity.",
+    S.METRIC_MISSING_RESOLVED: "Missing context resolved, by severity.",
+}
+
+
+class _Histogram:
+    __slots__ = ("bounds", "counts", "exemplars", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.exemplars: list[Exemplar | None] = [None] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, trace_id: str | None) -> None:
+        index = bisect.bisect_left(self.bounds, value)
+        self.counts[index] += 1
+        self.sum += value
+        if trace_id:
+            self.exemplars[index] = Exemplar({"trace_id": trace_id}, value, time.time())
+
+    def buckets(self) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = []
+        total = 0
+        for index, bound in enumerate((*self.bounds, float("inf"))):
+            total += self.counts[index]
+            le = "+Inf" if bound == float("inf") else repr(float(bound))
+            exemplar = self.exemplars[index]
+            out.append((le, total, exemplar) if exemplar is not None else (le, total))
+        return out
+
+
+class ContractMetrics:
+    """Aggregates :class:`~otel_agent_context._measure.Measurement` for exposition."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[tuple[str, ...], float]] = {
+            name: {} for name in S.PROMETHEUS_NAMES if name not in HISTOGRAMS
+        }
+        self._histograms: dict[str, dict[tuple[str, ...], _Histogram]] = {
+            name: {} for name in HISTOGRAMS
+        }
+
+    def record(self, measurements: Iterable[Measurement]) -> None:
+        with self._lock:
+            for m in measurements:
+                series = self._histograms.get(m.name)
+                if series is None:
+                    counters = self._counters[m.name]
+                    counters[m.labels] = counters.get(m.labels, 0.0) + m.value
+                else:
+                    histogram = series.get(m.labels)
+                    if histogram is None:
+                        histogram = series[m.labels] = _Histogram(BUCKETS[m.name])
+                    histogram.observe(m.value, m.trace_id)
+
+    def value(self, name: str, labels: tuple[str, ...]) -> float:
+        """A counter's value (tests and the demo's summary)."""
+        with self._lock:
+            return self._counters[name].get(labels, 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            for name, series in self._counters.items():
+                family = CounterMetricFamily(S.PROMETHEUS_NAMES[name], _HELP[name],
+                                             labels=S.METRIC_LABELS[name])
+                for labels, value in series.items():
+                    family.add_metric(labels, value)
+                yield family
+            for name, hseries in self._histograms.items():
+                hfamily = HistogramMetricFamily(S.PROMETHEUS_NAMES[name], _HELP[name],
+                                                labels=S.METRIC_LABELS[name])
+                for labels, histogram in hseries.items():
+                    hfamily.add_metric(labels, histogram.buckets(), histogram.sum)
+                yield hfamily
+
+
+class SelfMetric(NamedTuple):
+    """A ``context_processor_*`` metric: name, type, labels and what a healthy value is."""
+
+    name: str
+    kind: str  # counter, gauge, histogram
+    labels: tuple[str, ...]
+    help: str
+    healthy: str
+
+
+#: Every self-metric, in the order docs/processor.md lists them.
+SELF_METRICS: tuple[SelfMetric, ...] = (
+    SelfMetric("context_processor_info", "gauge", ("version", "protobuf_backend"),
+               "Always 1; the version and protobuf backend as labels.",
+               "protobuf_backend=\"upb\" (anything else parses 100x slower)"),
+    SelfMetric("context_processor_ready", "gauge", (),
+               "1 once the WAL is replayed and the receivers listen; 0 while starting or "
+               "stopping.", "1"),
+    SelfMetric("context_processor_requests_total", "counter", ("transport", "outcome"),
+               "Export requests by transport (grpc, http) and outcome (ok, partial, invalid, "
+               "too_large, unavailable, unauthenticated, unsupported).",
+               "mostly outcome=\"ok\"; unavailable only in bursts"),
+    SelfMetric("context_processor_spans_received_total", "counter", ("transport",),
+               "Spans in decodable export requests.", "follows your traffic"),
+    SelfMetric("context_processor_spans_fast_path_total", "counter", (),
+               "Spans with no context.*/gen_ai.* attribute: counted and forwarded, not "
+               "decoded further.", "the non-agent share of your traffic"),
+    SelfMetric("context_processor_spans_accepted_total", "counter", (),
+               "Context spans buffered for an envelope.", "follows your agents' traffic"),
+    SelfMetric("context_processor_spans_unattributed_total", "counter", (),
+               "gen_ai.* spans without context.id (no envelope to put them in).",
+               "0 when every model call runs inside an envelope"),
+    SelfMetric("context_processor_spans_rejected_total", "counter", ("transport",),
+               "Spans refused at the door (OTLP partial success): bad ids, wrong contract "
+               "attribute types, context.* without context.id.", "0"),
+    SelfMetric("context_processor_spans_duplicate_total", "counter", (),
+               "Spans received again (client retries); dropped, idempotently.",
+               "small; grows with export retries"),
+    SelfMetric("context_processor_spans_late_total", "counter", (),
+               "New spans for an envelope already emitted; raise the envelope timeout.",
+               "0"),
+    SelfMetric("context_processor_partial_envelopes_total", "counter", ("reason",),
+               "Envelopes emitted partial, by reason (timeout, evicted, shutdown, "
+               "no_envelope_span, incomplete).", "0, or rare timeouts"),
+    SelfMetric("context_processor_bundles_written_total", "counter", ("sink",),
+               "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",
+               "jsonl equals sum(context_envelopes_total); dead_letter 0"),
+    SelfMetric("context_processor_sink_errors_total", "counter", ("sink",),
+               "Failed sink writes (each is retried; the receivers push back meanwhile).",
+               "0"),
+    SelfMetric("context_processor_rebuild_errors_total", "counter", (),
+               "Envelopes the rebuild raised on; their spans go to dead-letter.jsonl.", "0"),
+    SelfMetric("context_processor_wal_replayed_spans_total", "counter", (),
+               "Spans read back from the WAL at start.", "0 after a clean stop"),
+    SelfMetric("context_processor_traces_in_flight", "gauge", (),
+               "Traces with an envelope being assembled.", "well below --max-traces"),
+    SelfMetric("context_processor_envelopes_in_flight", "gauge", (),
+               "Envelopes being assembled.", "about envelope rate x span export delay"),
+    SelfMetric("context_processor_spans_in_flight", "gauge", (),
+               "Spans held by envelopes being assembled.", "well below buffer.max_spans"),
+    SelfMetric("context_processor_queue_size", "gauge", (),
+               "Envelopes rebuilt or finished, waiting for the sinks.", "near 0"),
+    SelfMetric("context_processor_queue_capacity", "gauge", (),
+               "pipeline.queue_size: beyond it the receivers push back.", "constant"),
+    SelfMetric("context_processor_wal_bytes", "gauge", (),
+               "Bytes in the write-ahead log.", "small; drops as envelopes are written"),
+    SelfMetric("context_processor_wal_segments", "gauge", (),
+               "Write-ahead log segment files.", "1 or 2"),
+    SelfMetric("context_processor_forward_queue_size", "gauge", (),
+               "Requests waiting for the --forward next hop.", "near 0"),
+    SelfMetric("context_processor_forward_errors_total", "counter", (),
+               "Failed sends to the --forward next hop (retried unless refused for good).",
+               "0"),
+    SelfMetric("context_processor_forward_dropped_total", "counter", (),
+               "Requests the next hop refused for good, or left unsent at shutdown.", "0"),
+    SelfMetric("context_processor_envelope_latency_seconds", "histogram", (),
+               "From an envelope's last span received to its bundle written.",
+               "p99 under a second for complete envelopes"),
+)
+_SELF = {m.name: m for m in SELF_METRICS}
+
+
+class SelfMetrics:
+    """Counters the pipeline bumps, gauges read at scrape time, one latency histogram."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[str, dict[tuple[str, ...], float]] = {
+            m.name: {} for m in SELF_METRICS if m.kind == "counter"
+        }
+        self._gauges: dict[str, Callable[[], Iterable[tuple[tuple[str, ...], float]]]] = {}
+        self._latency = _Histogram(_LATENCY_BUCKETS)
+
+    def inc(self, name: str, labels: tuple[str, ...] = (), value: float = 1.0) -> None:
+        with self._lock:
+            series = self._counters[name]
+            series[labels] = series.get(labels, 0.0) + value
+
+    def get(self, name: str, labels: tuple[str, ...] = ()) -> float:
+        with self._lock:
+            return self._counters[name].get(labels, 0.0)
+
+    def total(self, name: str) -> float:
+        with self._lock:
+            return sum(self._counters[name].values())
+
+    def gauge(self, name: str, read: Callable[[], float | Iterable[tuple[tuple[str, ...], float]]]
+              ) -> None:
+        """Register a gauge (or a counter kept elsewhere) read at scrape time."""
+        if name not in _SELF:
+            raise KeyError(name)
+
+        def series() -> Iterable[tuple[tuple[str, ...], float]]:
+            value = read()
+            return [((), float(value))] if isinstance(value, (int, float)) else value
+
+        self._gauges[name] = series
+
+    def observe_latency(self, seconds: float) -> None:
+        with self._lock:
+            self._latency.observe(seconds, None)
+
+    def latency_quantile(self, q: float) -> float | None:
+        """Upper bucket bound at quantile ``q`` (coarse; for the demo and benchmarks)."""
+        with self._lock:
+            total = sum(self._latency.counts)
+            if not total:
+                return None
+            running = 0
+            for index, count in enumerate(self._latency.counts):
+                running += count
+                if running >= q * total:
+                    bounds = (*self._latency.bounds, float("inf"))
+                    return bounds[index]
+        return None
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            counters = {name: dict(series) for name, series in self._counters.items()}
+            latency = self._latency.buckets(), self._latency.sum
+        for metric in SELF_METRICS:
+            base = metric.name.removesuffix("_total")
+            if metric.kind == "histogram":
+                hfamily = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
+                hfamily.add_metric((), latency[0], latency[1])
+                yield hfamily
+                continue
+            read = self._gauges.get(metric.name)
+            series: Iterable[tuple[tuple[str, ...], float]]
+            if metric.kind == "counter":
+                family: Metric = CounterMetricFamily(base, metric.help, labels=metric.labels)
+                series = read() if read is not None else counters.get(metric.name, {}).items()
+            else:
+                family = GaugeMetricFamily(metric.name, metric.help, labels=metric.labels)
+                series = read() if read is not None else ()
+            for labels, value in series:
+                family.add_metric(labels, value)
+            yield family
+
+
+class _Collector:
+    def __init__(self, collect: Callable[[], Iterator[Metric]]) -> None:
+        self.collect = collect
+
+
+class MetricsRegistry:
+    """Both metric sets behind one ``prometheus_client`` registry."""
+
+    def __init__(self) -> None:
+        self.contract = ContractMetrics()
+        self.self = SelfMetrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self.contract.collect))  # type: ignore[arg-type]
+        self.registry.register(_Collector(self.self.collect))  # type: ignore[arg-type]
+        self.push: OtlpMetricsPush | None = None
+
+    def record(self, measurements: Sequence[Measurement]) -> None:
+        self.contract.record(measurements)
+        if self.push is not None:
+            self.push.record(measurements)
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition the ``Accept`` header asks for: (body, content type)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+
+class OtlpMetricsPush:
+    """The contract metrics, pushed over OTLP/gRPC by the OpenTelemetry SDK.
+
+    Names are the OpenTelemetry ones (``context.envelopes``); a Collector's Prometheus
+    exporter turns them into the same exposition names (histograms have unit ``1``, hence
+    the ``_ratio`` suffix).
+    """
+
+    def __init__(self, target: Target, *, interval: float) -> None:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        exporter = OTLPMetricExporter(endpoint=str(target), insecure=not target.secure)
+        self._reader = PeriodicExportingMetricReader(
+            exporter, export_interval_millis=int(interval * 1000)
+        )
+        self._provider = MeterProvider(
+            metric_readers=[self._reader],
+            resource=Resource.create({"service.name": "otel-agent-context-processor"}),
+        )
+        meter = self._provider.get_meter("otel_agent_context.processor")
+        self._instruments: dict[str, Any] = {}
+        for name in S.PROMETHEUS_NAMES:
+            if name in HISTOGRAMS:
+                self._instruments[name] = meter.create_histogram(
+                    name, unit="1", description=_HELP[name],
+                    explicit_bucket_boundaries_advisory=list(BUCKETS[name]),
+                )
+            else:
+                self._instruments[name] = meter.create_counter(name, description=_HELP[name])
+
+    def record(self, measurements: Sequence[Measurement]) -> None:
+        for m in measurements:
+            attributes = dict(zip(S.METRIC_LABELS[m.name], m.labels, strict=True))
+            instrument = self._instruments[m.name]
+            if m.name in HISTOGRAMS:
+                instrument.record(m.value, attributes)
+            else:
+                instrument.add(m.value, attributes)
+
+    def shutdown(self) -> None:
+        try:
+            self._provider.shutdown(timeout_millis=5_000)
+        except Exception:  # noqa: BLE001 - a push failing at exit must not stop the exit
+            log.warning("OTLP metric push: shutdown failed", exc_info=True)

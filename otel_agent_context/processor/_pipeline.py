@@ -1,0 +1,445 @@
+"""The pipeline: receivers hand it requests; it makes them durable, buffers, rebuilds, writes.
+
+::
+
+    ingest(request) ── decode ──► WAL append + buffer add (one lock) ──► fsync ──► ack
+                                         │ finished envelopes
+                                         ▼
+    sweeper (timeouts) ──────────► queue ──► emitter: rebuild → metrics → sinks → DONE record
+                                                                       └─► WAL compaction
+
+Backpressure: a request is refused (UNAVAILABLE / 503, retry after ``retry_after``)
+before anything is done with it when the queue to the sinks, or the forward queue, is
+full. Everything acknowledged is in the WAL; the emitter writes a DONE record only after
+every sink took the bundle, so a crash at any point replays exactly what is not written.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from google.protobuf.internal import api_implementation
+
+from .._measure import measure
+from .._version import __version__
+from ._buffer import DUPLICATE, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
+from ._config import ProcessorConfig
+from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
+from ._forward import Forwarder
+from ._metrics import MetricsRegistry
+from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
+from ._wal import DONE, SPANS, WriteAheadLog, encode_done
+
+__all__ = ["Backpressure", "IngestResult", "Pipeline", "RebuildFunction"]
+
+log = logging.getLogger(__name__)
+
+RebuildFunction = Callable[..., dict[str, Any]]
+
+_BATCH = 256
+_MAX_SINK_BACKOFF = 5.0
+DEAD_LETTER = "dead-letter.jsonl"
+
+
+class Backpressure(Exception):
+    """The processor cannot take more now; the client should retry after ``retry_after``."""
+
+    def __init__(self, reason: str, retry_after: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(slots=True)
+class IngestResult:
+    """What an export request amounted to: for the OTLP response."""
+
+    spans: int
+    rejected: int
+    message: str
+
+
+def _default_rebuild() -> RebuildFunction:
+    from ..rebuild import rebuild_envelope
+
+    return rebuild_envelope  # type: ignore[no-any-return]
+
+
+def _span_json(span: Any) -> dict[str, Any]:
+    return {
+        "trace_id": span.trace_id, "span_id": span.span_id, "name": span.name,
+        "parent_span_id": span.parent_span_id,
+        "start_time_unix_nano": span.start_time_unix_nano,
+        "end_time_unix_nano": span.end_time_unix_nano,
+        "attributes": dict(span.attributes),
+        "events": [{"name": e.name, "time_unix_nano": e.time_unix_nano,
+                    "attributes": dict(e.attributes)} for e in span.events],
+    }
+
+
+class Pipeline:
+    """Owns the WAL, the buffer, the queue to the sinks and the two worker threads."""
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        metrics: MetricsRegistry,
+        *,
+        rebuild: RebuildFunction | None = None,
+        sinks: Sequence[Sink] | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self._rebuild = rebuild
+        self._lock = threading.Lock()
+        self.wal = WriteAheadLog(config.wal_dir, segment_bytes=config.segment_bytes,
+                                 fsync=config.wal_fsync)
+        self.buffer = TraceBuffer(
+            envelope_timeout=config.envelope_timeout,
+            orphan_timeout=config.orphan_timeout,
+            max_traces=config.max_traces,
+            max_spans=config.max_spans,
+            dedupe_window=config.dedupe_window,
+            dedupe_max=config.dedupe_max,
+            on_pin=self.wal.pin,
+        )
+        self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
+                               fsync=config.output_fsync)
+        extra: list[Sink] = list(sinks or ())
+        if config.otlp_logs is not None:
+            extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
+        self.sinks: list[Sink] = [self.jsonl, *extra]
+        self.forwarder = (
+            Forwarder(config.forward, queue_size=config.forward_queue_size)
+            if config.forward is not None else None
+        )
+        self._queue: collections.deque[Finished] = collections.deque()
+        self._in_batch = 0
+        self._cond = threading.Condition()
+        self._stop_sweeper = threading.Event()
+        self._emitter_stop = False
+        self._give_up_at: float | None = None
+        self.accepting = False
+        self._marked_position: tuple[int, int] | None = None
+        self._threads: list[threading.Thread] = []
+        self._register_gauges()
+
+    # -- start ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Replay the WAL (before anything listens), then start the worker threads."""
+        if self._rebuild is None:
+            self._rebuild = _default_rebuild()
+        self.jsonl.open()
+        replay = self.wal.open()
+        now = time.time()
+        for key, when in replay.done.items():
+            self.buffer.remember_done(key, when)
+        recovered = self.jsonl.recover(replay.sink_position)
+        for key in recovered:
+            self.buffer.remember_done(key, now)
+        if recovered:
+            log.info("recovery: %d bundles were written but not yet recorded in the WAL",
+                     len(recovered))
+        self._marked_position = self.jsonl.position
+        self.wal.start(self._checkpoint)
+        finished: list[Finished] = []
+        replayed = 0
+        with self._lock:
+            for segment, payload in replay.spans:
+                try:
+                    decoded = decode_request(parse_protobuf(payload), payload)
+                except InvalidRequest:
+                    log.error("WAL: an unreadable span record in segment %d skipped", segment)
+                    continue
+                for accepted in decoded.accepted:
+                    if self.buffer.add(accepted, segment, finished) not in (DUPLICATE, LATE):
+                        replayed += 1
+            self.wal.compact()
+        if replayed:
+            log.info("recovery: %d spans replayed from the WAL", replayed)
+            self.metrics.self.inc("context_processor_wal_replayed_spans_total", (), replayed)
+        self._enqueue(finished)
+        if self.forwarder is not None:
+            self.forwarder.start()
+        for target, name in ((self._emit_loop, "otel-ac-emit"),
+                             (self._sweep_loop, "otel-ac-sweep")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.accepting = True
+
+    def _checkpoint(self) -> bytes:
+        # Called by the WAL under its lock, at start and at rotations (which happen inside
+        # appends made under self._lock, so the buffer is safe to read). The position is the
+        # one of the last DONE record: bundles past it may be unrecorded, recovery looks.
+        return encode_done(self.buffer.done_entries(), self._marked_position)
+
+    # -- ingest --------------------------------------------------------------------------------
+    def admit(self) -> None:
+        """Raise :class:`Backpressure` if a request must be refused right now."""
+        retry = self.config.retry_after
+        if not self.accepting:
+            raise Backpressure("the processor is starting or stopping", retry)
+        if len(self._queue) + self._in_batch >= self.config.queue_size:
+            raise Backpressure("the queue to the sinks is full", retry)
+        if self.forwarder is not None and self.forwarder.full():
+            raise Backpressure("the forward queue is full", retry)
+
+    def ingest(self, body: bytes | None, transport: str, request: Any = None) -> IngestResult:
+        """Take one export request (protobuf ``body``, or an already parsed ``request``).
+
+        Raises :class:`Backpressure` or :class:`InvalidRequest`; returns once every
+        accepted span is in the WAL (and on disk when fsync is on).
+        """
+        self.admit()
+        if request is None:
+            assert body is not None
+            request = parse_protobuf(body)
+        decoded = decode_request(request, body)
+        finished: list[Finished] = []
+        duplicates = late = 0
+        if decoded.accepted:
+            assert decoded.wal_payload is not None
+            with self._lock:
+                position = self.wal.append(SPANS, decoded.wal_payload)
+                segment = position[0]
+                add = self.buffer.add
+                for accepted in decoded.accepted:
+                    outcome = add(accepted, segment, finished)
+                    if outcome is DUPLICATE:
+                        duplicates += 1
+                    elif outcome is LATE:
+                        late += 1
+            self.wal.sync(position)
+        if finished:
+            self._enqueue(finished)
+        if self.forwarder is not None:
+            self.forwarder.put(body if body is not None else request.SerializeToString())
+        self._count(decoded, transport, duplicates, late)
+        return IngestResult(decoded.spans, decoded.rejected, decoded.error_message())
+
+    def _count(self, decoded: Decoded, transport: str, duplicates: int, late: int) -> None:
+        inc = self.metrics.self.inc
+        inc("context_processor_requests_total",
+            (transport, "partial" if decoded.rejected else "ok"))
+        inc("context_processor_spans_received_total", (transport,), decoded.spans)
+        if decoded.fast_path:
+            inc("context_processor_spans_fast_path_total", (), decoded.fast_path)
+        if decoded.accepted:
+            inc("context_processor_spans_accepted_total", (),
+                len(decoded.accepted) - duplicates - late)
+        if decoded.unattributed:
+            inc("context_processor_spans_unattributed_total", (), decoded.unattributed)
+        if decoded.rejected:
+            inc("context_processor_spans_rejected_total", (transport,), decoded.rejected)
+        if duplicates:
+            inc("context_processor_spans_duplicate_total", (), duplicates)
+        if late:
+            inc("context_processor_spans_late_total", (), late)
+
+    # -- the queue -------------------------------------------------------------------------------
+    def _enqueue(self, finished: list[Finished]) -> None:
+        if not finished:
+            return
+        with self._cond:
+            self._queue.extend(finished)
+            self._cond.notify()
+
+    @property
+    def queue_size(self) -> int:
+        return len(self._queue) + self._in_batch
+
+    def _sweep_loop(self) -> None:
+        tick = min(0.25, max(0.01, min(self.config.envelope_timeout,
+                                       self.config.orphan_timeout) / 10))
+        while not self._stop_sweeper.wait(tick):
+            finished: list[Finished] = []
+            with self._lock:
+                self.buffer.expire(finished)
+            self._enqueue(finished)
+
+    def _emit_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._emitter_stop:
+                    self._cond.wait(0.5)
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+                self._in_batch = len(batch)
+            try:
+                written = self._emit(batch)
+            except Exception:  # noqa: BLE001 - the emitter must outlive any one batch
+                log.exception("emitter: unexpected error; retrying the batch")
+                written = None
+            with self._cond:
+                self._in_batch = 0
+                if written is None:
+                    if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                        return
+                    self._queue.extendleft(reversed(batch))
+                    self._cond.wait(1.0)
+                elif not written:
+                    return  # stopping with a stalled sink: the WAL keeps the rest
+
+    def _emit(self, batch: list[Finished]) -> bool:
+        assert self._rebuild is not None
+        entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
+        dead: list[bytes] = []
+        partial_reasons: list[str] = []
+        for finished in batch:
+            try:
+                bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons)
+                line = orjson.dumps(bundle, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+            except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
+                log.exception("rebuild failed for trace %s context %s; spans kept in %s",
+                              finished.key[0], finished.key[1], DEAD_LETTER)
+                self.metrics.self.inc("context_processor_rebuild_errors_total")
+                dead.append(orjson.dumps({
+                    "trace_id": finished.key[0], "context_id": finished.key[1],
+                    "reasons": list(finished.reasons), "error": repr(exc),
+                    "spans": [_span_json(s) for s in finished.spans],
+                }, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+                continue
+            if bundle_key(bundle) != finished.key:
+                log.warning("bundle key %s differs from span key %s: recovery after a crash "
+                            "could write it twice", bundle_key(bundle), finished.key)
+            rebuild_info = bundle.get("rebuild") or {}
+            if rebuild_info.get("status") == "partial":
+                partial_reasons.extend(
+                    rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)
+                )
+            entries.append((finished.key, bundle, line))
+        if dead:
+            self._write_dead_letter(dead)
+        if entries and not self._write_sinks(entries):
+            return False
+        if not self._mark_written(batch):
+            return False
+        try:
+            now = time.monotonic()
+            for _, bundle, _ in entries:
+                self.metrics.record(measure(bundle))
+            selfm = self.metrics.self
+            for finished in batch:
+                selfm.observe_latency(now - finished.last_arrival)
+            for reason in partial_reasons:
+                selfm.inc("context_processor_partial_envelopes_total", (reason,))
+        except Exception:  # noqa: BLE001 - the bundles are written; metrics must not undo it
+            log.exception("deriving metrics from a written batch failed")
+        return True
+
+    def _mark_written(self, batch: list[Finished]) -> bool:
+        """Record the batch as written in the WAL (retried: the bundles are out already)."""
+        backoff = 0.05
+        while True:
+            wall = time.time()
+            try:
+                with self._lock:
+                    position = self.jsonl.position
+                    self.wal.append(DONE, encode_done([(f.key, wall) for f in batch], position))
+                    self._marked_position = position
+                    for finished in batch:
+                        self.buffer.mark_written(finished.key, wall)
+                        for segment in finished.segments:
+                            self.wal.unpin(segment)
+                    try:
+                        self.wal.compact()
+                    except OSError as exc:  # retried at the next batch
+                        log.warning("WAL compaction failed: %s", exc)
+                return True
+            except OSError as exc:
+                log.error("WAL: cannot record written bundles (%s); retrying", exc)
+                if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                    return False
+                with self._cond:
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
+
+    def _write_sinks(self, entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]) -> bool:
+        for sink in self.sinks:
+            backoff = 0.05
+            while True:
+                try:
+                    sink.write(entries)
+                    self.metrics.self.inc("context_processor_bundles_written_total",
+                                          (sink.name,), len(entries))
+                    break
+                except Exception as exc:  # noqa: BLE001 - any sink failure is retried
+                    self.metrics.self.inc("context_processor_sink_errors_total", (sink.name,))
+                    log.warning("sink %s failed (%s); retrying in %.2fs", sink.name, exc,
+                                backoff)
+                    if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                        log.error("sink %s still failing at shutdown: %d bundles stay in the "
+                                  "WAL for the next start", sink.name, len(entries))
+                        return False
+                    with self._cond:
+                        self._cond.wait(backoff)
+                    backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
+        return True
+
+    def _write_dead_letter(self, lines: list[bytes]) -> None:
+        path = Path(self.config.out_dir) / DEAD_LETTER
+        with open(path, "ab") as handle:
+            handle.write(b"".join(lines))
+            handle.flush()
+        self.metrics.self.inc("context_processor_bundles_written_total", ("dead_letter",),
+                              len(lines))
+
+    # -- stop ----------------------------------------------------------------------------------
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush everything pending as ``partial`` (reason ``shutdown``) and stop.
+
+        Receivers must be stopped first. If a sink is still failing after ``timeout``
+        seconds, the unwritten envelopes stay in the WAL and are replayed at the next start.
+        """
+        self.accepting = False
+        self._stop_sweeper.set()
+        with self._lock:
+            drained = self.buffer.drain(REASON_SHUTDOWN)
+        self._enqueue(drained)
+        with self._cond:
+            self._emitter_stop = True
+            self._give_up_at = time.monotonic() + timeout
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout + 5)
+        if self.forwarder is not None:
+            self.forwarder.close()
+        with self._lock:
+            self.wal.compact(idle_rotate_bytes=0)
+        self.wal.close()
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:  # noqa: BLE001
+                log.warning("closing sink %s failed", sink.name, exc_info=True)
+
+    # -- gauges ----------------------------------------------------------------------------------
+    def _register_gauges(self) -> None:
+        gauge = self.metrics.self.gauge
+        gauge("context_processor_info",
+              lambda: [((__version__, api_implementation.Type()), 1.0)])
+        gauge("context_processor_ready", lambda: 1.0 if self.accepting else 0.0)
+        gauge("context_processor_traces_in_flight", lambda: self.buffer.traces_in_flight)
+        gauge("context_processor_envelopes_in_flight", lambda: self.buffer.envelopes_in_flight)
+        gauge("context_processor_spans_in_flight", lambda: self.buffer.spans_in_flight)
+        gauge("context_processor_queue_size", lambda: self.queue_size)
+        gauge("context_processor_queue_capacity", lambda: self.config.queue_size)
+        gauge("context_processor_wal_bytes", lambda: self.wal.size_bytes)
+        gauge("context_processor_wal_segments", lambda: self.wal.segment_count)
+        forwarder = self.forwarder
+        gauge("context_processor_forward_queue_size",
+              lambda: forwarder.size if forwarder is not None else 0)
+        gauge("context_processor_forward_errors_total",
+              lambda: [((), float(forwarder.errors if forwarder is not None else 0))])
+        gauge("context_processor_forward_dropped_total",
+              lambda: [((), float(forwarder.dropped if forwarder is not None else 0))])

@@ -1,0 +1,97 @@
+"""``otel-agent-context timeline FILE [--context-id ID]``: one envelope, in time order.
+
+FILE is a bundles JSON Lines file (or a directory of them, such as ``serve --out``);
+``-`` reads standard input. Without ``--context-id`` the last envelope in FILE is shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from ._summary import render_table, summarize, timeline_rows
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE",
+                        help="bundles JSON Lines file, a directory of them, or - for stdin")
+    parser.add_argument("--context-id", metavar="ID", help="the envelope to show "
+                        "(default: the last one in FILE)")
+    parser.add_argument("--all-items", action="store_true",
+                        help="one row per item event instead of folding runs of them")
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
+    if source == "-":
+        for number, line in enumerate(sys.stdin.buffer, 1):
+            yield "<stdin>", number, line
+        return
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(path.glob("bundles-*.jsonl")) or sorted(path.glob("*.jsonl"))
+    elif path.exists():
+        files = [path]
+    else:
+        raise _Unreadable(f"{source}: no such file or directory")
+    for file in files:
+        try:
+            with open(file, "rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    yield str(file), number, line
+        except OSError as exc:
+            raise _Unreadable(f"{file}: {exc.strerror}") from None
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    chosen: dict[str, Any] | None = None
+    seen: list[str] = []
+    bad = 0
+    try:
+        for name, number, line in _lines(args.file):
+            if not line.strip():
+                continue
+            try:
+                bundle = orjson.loads(line)
+                context_id = bundle["context_envelope"]["context_id"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                bad += 1
+                if bad <= 3:
+                    print(f"{name}:{number}: not a bundle, skipped", file=err)
+                continue
+            seen.append(context_id)
+            if args.context_id is None or context_id == args.context_id:
+                chosen = bundle
+    except _Unreadable as exc:
+        print(f"otel-agent-context timeline: {exc}", file=err)
+        return 2
+    if chosen is None:
+        if not seen:
+            print(f"otel-agent-context timeline: no bundles in {args.file}", file=err)
+        else:
+            sample = ", ".join(seen[-5:])
+            print(f"otel-agent-context timeline: no envelope {args.context_id!r} among "
+                  f"{len(seen)} in {args.file} (last ones: {sample})", file=err)
+        return 1
+    print("\n".join(summarize(chosen)), file=out)
+    print(file=out)
+    rows = timeline_rows(chosen, fold_items=not args.all_items)
+    if rows:
+        print("\n".join(render_table([("offset", "event", "subject", "facts"), *rows])),
+              file=out)
+    else:
+        print("(no lifecycle events recorded)", file=out)
+    if args.context_id is None and len(seen) > 1:
+        print(f"\n{len(seen)} envelopes in {args.file}; this is the last. "
+              f"Pick another with --context-id (e.g. {seen[0]}).", file=err)
+    return 0

@@ -1,0 +1,327 @@
+"""The OpenAI instrumentor against the real ``openai`` client and the local stub."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import openai
+import pytest
+from llm_helpers import (
+    assert_genai,
+    assert_no_content,
+    blocks,
+    events,
+    inference_spans,
+    named,
+    one_inference,
+)
+from opentelemetry.trace import StatusCode
+from stub_server import REPLY, stub_tokens
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation import estimate_tokens
+from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+MODEL = "gpt-4o-mini"
+SYSTEM = "You are a support agent for ACME. Answer briefly."
+CONVERSATION = [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": "Where is my order 1234?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "orders_lookup", "arguments": '{"order": 1234}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "shipped"}'},
+    {"role": "user", "content": "And when will it arrive?"},
+]
+EXPECTED_KINDS = [
+    ("system_prompt", "system_prompt"), ("session_history", "message_history"),
+    ("session_history", "message_history"), ("tool_result", "message_history"),
+    ("user_message", "message_history"),
+]
+
+
+def client(stub) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+
+
+def aclient(stub) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+
+
+def check_chat_call(tel: CapturedTelemetry, *, streamed: bool = False) -> None:
+    spans = tel.spans()
+    inf = one_inference(spans)
+    assert len(spans) == 3, [s.name for s in spans]  # one inference span, budget, assembly
+    assert_genai(inf, "openai", MODEL)
+    a = inf.attributes
+    # the inference span IS the implicit envelope
+    assert a[S.CONTEXT_SCOPE] == "turn"
+    assert a[S.CONTEXT_LIFECYCLE] == "injected"
+    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    assert a[S.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] > 0
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    for stage in (budget, asm):
+        assert stage.parent.span_id == inf.context.span_id
+        assert stage.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID]
+    b = budget.attributes
+    assert b[S.BUDGET_MAX_TOKENS] == 128_000
+    assert b[S.BUDGET_RESERVED_TOKENS] == 256
+    assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
+    assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
+    assert b[S.BUDGET_OVERFLOW] is False
+    assert b[S.BUDGET_UTILIZATION] == pytest.approx(b[S.BUDGET_ACTUAL_TOKENS] / 128_000)
+    segments = events(budget, S.EVENT_WINDOW_SEGMENT)
+    assert [s[S.WINDOW_SEGMENT] for s in segments] == [
+        "system_prompt", "tool_definitions", "message_history", "output"]
+    assert segments[0][S.WINDOW_USED_TOKENS] == estimate_tokens(SYSTEM)
+    assert segments[-1][S.WINDOW_RESERVED_TOKENS] == 256
+    assert [(k, p) for _, k, p in blocks(spans)] == EXPECTED_KINDS
+    block_events = events(asm, S.EVENT_ASSEMBLY_BLOCK)
+    assert block_events[3][S.ITEM_ID] == "tool_result:call_1"
+    assert block_events[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
+    assert all(e[S.BLOCK_DIGEST].startswith("sha256:") for e in block_events)
+    assert asm.attributes[S.ASSEMBLY_BLOCK_COUNT] == 5
+    (inj,) = events(inf, S.EVENT_INJECTION_APPLIED)
+    assert inj[S.ASSEMBLY_ID] == asm.attributes[S.ASSEMBLY_ID]
+    assert inj[S.INJECTION_HASH] == asm.attributes[S.ASSEMBLY_HASH]
+    (bundle,) = tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert bundle["context_envelope"]["scope"] == "turn"
+    assert bundle["context_budgets"][0]["actual_tokens"] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
+    assert len(bundle["context_assemblies"][0]["ordered_blocks"]) == 5
+    assert bundle["context_injections"][0]["assembly_id"] == asm.attributes[S.ASSEMBLY_ID]
+    assert_no_content(spans)
+
+
+TOOLS = [{"type": "function", "function": {"name": "orders_lookup", "parameters": {
+    "type": "object", "properties": {"order": {"type": "integer"}}}}}]
+
+
+def test_chat_sync(setup, stub) -> None:
+    result = client(stub).chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS)
+    assert result.choices[0].message.content == REPLY
+    check_chat_call(setup.tel)
+
+
+def test_chat_stream(setup, stub) -> None:
+    stream = client(stub).chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS,
+        stream=True, stream_options={"include_usage": True})
+    assert isinstance(stream, openai.Stream)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.strip() == REPLY
+    check_chat_call(setup.tel, streamed=True)
+
+
+def test_chat_stream_context_manager_closed_early(alone, stub) -> None:
+    with client(stub).chat.completions.create(
+            model=MODEL, messages=CONVERSATION, max_completion_tokens=256, stream=True,
+            stream_options={"include_usage": True}) as stream:
+        next(iter(stream))
+    spans = alone.tel.spans()
+    inf = one_inference(spans)
+    assert inf.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert inf.status.status_code != StatusCode.ERROR
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+def test_chat_async_and_async_stream(setup, stub) -> None:
+    async def run() -> str:
+        c = aclient(stub)
+        await c.chat.completions.create(model=MODEL, messages=CONVERSATION,
+                                        max_completion_tokens=256, tools=TOOLS)
+        stream = await c.chat.completions.create(
+            model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS,
+            stream=True, stream_options={"include_usage": True})
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    assert asyncio.run(run()).strip() == REPLY
+    spans = setup.tel.spans()
+    assert len(inference_spans(spans)) == 2
+    assert len(setup.tel.bundles()) == 2
+    for bundle in setup.tel.bundles():
+        assert bundle["rebuild"]["status"] == "complete"
+        assert bundle["context_budgets"][0]["actual_tokens"] > 0
+
+
+def test_chat_stream_helper(setup, stub) -> None:
+    with client(stub).chat.completions.stream(
+            model=MODEL, messages=CONVERSATION, max_completion_tokens=256,
+            stream_options={"include_usage": True}) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content.strip() == REPLY
+    inf = one_inference(setup.tel.spans())
+    assert inf.attributes[S.GEN_AI_USAGE_INPUT_TOKENS] > 0
+    assert setup.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+def test_responses_items_refs_and_compaction_input(setup, stub) -> None:
+    c = client(stub)
+    first = c.responses.create(model=MODEL, input="Where is my order?",
+                               instructions="Be brief.", max_output_tokens=128)
+    setup.tel.clear()
+    c.responses.create(
+        model=MODEL, instructions="Be brief.", previous_response_id=first.id,
+        max_output_tokens=128,
+        input=[{"type": "compaction", "id": "cmp_old", "encrypted_content": "gAAAA-old"},
+               {"type": "function_call", "call_id": "call_9", "name": "orders_lookup",
+                "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "call_9", "output": "shipped"},
+               {"role": "user", "content": "When?"}])
+    spans = setup.tel.spans()
+    inf = one_inference(spans)
+    assert_genai(inf, "openai", MODEL)
+    assert inf.attributes[S.GEN_AI_CONVERSATION_COMPACTED] is True
+    assert inf.attributes["gen_ai.request.previous_response.id"] == first.id
+    assert blocks(spans) == [
+        ("instructions:" + blocks(spans)[0][0].split(":")[1], "system_prompt", "system_prompt"),
+        (f"response:{first.id}", "session_history", "message_history"),
+        ("compaction:cmp_old", "computed_summary", "message_history"),
+        ("tool_call:call_9", "session_history", "message_history"),
+        ("tool_result:call_9", "tool_result", "message_history"),
+        (blocks(spans)[5][0], "user_message", "message_history"),
+    ]
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    ref = events(asm, S.EVENT_ASSEMBLY_BLOCK)[1]
+    assert ref[S.ITEM_CONTENT_MODE] == "ref"
+    assert ref[S.GEN_AI_RESPONSE_ID] == first.id
+    (bundle,) = setup.tel.bundles()
+    items = {i["item_id"]: i for i in bundle["context_items"]}
+    assert items[f"response:{first.id}"]["source_refs"][0]["external_mappings"] == {
+        "model_api.response_id": first.id}
+    assert items["compaction:cmp_old"]["content_mode"] == "opaque"
+
+
+def test_responses_truncation_auto(alone, stub) -> None:
+    history = [{"role": "user" if i % 2 else "assistant", "content": "x" * 4000}
+               for i in range(12)]
+    result = client(stub).responses.create(model="gpt-4", input=history, truncation="auto",
+                                           max_output_tokens=500)
+    spans = alone.tel.spans()
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    b = budget.attributes
+    assert b[S.BUDGET_MAX_TOKENS] == 8_192
+    assert b[S.BUDGET_OVERFLOW_STRATEGY] == "truncate_middle"
+    assert b[S.BUDGET_ACTUAL_TOKENS] == result.usage.input_tokens
+    (cut,) = events(budget, S.EVENT_BUDGET_TRUNCATED)
+    assert cut[S.WINDOW_SEGMENT] == "message_history"
+    assert cut[S.TRUNCATION_STRATEGY] == "truncate_middle"
+    assert cut[S.TRUNCATION_TOKENS_BEFORE] == 12 * estimate_tokens("x" * 4000)
+    assert cut[S.TRUNCATION_TOKENS_AFTER] == result.usage.input_tokens
+    metrics = alone.tel.metrics()
+    assert metrics[S.METRIC_TRUNCATIONS][0][1] == 1
+
+
+def test_responses_provider_compaction(alone, stub) -> None:
+    result = client(stub).responses.create(
+        model=MODEL, input=[{"role": "user", "content": "y" * 2000} for _ in range(4)],
+        context_management=[{"type": "compaction", "compact_threshold": 1000}])
+    assert result.output[0].type == "compaction"
+    spans = alone.tel.spans()
+    (cmp,) = named(spans, S.SPAN_COMPACTION)
+    c = cmp.attributes
+    assert c[S.COMPACTION_METHOD] == "provider_context_editing"
+    assert c[S.COMPACTION_TRIGGER] == "compact_threshold"
+    assert c[S.COMPACTION_SOURCE_COUNT] == 4
+    assert c[S.COMPACTION_TOKENS_AFTER] == result.usage.input_tokens
+    assert c[S.SUMMARY_ID] == f"compaction:{result.output[0].id}"
+    inf = one_inference(spans)
+    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 3
+    (bundle,) = alone.tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert bundle["context_compactions"][0]["loss_notes"]
+
+
+def test_responses_stream_and_helper(setup, stub) -> None:
+    c = client(stub)
+    events_seen = [e.type for e in c.responses.create(model=MODEL, input="hi", stream=True)]
+    assert events_seen[-1] == "response.completed"
+    with c.responses.stream(model=MODEL, input="hi again") as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                break  # leave early: closing the stream must still finish the call
+    spans = setup.tel.spans()
+    infs = inference_spans(spans)
+    assert len(infs) == 2
+    assert infs[0].attributes[S.GEN_AI_USAGE_INPUT_TOKENS] > 0
+    assert all(s.attributes[S.CONTEXT_LIFECYCLE] == "injected" for s in infs)
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete", "complete"]
+
+
+def test_explicit_envelope(alone, stub) -> None:
+    tel = alone.tel
+    with tel.agent_context.envelope(scope="task", agent_name="support") as env:
+        client(stub).chat.completions.create(model=MODEL, messages=CONVERSATION)
+    spans = tel.spans()
+    inf = one_inference(spans)
+    (envelope,) = named(spans, S.SPAN_ENVELOPE)
+    assert S.CONTEXT_SCOPE not in inf.attributes
+    assert inf.attributes[S.CONTEXT_ID] == env.context_id
+    assert envelope.attributes[S.CONTEXT_SPAN_COUNT] == 3  # budget, assembly, inference
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    assert budget.parent.span_id == envelope.context.span_id
+    assert events(inf, S.EVENT_INJECTION_APPLIED)
+    (bundle,) = tel.bundles()
+    assert bundle["context_envelope"]["scope"] == "task"
+    assert bundle["rebuild"]["status"] == "complete"
+
+
+def test_content_capture(capture_setup, stub) -> None:
+    client(stub).chat.completions.create(model=MODEL, messages=CONVERSATION)
+    spans = capture_setup.tel.spans()
+    inf = one_inference(spans)
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    first = events(asm, S.EVENT_ASSEMBLY_BLOCK)[0]
+    assert first[S.ITEM_DIGEST].startswith("sha256:")
+    if capture_setup.capture:
+        assert first[S.ITEM_CONTENT] == SYSTEM
+        assert json.loads(inf.attributes[S.GEN_AI_SYSTEM_INSTRUCTIONS])[0]["content"] == SYSTEM
+        assert REPLY in inf.attributes[S.GEN_AI_OUTPUT_MESSAGES]
+        items = capture_setup.tel.bundles()[0]["context_items"]
+        assert items[0]["content"] == SYSTEM
+    else:
+        assert_no_content(spans)
+        assert "content" not in capture_setup.tel.bundles()[0]["context_items"][0]
+
+
+def _too_long(c: openai.OpenAI) -> openai.BadRequestError:
+    with pytest.raises(openai.BadRequestError) as info:
+        c.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x" * 40_000}])
+    return info.value
+
+
+def test_context_length_error_is_a_rejected_overflow(stub) -> None:
+    plain = _too_long(client(stub))  # uninstrumented
+    tel = CapturedTelemetry()
+    inst = OpenAIContextInstrumentor()
+    inst.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider,
+                    agent_context=tel.agent_context)
+    try:
+        seen = _too_long(client(stub))
+    finally:
+        inst.uninstrument()
+        tel.shutdown()
+    assert type(seen) is type(plain)
+    assert str(seen) == str(plain)
+    assert seen.code == plain.code == "context_length_exceeded"
+    assert seen.body == plain.body
+    spans = tel.spans()
+    inf = one_inference(spans)
+    assert inf.status.status_code == StatusCode.ERROR
+    assert inf.attributes[S.ERROR_TYPE]
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    b = budget.attributes
+    assert b[S.BUDGET_OVERFLOW] is True
+    assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
+    prompt = stub_tokens("x" * 40_000) + 4 + 3
+    assert b[S.BUDGET_OVERFLOW_TOKENS] == prompt - 8_192
+    (bundle,) = tel.bundles()
+    assert bundle["context_budgets"][0]["overflow"] is True
+    assert bundle["rebuild"]["status"] == "complete"
+    overflows = tel.metrics()[S.METRIC_BUDGET_OVERFLOWS]
+    assert overflows == [({"target": "model", "agent": "unknown",
+                           "overflow_strategy": "reject"}, 1)]

@@ -1,0 +1,160 @@
+"""The trace buffer: the completion rule, timeouts, caps, duplicates and late spans."""
+
+from __future__ import annotations
+
+from processor_testkit import envelope_spans, request, span
+
+from otel_agent_context.processor._buffer import (
+    DUPLICATE,
+    LATE,
+    REASON_EVICTED,
+    REASON_NO_ENVELOPE_SPAN,
+    REASON_SHUTDOWN,
+    REASON_TIMEOUT,
+    TraceBuffer,
+)
+from otel_agent_context.processor._decode import decode_request
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def accepted(spans):
+    return decode_request(request(spans), None).accepted
+
+
+def make(clock: Clock, **kwargs) -> TraceBuffer:
+    settings = dict(envelope_timeout=5.0, orphan_timeout=20.0, max_traces=100,
+                    max_spans=1000, dedupe_window=60.0, dedupe_max=1000)
+    settings.update(kwargs)
+    return TraceBuffer(clock=clock, **settings)
+
+
+def test_complete_as_soon_as_promised_spans_are_in_envelope_last() -> None:
+    buffer = make(Clock())
+    env, *stages = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    for stage in stages:
+        buffer.add(stage, None, out)
+    assert out == [] and buffer.envelopes_in_flight == 1
+    buffer.add(env, None, out)
+    assert len(out) == 1 and out[0].reasons == () and len(out[0].spans) == 3
+    assert buffer.envelopes_in_flight == 0 and buffer.spans_in_flight == 0
+
+
+def test_complete_with_envelope_first() -> None:
+    buffer = make(Clock())
+    env, first, second = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    buffer.add(env, None, out)
+    buffer.add(first, None, out)
+    assert out == []
+    buffer.add(second, None, out)
+    assert [f.key for f in out] == [(f"{1:032x}", "c1")]
+
+
+def test_missing_stage_span_times_out_partial() -> None:
+    clock = Clock()
+    buffer = make(clock)
+    env, first, _ = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    buffer.add(first, None, out)
+    clock.now += 3
+    buffer.add(env, None, out)
+    clock.now += 4.9  # the wait counts from the last span
+    buffer.expire(out)
+    assert out == []
+    clock.now += 0.2
+    buffer.expire(out)
+    assert len(out) == 1 and out[0].reasons == (REASON_TIMEOUT,)
+
+
+def test_envelope_span_never_comes() -> None:
+    clock = Clock()
+    buffer = make(clock)
+    _, *stages = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    for stage in stages:
+        buffer.add(stage, None, out)
+    clock.now += 10  # past envelope_timeout but within orphan_timeout
+    buffer.expire(out)
+    assert out == []
+    clock.now += 11
+    buffer.expire(out)
+    assert out[0].reasons == (REASON_NO_ENVELOPE_SPAN, REASON_TIMEOUT)
+    assert buffer.next_deadline() is None
+
+
+def test_max_traces_evicts_the_oldest_partial_never_drops() -> None:
+    clock = Clock()
+    buffer = make(clock, max_traces=2)
+    out: list = []
+    for trace in (1, 2, 3):
+        clock.now += 1
+        _, stage, _ = accepted(envelope_spans(trace, f"c{trace}", stages=2))
+        buffer.add(stage, None, out)
+    assert [f.key[1] for f in out] == ["c1"]
+    assert out[0].reasons == (REASON_NO_ENVELOPE_SPAN, REASON_EVICTED)
+    assert buffer.traces_in_flight == 2 and buffer.evicted == 1
+
+
+def test_max_spans_evicts() -> None:
+    buffer = make(Clock(), max_spans=3)
+    out: list = []
+    for trace in (1, 2):
+        for stage in accepted(envelope_spans(trace, f"c{trace}", stages=3))[1:]:
+            buffer.add(stage, None, out)
+    assert [f.key[1] for f in out] == ["c1"]
+    assert buffer.spans_in_flight <= 3
+
+
+def test_duplicates_and_late_spans_after_emission() -> None:
+    buffer = make(Clock())
+    spans = accepted(envelope_spans(1, "c1", stages=1))
+    out: list = []
+    for s in spans:
+        assert buffer.add(s, None, out) == "added"
+    assert len(out) == 1
+    assert buffer.add(spans[1], None, out) == DUPLICATE
+    late = accepted([span(1, 99, "context.surface", {"context.id": "c1"})])[0]
+    assert buffer.add(late, None, out) == LATE
+    assert len(out) == 1
+
+
+def test_duplicate_within_pending_envelope() -> None:
+    buffer = make(Clock())
+    _, stage, _ = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    assert buffer.add(stage, None, out) == "added"
+    assert buffer.add(stage, None, out) == DUPLICATE
+    assert buffer.spans_in_flight == 1
+
+
+def test_drain_and_pins() -> None:
+    pins: list[int] = []
+    buffer = TraceBuffer(envelope_timeout=5, orphan_timeout=5, max_traces=10, max_spans=10,
+                         dedupe_window=5, dedupe_max=10, on_pin=pins.append)
+    _, stage, other = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    buffer.add(stage, 3, out)
+    buffer.add(other, 3, out)
+    buffer.add(accepted(envelope_spans(2, "c2", stages=2))[1], 4, out)
+    assert pins == [3, 4]
+    drained = buffer.drain(REASON_SHUTDOWN)
+    assert sorted(f.segments for f in drained) == [(3,), (4,)]
+    assert all(REASON_SHUTDOWN in f.reasons for f in drained)
+
+
+def test_done_entries_only_for_written_keys() -> None:
+    buffer = make(Clock())
+    out: list = []
+    for s in accepted(envelope_spans(1, "c1", stages=1)):
+        buffer.add(s, None, out)
+    assert buffer.done_entries() == []  # finished, not yet written
+    buffer.mark_written(out[0].key, 1234.0)
+    assert buffer.done_entries() == [(out[0].key, 1234.0)]

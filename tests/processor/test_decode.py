@@ -1,0 +1,154 @@
+"""OTLP request decoding: the fast path, the checks at the door, OTLP/JSON."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+from processor_testkit import envelope_spans, fast_spans, request, span
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.processor._decode import (
+    InvalidRequest,
+    decode_request,
+    json_to_protobuf,
+    parse_protobuf,
+)
+
+
+def decode(req):
+    body = req.SerializeToString()
+    return decode_request(parse_protobuf(body), body), body
+
+
+def test_all_fast_path_request_is_not_walked() -> None:
+    decoded, _ = decode(request(fast_spans(1, 25)))
+    assert (decoded.spans, decoded.fast_path, decoded.accepted) == (25, 25, [])
+    assert decoded.wal_payload is None
+
+
+def test_all_context_request_is_kept_as_it_came() -> None:
+    decoded, body = decode(request(envelope_spans(7, "ctx-a", stages=3)))
+    assert decoded.spans == 4 and decoded.fast_path == 0 and decoded.rejected == 0
+    assert decoded.wal_payload is body
+    envelope = decoded.accepted[0]
+    assert envelope.is_envelope and envelope.span_count == 3 and envelope.context_id == "ctx-a"
+    view = decoded.accepted[1].view
+    assert view.trace_id == f"{7:032x}" and view.span_id == f"{2:016x}"
+    assert view.parent_span_id == f"{1:016x}"
+    assert view.resource == {"service.name": "third-party-agent"}
+    assert [e.name for e in view.events] == [S.EVENT_ITEM_SELECTED, S.EVENT_ITEM_OMITTED]
+    assert view.events[0].attributes[S.SELECTION_SCORE] == 0.9
+
+
+def test_mixed_request_keeps_only_context_spans_in_the_wal() -> None:
+    spans = [*fast_spans(3, 5), *envelope_spans(3, "ctx-m", stages=1)]
+    decoded, body = decode(request(spans))
+    assert decoded.fast_path == 5 and len(decoded.accepted) == 2
+    assert decoded.wal_payload is not None and decoded.wal_payload != body
+    again = decode_request(parse_protobuf(decoded.wal_payload), decoded.wal_payload)
+    assert [a.view.span_id for a in again.accepted] == [a.view.span_id for a in decoded.accepted]
+    assert again.fast_path == 0
+
+
+def test_prefix_in_a_value_only_is_still_fast_path() -> None:
+    decoded, _ = decode(request([span(1, 1, "GET /docs", {"url.path": "/context.html"})]))
+    assert decoded.fast_path == 1 and not decoded.accepted and not decoded.rejected
+
+
+def test_gen_ai_span_without_context_id_is_unattributed() -> None:
+    decoded, _ = decode(request([span(1, 1, "chat gpt", {"gen_ai.operation.name": "chat"})]))
+    assert decoded.unattributed == 1 and decoded.rejected == 0
+
+
+@pytest.mark.parametrize(("attributes", "events", "message"), [
+    ({"context.id": "c", "context.scope": "turn", "context.span_count": "3"}, (),
+     "attribute context.span_count must be an int, got a string"),
+    ({"context.id": 42}, (), "attribute context.id must be a string, got an int"),
+    ({"context.id": "c", "context.budget.overflow": "yes"}, (),
+     "attribute context.budget.overflow must be a bool"),
+    ({"context.id": "c", "context.compaction.loss_notes": [1, 2]}, (),
+     "attribute context.compaction.loss_notes must be a string array"),
+    ({"context.selection.id": "s"}, (), "has context.* attributes but no context.id"),
+    ({"context.id": ""}, (), "context.id is empty"),
+    ({"context.id": "c"}, [("context.item.selected", {"context.item.kind": "tool_result"})],
+     "event context.item.selected lacks context.item.id"),
+    ({"context.id": "c"}, [("context.item.omitted", {"context.item.id": "x",
+                                                     "context.item.token_estimate": 1.5})],
+     "attribute context.item.token_estimate must be an int, got a double"),
+])
+def test_unusable_spans_are_rejected_with_a_message(attributes, events, message) -> None:
+    good = envelope_spans(9, "ctx-good", stages=1)
+    bad = span(9, 77, "context.selection", attributes, events=events)
+    decoded, _ = decode(request([*good, bad]))
+    assert decoded.rejected == 1
+    assert len(decoded.accepted) == 2  # nothing else lost
+    assert message in decoded.error_message()
+    assert f"span {77:016x} 'context.selection'" in decoded.error_message()
+
+
+def test_lenient_numbers() -> None:
+    s = span(1, 1, "context.budget", {"context.id": "c", "context.budget.utilization": 1,
+                                      "context.budget.max_tokens": 8192.0})
+    decoded, _ = decode(request([s]))
+    attributes = decoded.accepted[0].view.attributes
+    assert attributes[S.BUDGET_UTILIZATION] == 1.0 and isinstance(
+        attributes[S.BUDGET_UTILIZATION], float)
+    assert attributes[S.BUDGET_MAX_TOKENS] == 8192 and isinstance(
+        attributes[S.BUDGET_MAX_TOKENS], int)
+
+
+def test_bad_ids_are_rejected() -> None:
+    s = span(1, 1, "context.surface", {"context.id": "c"})
+    s.trace_id = b"\x00" * 16
+    decoded, _ = decode(request([s]))
+    assert decoded.rejected == 1 and "trace id" in decoded.error_message()
+
+
+def test_rejection_message_is_bounded() -> None:
+    bad = [span(1, i, "context.surface", {"context.id": 5}) for i in range(1, 40)]
+    decoded, _ = decode(request(bad))
+    assert decoded.rejected == 39
+    assert decoded.error_message().endswith("and 34 more")
+
+
+def test_malformed_protobuf() -> None:
+    with pytest.raises(InvalidRequest, match="malformed ExportTraceServiceRequest"):
+        parse_protobuf(b"\x0a\xff\xff\xff\xff\x0f garbage")
+
+
+def _otlp_json(req) -> bytes:
+    """The OTLP/JSON encoding: hex ids, lowerCamelCase (as a third-party SDK sends it)."""
+    from google.protobuf import json_format
+
+    document = json_format.MessageToDict(req)
+    for rs in document["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in s:
+                        s[key] = base64.b64decode(s[key]).hex()
+    return orjson.dumps(document)
+
+
+def test_json_request_decodes_like_protobuf() -> None:
+    req = request(envelope_spans(5, "ctx-json", stages=2))
+    from_json = json_to_protobuf(_otlp_json(req))
+    assert from_json == req
+    decoded = decode_request(from_json, None)
+    assert len(decoded.accepted) == 3 and decoded.wal_payload == req.SerializeToString()
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"{not json", "malformed JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b'{"resourceSpans": 3}', "resourceSpans: expected a list"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
+     "resourceSpans[0].scopeSpans[0].spans[0].traceId: not a hex id"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5, "kind": "x"}]}]}]}',
+     "not an OTLP/JSON ExportTraceServiceRequest"),
+])
+def test_malformed_json(body: bytes, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=__import__("re").escape(message)):
+        json_to_protobuf(body)
