@@ -267,7 +267,8 @@ def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bo
         "type": "query",
         "datasource": PROM,
         "definition": query,
-        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "query": {"qryType": 1, "query": query,
+                  "refId": "PrometheusVariableQueryEditor-VariableQuery"},
         "refresh": 2,
         "regex": "",
         "sort": 1,
@@ -306,7 +307,7 @@ ALERT_ANNOTATION = {
     "expr": 'ALERTS{alertname=~"AgentContext.*", alertstate="firing"}',
     "step": "60s",
     "titleFormat": "{{alertname}}",
-    "textFormat": "{{agent}} {{target}}{{method}}{{instance}}",
+    "textFormat": "{{severity}} {{agent}} {{target}} {{method}} {{instance}}",
     "tagKeys": "severity",
     "useValueForTime": False,
 }
@@ -356,10 +357,11 @@ def dashboard(uid: str, title: str, description: str, panels: list[Panel],
 
 def drilldown_link(label: str = "agent") -> list[dict[str, Any]]:
     """A data link from a series with an ``agent`` label to the agent drill-down."""
+    field = "${__field.labels." + label + "}"
     return [{
-        "title": "Drill down into agent ${__field.labels.%s}" % label,
-        "url": "/d/%s/agent-context-agent-drill-down?var-datasource=${datasource}"
-               "&var-agent=${__field.labels.%s}&${__url_time_range}" % (UID_AGENT, label),
+        "title": f"Drill down into agent {field}",
+        "url": f"/d/{UID_AGENT}/agent-context-agent-drill-down?var-datasource=${{datasource}}"
+               f"&var-agent={field}&${{__url_time_range}}",
     }]
 
 
@@ -567,7 +569,8 @@ def agent_drilldown() -> dict[str, Any]:
                            f"(rate(context_truncations_total{{{at}}}[{RATE}]))",
                            "{{target}} {{strategy}}")], unit="ops", w=8),
         timeseries("Truncated tokens by target", "Tokens cut per second.",
-                   [target(f"sum by (target) (rate(context_truncated_tokens_total{{{at}}}[{RATE}]))",
+                   [target(f"sum by (target) "
+                           f"(rate(context_truncated_tokens_total{{{at}}}[{RATE}]))",
                            "{{target}}")], unit="short", w=8),
         row("Selection and omission"),
         timeseries("Selected items by kind", "Items selected into the context per second.",

@@ -191,6 +191,9 @@ class Accumulator:
     def __init__(self, capture: bool) -> None:
         self.capture = capture
         self.outcome = Outcome()
+        #: Set on the API's terminal event: the call is finished then, not at the stream's
+        #: end, because an outer wrapper (the official instrumentor) may end the span there.
+        self.terminal = False
 
     def add(self, chunk: Any) -> None:
         raise NotImplementedError
@@ -472,6 +475,8 @@ class _StreamMixin:
             if _strict_now():
                 raise
             _log.debug("otel_agent_context: could not read a stream chunk", exc_info=True)
+        if self._self_acc.terminal:
+            self._finalize_success()  # type: ignore[attr-defined]
 
     def _on_stream_end(self) -> None:
         self._self_call.finish(self._self_acc.result())

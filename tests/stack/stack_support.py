@@ -58,20 +58,22 @@ PROMETHEUS_SYNTHETIC = frozenset({"up", "ALERTS"})
 
 # ------------------------------------------------------------------------------- PromQL
 
-_FUNCTIONS_AND_KEYWORDS = frozenset("""
-    abs absent absent_over_time acos acosh asin asinh atan atanh avg_over_time ceil changes
-    clamp clamp_max clamp_min cos cosh count_over_time days_in_month day_of_month day_of_week
-    day_of_year deg delta deriv exp floor histogram_avg histogram_count histogram_fraction
-    histogram_quantile histogram_stddev histogram_stdvar histogram_sum holt_winters hour idelta
-    increase irate label_join label_replace last_over_time ln log10 log2 mad_over_time
-    max_over_time min_over_time minute month pi predict_linear present_over_time
-    quantile_over_time rad rate resets round scalar sgn sin sinh sort sort_desc sort_by_label
-    sort_by_label_desc sqrt stddev_over_time stdvar_over_time sum_over_time tan tanh time
-    timestamp vector year
-    sum min max avg group stddev stdvar count count_values bottomk topk quantile limitk
-    limit_ratio
-    by without on ignoring group_left group_right bool and or unless offset atan2 inf nan
-""".split())
+_FUNCTIONS_AND_KEYWORDS = frozenset({
+    "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh",
+    "avg_over_time", "ceil", "changes", "clamp", "clamp_max", "clamp_min", "cos", "cosh",
+    "count_over_time", "days_in_month", "day_of_month", "day_of_week", "day_of_year", "deg",
+    "delta", "deriv", "exp", "floor", "histogram_avg", "histogram_count", "histogram_fraction",
+    "histogram_quantile", "histogram_stddev", "histogram_stdvar", "histogram_sum", "holt_winters",
+    "hour", "idelta", "increase", "irate", "label_join", "label_replace", "last_over_time", "ln",
+    "log10", "log2", "mad_over_time", "max_over_time", "min_over_time", "minute", "month", "pi",
+    "predict_linear", "present_over_time", "quantile_over_time", "rad", "rate", "resets", "round",
+    "scalar", "sgn", "sin", "sinh", "sort", "sort_desc", "sort_by_label", "sort_by_label_desc",
+    "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time",
+    "timestamp", "vector", "year", "sum", "min", "max", "avg", "group", "stddev", "stdvar",
+    "count", "count_values", "bottomk", "topk", "quantile", "limitk", "limit_ratio", "by",
+    "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+    "offset", "atan2", "inf", "nan",
+})
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _MATCHERS = re.compile(r"\{[^{}]*\}")
@@ -151,7 +153,8 @@ def dashboard_queries(dashboards: dict[str, dict[str, Any]] | None = None) -> li
     return out
 
 
-_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<selector>.+?)\s*,\s*)?(?P<label>\w+)\s*\)\s*$")
+_LABEL_VALUES = re.compile(
+    r"^\s*label_values\(\s*(?:(?P<selector>.+?)\s*,\s*)?(?P<label>\w+)\s*\)\s*$")
 
 
 def variable_queries(dashboard: dict[str, Any]) -> list[tuple[str, str | None, str]]:

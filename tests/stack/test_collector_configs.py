@@ -136,7 +136,8 @@ def test_component_settings_are_plausible(config):
     else:
         assert 0 < limiter["spike_limit_mib"] < limiter["limit_mib"]
     batch = cfg["processors"]["batch"]
-    assert 0 < batch["send_batch_size"] <= batch.get("send_batch_max_size", batch["send_batch_size"])
+    assert 0 < batch["send_batch_size"] <= batch.get("send_batch_max_size",
+                                                      batch["send_batch_size"])
     grpc = cfg["receivers"]["otlp"]["protocols"]["grpc"]
     assert hostport(grpc["endpoint"])[1] == 4317
     assert grpc["max_recv_msg_size_mib"] == 64  # OTLP's recommendation, the processor's limit
@@ -228,7 +229,8 @@ def test_the_checker_rejects_what_the_collector_would_reject(tmp_path):
     base = SINGLE.read_text(encoding="utf-8")
     broken = {
         "deprecated exporter name": base.replace("otlp_grpc/jaeger", "otlp/jaeger"),
-        "unknown key": base.replace("send_batch_size: 1024", "send_batch_size: 1024\n    flush: 1s"),
+        "unknown key": base.replace("send_batch_size: 1024",
+                                    "send_batch_size: 1024\n    flush: 1s"),
         "bad duration": base.replace("check_interval: 1s", "check_interval: 1sec"),
         "batch before memory_limiter": base.replace("[memory_limiter, batch]",
                                                     "[batch, memory_limiter]"),

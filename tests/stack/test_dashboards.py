@@ -16,6 +16,7 @@ from stack_support import (
     CONTRACT_SERIES,
     DASHBOARD_DIR,
     GRAFANA,
+    OPERATIONS_DOC,
     PROCESSOR_SERIES,
     PROMETHEUS_SYNTHETIC,
     PROVISIONING,
@@ -60,7 +61,7 @@ def test_dashboard_model(name):
     for panel in panels:
         assert panel["title"], panel["id"]
         pos = panel["gridPos"]
-        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, panel["title"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, panel["title"]
     # No two panels overlap on the grid.
     for a, b in combinations(panels, 2):
         pa, pb = a["gridPos"], b["gridPos"]
@@ -228,5 +229,23 @@ def test_dashboard_provider_reads_the_folder_compose_mounts():
     mounts = compose["services"]["grafana"]["volumes"]
     assert f"./dashboards/grafana/dashboards:{path}:ro" in mounts
     assert "./dashboards/grafana/provisioning:/etc/grafana/provisioning:ro" in mounts
-    home = compose["services"]["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    environment = compose["services"]["grafana"]["environment"]
+    home = environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{path}/context-overview.json"
+
+
+def test_panels_the_runbooks_point_at_exist():
+    """docs/operations.md names panels in italics: each one is a real panel, dashboard,
+    folder or exemplar link, so a renamed panel cannot leave a runbook pointing nowhere."""
+    text = OPERATIONS_DOC.read_text(encoding="utf-8")
+    named = {" ".join(m.split())
+             for m in re.findall(r"(?<![*\w])\*([A-Z][^*\n]*(?:\n[^*\n]+)?)\*(?![*\w])", text)}
+    known = {d["title"] for d in DASHBOARDS.values()}
+    known |= {p["title"] for d in DASHBOARDS.values() for p in all_panels(d)}
+    provider = yaml.safe_load((PROVISIONING / "dashboards" / "agent-context.yaml").read_text())
+    known.add(provider["providers"][0]["folder"])
+    datasources = yaml.safe_load((PROVISIONING / "datasources" / "agent-context.yaml").read_text())
+    prometheus = next(d for d in datasources["datasources"] if d["type"] == "prometheus")
+    known |= {d["urlDisplayLabel"] for d in prometheus["jsonData"]["exemplarTraceIdDestinations"]}
+    assert len(named) > 20
+    assert named <= known, sorted(named - known)

@@ -200,6 +200,8 @@ class MessagesAccumulator(Accumulator):
                 elif _get(usage, "output_tokens") is not None:
                     out.output_tokens = _get(usage, "output_tokens")
             _edits(out, _get(chunk, "context_management"))
+        elif etype == "message_stop":
+            self.terminal = True
         elif etype == "content_block_delta" and self.capture:
             text = _get(_get(chunk, "delta"), "text")
             if text:

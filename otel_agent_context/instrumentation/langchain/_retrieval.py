@@ -12,6 +12,7 @@ a retrieval of its own.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -202,10 +203,9 @@ def _start_standalone(instance: Any, args: tuple[Any, ...],
 
 def _end_standalone(retrieval: Retrieval | None) -> None:
     if retrieval is not None and retrieval.token is not None:
-        try:
+        # reset from another context: leave that context alone
+        with contextlib.suppress(ValueError):
             ACTIVE_RETRIEVAL.reset(retrieval.token)
-        except ValueError:  # reset from another context: leave that context alone
-            pass
 
 
 @guarded

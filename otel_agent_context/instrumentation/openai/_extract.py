@@ -365,6 +365,7 @@ class ResponsesAccumulator(Accumulator):
         etype = _get(chunk, "type")
         if etype in self._FINAL:
             self.outcome = responses_response(_get(chunk, "response"), self.capture)
+            self.terminal = True
         elif etype == "response.created" and self.outcome.response_id is None:
             response = _get(chunk, "response")
             self.outcome.response_id = _get(response, "id")

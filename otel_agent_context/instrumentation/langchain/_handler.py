@@ -1,0 +1,233 @@
+"""The callback handler LangChain calls for every run: envelopes and retrievals.
+
+Registered once, globally, through LangChain's own configure hook, so every callback
+manager LangChain configures carries it (and hands it down to child runs). It keeps a map
+from run id to the run tree's root:
+
+* a top-level chain (an agent or a LangGraph graph invocation, a chain, a runnable) opens an
+  envelope (scope ``turn``, ``gen_ai.agent.name`` = the run name, ``gen_ai.conversation.id``
+  = LangGraph's ``thread_id``); a top-level retriever or model call opens an implicit one;
+  an envelope that is already current (the application's own, or an outer run's) is joined
+  instead. The envelope is current while the run lasts, so other instrumentations (the
+  OpenAI and Anthropic ones) and the patches (``trim_messages``, summarization, filters)
+  record into it; nested runs join their root's envelope.
+* a retriever run collects a :class:`~._retrieval.Retrieval`; the outermost one records it.
+
+The handler runs inline (``run_inline``): LangChain then calls it in the caller's context,
+sync and async alike, which is what makes the envelope current for the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from ... import _api
+from ..._api import Envelope, current_envelope
+from ..._enums import Scope
+from ._retrieval import Retrieval
+from ._state import ACTIVE_RETRIEVAL, STATE, guarded
+
+__all__ = ["ContextCallbackHandler"]
+
+#: Exceptions that steer a graph rather than fail it (LangGraph interrupts, a stream the
+#: caller stopped reading): the envelope ends normally.
+_CONTROL_FLOW = frozenset({"GraphBubbleUp", "GeneratorExit", "CancelledError"})
+
+
+def _is_control_flow(error: BaseException) -> bool:
+    return any(cls.__name__ in _CONTROL_FLOW for cls in type(error).__mro__)
+
+
+class _Root:
+    __slots__ = ("env", "owned", "run_id")
+
+    def __init__(self, run_id: UUID, env: Envelope, owned: bool) -> None:
+        self.run_id = run_id
+        self.env = env
+        self.owned = owned
+
+
+def _name(serialized: Any, kwargs: Mapping[str, Any]) -> str | None:
+    name = kwargs.get("name")
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(serialized, Mapping):
+        ident = serialized.get("id")
+        if isinstance(ident, list) and ident and isinstance(ident[-1], str):
+            return ident[-1]
+        name = serialized.get("name")
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _model(metadata: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str | None:
+    model = (metadata or {}).get("ls_model_name")
+    if isinstance(model, str) and model:
+        return model
+    params = kwargs.get("invocation_params")
+    if isinstance(params, Mapping):
+        for key in ("model", "model_name", "model_id"):
+            value = params.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+class ContextCallbackHandler(BaseCallbackHandler):
+    """Opens and closes envelopes for run trees and records retrievals."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._roots: dict[UUID, _Root] = {}
+        self._retrievals: dict[UUID, Retrieval] = {}
+
+    @property  # type: ignore[override]
+    def raise_error(self) -> bool:
+        # internal errors surface under the test kit's strict mode, never in production
+        return _api._strict
+
+    # -- run trees ---------------------------------------------------------------------
+
+    def _start(self, run_id: UUID, parent_run_id: UUID | None, *, opens: bool,
+               name: str | None = None, metadata: Mapping[str, Any] | None = None,
+               model: str | None = None) -> None:
+        root = self._roots.get(parent_run_id) if parent_run_id is not None else None
+        if root is None:
+            if not opens:
+                return
+            root = self._open(run_id, name, metadata, model)
+            if root is None:
+                return
+        self._roots[run_id] = root
+
+    def _open(self, run_id: UUID, name: str | None, metadata: Mapping[str, Any] | None,
+              model: str | None) -> _Root | None:
+        ctx = STATE.ctx
+        if ctx is None:
+            return None
+        env = current_envelope()
+        if env is not None:
+            return _Root(run_id, env, owned=False)
+        thread = (metadata or {}).get("thread_id")
+        env = ctx.envelope(scope=Scope.TURN, agent_name=name,
+                           conversation_id=str(thread) if thread is not None else None,
+                           model=model)
+        env.__enter__()
+        return _Root(run_id, env, owned=True)
+
+    def _end(self, run_id: UUID, error: BaseException | None) -> None:
+        root = self._roots.pop(run_id, None)
+        if root is None or root.run_id != run_id or not root.owned:
+            return
+        if error is None or _is_control_flow(error):
+            root.env.__exit__(None, None, None)
+        else:
+            root.env.__exit__(type(error), error, error.__traceback__)
+
+    # -- chains, tools, models -----------------------------------------------------------
+
+    @guarded
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, tags: Any = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._start(run_id, parent_run_id, opens=True, name=_name(serialized, kwargs),
+                    metadata=metadata)
+
+    @guarded
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, None)
+
+    @guarded
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, error)
+
+    @guarded
+    def on_tool_start(self, serialized: Any, input_str: Any, *, run_id: UUID,
+                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        self._start(run_id, parent_run_id, opens=False)
+
+    @guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, None)
+
+    @guarded
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, error)
+
+    @guarded
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
+                            parent_run_id: UUID | None = None, tags: Any = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._start(run_id, parent_run_id, opens=True, metadata=metadata,
+                    model=_model(metadata, kwargs))
+
+    @guarded
+    def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID,
+                     parent_run_id: UUID | None = None, tags: Any = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._start(run_id, parent_run_id, opens=True, metadata=metadata,
+                    model=_model(metadata, kwargs))
+
+    @guarded
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, None)
+
+    @guarded
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._end(run_id, error)
+
+    # -- retrievers ----------------------------------------------------------------------
+
+    @guarded
+    def on_retriever_start(self, serialized: Any, query: Any, *, run_id: UUID,
+                           parent_run_id: UUID | None = None, tags: Any = None,
+                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._start(run_id, parent_run_id, opens=True, metadata=metadata)
+        provider = (metadata or {}).get("ls_vector_store_provider")
+        retrieval = Retrieval(
+            _name(serialized, kwargs) or "retriever", query if isinstance(query, str) else None,
+            provider if isinstance(provider, str) else None,
+            parent=self._retrievals.get(parent_run_id) if parent_run_id is not None else None)
+        retrieval.token = ACTIVE_RETRIEVAL.set(retrieval)
+        self._retrievals[run_id] = retrieval
+
+    def _finish_retrieval(self, run_id: UUID, documents: Any,
+                          error: BaseException | None) -> None:
+        retrieval = self._retrievals.pop(run_id, None)
+        if retrieval is None:
+            return
+        try:
+            ACTIVE_RETRIEVAL.reset(retrieval.token)
+        except ValueError:  # ended in another context than it started in
+            if ACTIVE_RETRIEVAL.get() is retrieval:
+                ACTIVE_RETRIEVAL.set(retrieval.parent)
+        docs = list(documents) if isinstance(documents, (list, tuple)) else []
+        if retrieval.parent is not None:
+            retrieval.merge_into(retrieval.parent, docs)
+            return
+        root = self._roots.get(run_id)
+        env = root.env if root is not None else current_envelope()
+        if env is not None:
+            retrieval.emit(env, docs, error)
+
+    @guarded
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        try:
+            self._finish_retrieval(run_id, documents, None)
+        finally:
+            self._end(run_id, None)
+
+    @guarded
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID,
+                           **kwargs: Any) -> None:
+        try:
+            self._finish_retrieval(run_id, (), error)
+        finally:
+            self._end(run_id, error)

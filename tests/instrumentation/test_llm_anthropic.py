@@ -1,0 +1,236 @@
+"""The Anthropic instrumentor against the real ``anthropic`` client and the local stub."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anthropic
+import pytest
+from llm_helpers import (
+    assert_genai,
+    assert_no_content,
+    blocks,
+    events,
+    inference_spans,
+    named,
+    one_inference,
+)
+from opentelemetry.trace import StatusCode
+from stub_server import REPLY
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation import estimate_tokens
+from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+MODEL = "claude-sonnet-4-6"
+SYSTEM = [{"type": "text", "text": "You are ACME's support agent. " * 40,
+           "cache_control": {"type": "ephemeral"}},
+          {"type": "text", "text": "Today is Monday."}]
+
+
+def conversation(tool_results: int = 1) -> list[dict]:
+    msgs: list[dict] = [{"role": "user", "content": "Where is my order 1234?"}]
+    for i in range(tool_results):
+        msgs.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "orders_lookup",
+             "input": {"order": 1234}}]})
+        msgs.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "r" * 400}]})
+    msgs.append({"role": "user", "content": [{"type": "text", "text": "When will it arrive?"}]})
+    return msgs
+
+
+def client(stub) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-ant-test",
+                               max_retries=0)
+
+
+def aclient(stub) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=stub.anthropic_base_url, api_key="sk-ant-test",
+                                    max_retries=0)
+
+
+EXPECTED = [
+    ("system_prompt", "system_prompt"), ("system_prompt", "system_prompt"),
+    ("session_history", "message_history"), ("session_history", "message_history"),
+    ("tool_result", "message_history"), ("user_message", "message_history"),
+]
+
+
+def check_message_call(tel: CapturedTelemetry, inf, *, cache_write: bool) -> None:
+    spans = tel.spans()
+    assert_genai(inf, "anthropic", MODEL)
+    a = inf.attributes
+    assert a[S.CONTEXT_SCOPE] == "turn"
+    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    cached = estimate_tokens(SYSTEM[0]["text"])
+    key = (S.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS if cache_write
+           else S.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
+    assert a[key] == cached
+    budget = next(s for s in named(spans, S.SPAN_BUDGET)
+                  if s.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID])
+    b = budget.attributes
+    assert b[S.BUDGET_MAX_TOKENS] == 200_000
+    assert b[S.BUDGET_RESERVED_TOKENS] == 300
+    # all input tokens: uncached + cache read + cache write
+    assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
+    segments = {e[S.WINDOW_SEGMENT]: e for e in events(budget, S.EVENT_WINDOW_SEGMENT)}
+    assert segments["cache_prefix_1"][S.WINDOW_USED_TOKENS] == cached
+    assert segments["output"][S.WINDOW_RESERVED_TOKENS] == 300
+
+
+def test_messages_create_and_cache(setup, stub) -> None:
+    c = client(stub)
+    for _ in range(2):  # the first call writes the cache, the second reads it
+        msg = c.messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
+                                messages=conversation())
+        assert msg.content[0].text == REPLY
+    spans = setup.tel.spans()
+    first, second = inference_spans(spans)
+    assert len(spans) == 6
+    check_message_call(setup.tel, first, cache_write=True)
+    check_message_call(setup.tel, second, cache_write=False)
+    mine = [s for s in spans if s.attributes.get(S.CONTEXT_ID) == first.attributes[S.CONTEXT_ID]]
+    kinds = [(k, p) for _, k, p in blocks(mine)]
+    assert kinds == EXPECTED
+    asm = next(s for s in named(spans, S.SPAN_ASSEMBLY)
+               if s.attributes[S.CONTEXT_ID] == first.attributes[S.CONTEXT_ID])
+    tool = events(asm, S.EVENT_ASSEMBLY_BLOCK)[4]
+    assert tool[S.ITEM_ID] == "tool_result:toolu_0"
+    assert tool[S.GEN_AI_TOOL_CALL_ID] == "toolu_0"
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete", "complete"]
+    assert_no_content(spans)
+
+
+def test_messages_stream_create(setup, stub) -> None:
+    stream = client(stub).messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
+                                          messages=conversation(), stream=True)
+    assert isinstance(stream, anthropic.Stream)
+    text = "".join(e.delta.text for e in stream if e.type == "content_block_delta")
+    assert text == REPLY
+    inf = one_inference(setup.tel.spans())
+    check_message_call(setup.tel, inf, cache_write=True)
+    assert setup.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+def test_messages_stream_helper_sync_and_async(setup, stub) -> None:
+    with client(stub).messages.stream(model=MODEL, max_tokens=300, system=SYSTEM,
+                                      messages=conversation()) as stream:
+        assert "".join(stream.text_stream) == REPLY
+
+    async def run() -> str:
+        async with aclient(stub).messages.stream(model=MODEL, max_tokens=300, system=SYSTEM,
+                                                 messages=conversation()) as s:
+            return "".join([t async for t in s.text_stream])
+
+    assert asyncio.run(run()) == REPLY
+    first, second = inference_spans(setup.tel.spans())
+    check_message_call(setup.tel, first, cache_write=True)
+    check_message_call(setup.tel, second, cache_write=False)
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete", "complete"]
+
+
+def test_async_create(setup, stub) -> None:
+    async def run() -> None:
+        c = aclient(stub)
+        await c.messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
+                                messages=conversation())
+        stream = await c.messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
+                                         messages=conversation(), stream=True)
+        async for _ in stream:
+            pass
+
+    asyncio.run(run())
+    first, second = inference_spans(setup.tel.spans())
+    check_message_call(setup.tel, first, cache_write=True)
+    check_message_call(setup.tel, second, cache_write=False)
+
+
+EDITS = {"edits": [{"type": "clear_tool_uses_20250919",
+                    "trigger": {"type": "input_tokens", "value": 100},
+                    "keep": {"type": "tool_uses", "value": 1}}]}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["create", "stream"])
+def test_context_management_is_a_compaction(setup, stub, streamed: bool) -> None:
+    kwargs = {"model": MODEL, "max_tokens": 300, "messages": conversation(tool_results=3),
+              "context_management": EDITS, "betas": ["context-management-2025-06-27"]}
+    c = client(stub)
+    if streamed:
+        with c.beta.messages.stream(**kwargs) as stream:
+            msg = stream.get_final_message()
+    else:
+        msg = c.beta.messages.create(**kwargs)
+    (edit,) = msg.context_management.applied_edits
+    assert edit.cleared_tool_uses == 2
+    spans = setup.tel.spans()
+    inf = one_inference(spans)
+    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 3
+    (cmp,) = named(spans, S.SPAN_COMPACTION)
+    c_attrs = cmp.attributes
+    assert c_attrs[S.COMPACTION_METHOD] == "provider_context_editing"
+    assert c_attrs[S.COMPACTION_TRIGGER] == "clear_tool_uses_20250919"
+    assert c_attrs[S.COMPACTION_SOURCE_COUNT] == 2
+    assert c_attrs[S.COMPACTION_LOSS_NOTES] == (
+        f"clear_tool_uses_20250919 cleared 2 tool uses ({edit.cleared_input_tokens} "
+        "input tokens)",)
+    sources = events(cmp, S.EVENT_COMPACTION_SOURCE)
+    assert [s[S.ITEM_ID] for s in sources] == ["tool_result:toolu_0", "tool_result:toolu_1"]
+    assert all(s[S.COMPACTION_COVERED] is False for s in sources)
+    assert c_attrs[S.COMPACTION_COVERAGE] == 0.0
+    (bundle,) = setup.tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    (rec,) = bundle["context_compactions"]
+    assert rec["method"] == "provider_context_editing"
+    assert rec["source_item_refs"] == ["tool_result:toolu_0", "tool_result:toolu_1"]
+    metrics = setup.tel.metrics()
+    assert metrics[S.METRIC_COMPACTION_UNCOVERED_SOURCES][0][1] == 2
+
+
+def test_content_capture(capture_setup, stub) -> None:
+    client(stub).messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
+                                 messages=conversation())
+    spans = capture_setup.tel.spans()
+    inf = one_inference(spans)
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    last = events(asm, S.EVENT_ASSEMBLY_BLOCK)[-1]
+    assert last[S.ITEM_DIGEST].startswith("sha256:")
+    if capture_setup.capture:
+        assert last[S.ITEM_CONTENT] == "When will it arrive?"
+        assert "When will it arrive?" in inf.attributes[S.GEN_AI_INPUT_MESSAGES]
+        assert REPLY in inf.attributes[S.GEN_AI_OUTPUT_MESSAGES]
+    else:
+        assert_no_content(spans)
+
+
+def _too_long(c: anthropic.Anthropic) -> anthropic.BadRequestError:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        c.messages.create(model="claude-3-haiku-20240307", max_tokens=100,
+                          messages=[{"role": "user", "content": "x" * 900_000}])
+    return info.value
+
+
+def test_prompt_too_long_is_a_rejected_overflow(stub) -> None:
+    plain = _too_long(client(stub))
+    tel = CapturedTelemetry()
+    inst = AnthropicContextInstrumentor()
+    inst.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider,
+                    agent_context=tel.agent_context)
+    try:
+        seen = _too_long(client(stub))
+    finally:
+        inst.uninstrument()
+        tel.shutdown()
+    assert type(seen) is type(plain)
+    assert str(seen) == str(plain)
+    assert seen.body == plain.body
+    spans = tel.spans()
+    inf = one_inference(spans)
+    assert inf.status.status_code == StatusCode.ERROR
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    b = budget.attributes
+    assert b[S.BUDGET_OVERFLOW] is True
+    assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
+    assert b[S.BUDGET_OVERFLOW_TOKENS] == 225_005 - 200_000
+    assert tel.bundles()[0]["context_budgets"][0]["overflow_strategy"] == "reject"

@@ -1,0 +1,121 @@
+"""``opentelemetry-instrument python agent.py``: the unmodified agent in a subprocess, its
+spans exported over real OTLP/gRPC to a receiver started here, then rebuilt into bundles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from stub_server import StubServer
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.rebuild import EventView, SpanView, rebuild
+
+HERE = Path(__file__).parent
+CLIENT = 3  # OTLP SpanKind CLIENT
+
+
+def _value(v):
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_value(x) for x in v.array_value.values)
+    return getattr(v, kind) if kind else None
+
+
+def _attrs(kvs):
+    return {kv.key: _value(kv.value) for kv in kvs}
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.spans: list[tuple[int, SpanView]] = []  # (kind, view)
+        self.lock = threading.Lock()
+
+    def Export(self, request, context):  # noqa: N802 - gRPC name
+        with self.lock:
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    for sp in ss.spans:
+                        view = SpanView(
+                            trace_id=sp.trace_id.hex(), span_id=sp.span_id.hex(), name=sp.name,
+                            start_time_unix_nano=sp.start_time_unix_nano,
+                            end_time_unix_nano=sp.end_time_unix_nano,
+                            attributes=_attrs(sp.attributes),
+                            events=[EventView(e.name, e.time_unix_nano, _attrs(e.attributes))
+                                    for e in sp.events],
+                            parent_span_id=sp.parent_span_id.hex() or None,
+                            dropped_attributes_count=sp.dropped_attributes_count,
+                            dropped_events_count=sp.dropped_events_count,
+                            status_code=sp.status.code)
+                        self.spans.append((sp.kind, view))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+@pytest.fixture
+def receiver():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    rec = Receiver()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(rec, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield rec, port
+    finally:
+        server.stop(grace=None)
+
+
+@pytest.mark.parametrize("official", [False, True], ids=["ours_alone", "with_official"])
+@pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
+def test_opentelemetry_instrument(receiver, official: bool, capture: bool) -> None:
+    rec, port = receiver
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({
+        "OTEL_SERVICE_NAME": "llm-agent-app",
+        "OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "NO_PROXY": "127.0.0.1,localhost",
+    })
+    # "without the official instrumentor" = not enabling it (it stays installed)
+    disabled = ["agent_context_langchain"] + ([] if official else ["openai", "anthropic"])
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = ",".join(disabled)
+    if capture:
+        env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    launcher = Path(sys.executable).with_name("opentelemetry-instrument")
+    with StubServer() as stub:
+        env["STUB_URL"] = stub.url
+        proc = subprocess.run([str(launcher), sys.executable, str(HERE / "llm_agent_app.py")],
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "openai: The order shipped" in proc.stdout
+    assert "anthropic: The order shipped" in proc.stdout
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(rec.spans) < 6:
+        time.sleep(0.05)
+    spans = [v for _, v in rec.spans]
+    clients = [v for kind, v in rec.spans if kind == CLIENT]
+    assert sorted(s.name for s in clients) == ["chat claude-sonnet-4-6", "chat gpt-4o-mini"]
+    assert len(spans) == 6, [s.name for s in spans]  # 2 x (inference, budget, assembly)
+    for span in clients:
+        a = span.attributes
+        assert a[S.CONTEXT_SCOPE] == "turn"
+        assert a[S.GEN_AI_PROVIDER_NAME] in ("openai", "anthropic")
+        assert a[S.GEN_AI_USAGE_INPUT_TOKENS] > 0
+        assert a[S.GEN_AI_RESPONSE_ID]
+        assert [e.name for e in span.events] == [S.EVENT_INJECTION_APPLIED]
+        assert (S.GEN_AI_INPUT_MESSAGES in a) is capture
+    blocks = [e.attributes for s in spans if s.name == S.SPAN_ASSEMBLY for e in s.events]
+    assert len(blocks) == 4
+    assert all((S.ITEM_CONTENT in b) is capture for b in blocks)
+    bundles = rebuild(spans)
+    assert [b["rebuild"]["status"] for b in bundles] == ["complete", "complete"]
+    assert {b["context_budgets"][0]["max_tokens"] for b in bundles} == {128_000, 200_000}

@@ -1,0 +1,347 @@
+"""Real transports: the stock OTLP exporters and raw clients against an in-process processor.
+
+The central check: bundles written by the processor equal the in-process rebuild of the
+very same spans, over gRPC and over HTTP, from our own API (the demo agent) and from a
+raw-SDK emitter that knows only the wire contract.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from processor_testkit import (
+    by_context,
+    envelope_spans,
+    fast_spans,
+    normalise,
+    read_bundles,
+    request,
+    span,
+    wait_for,
+)
+
+from otel_agent_context._demo_agent import run_demo
+from otel_agent_context.rebuild import rebuild, view_from_readable_span
+
+
+def _provider(exporter: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider, memory
+
+
+def _exporter(protocol: str, processor: Any, **kwargs: Any) -> Any:
+    if protocol == "grpc":
+        return GrpcExporter(endpoint=f"http://{processor.addresses['otlp_grpc']}", insecure=True,
+                            **kwargs)
+    return HttpExporter(endpoint=f"http://{processor.addresses['otlp_http']}/v1/traces",
+                        **kwargs)
+
+
+def _expect_same_bundles(processor: Any, memory: InMemorySpanExporter, count: int) -> list:
+    out_dir = processor.config.out_dir
+    wait_for(lambda: len(read_bundles(out_dir)) >= count, 15, message=f"{count} bundles")
+    got = by_context(read_bundles(out_dir))
+    expected = by_context(normalise(rebuild(
+        [view_from_readable_span(s) for s in memory.get_finished_spans()])))
+    assert got.keys() == expected.keys()
+    for context_id, bundle in expected.items():
+        assert got[context_id] == bundle, context_id
+    return list(got.values())
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_demo_agent_through_the_stock_exporter_equals_in_process_rebuild(
+        start_processor, protocol: str) -> None:
+    processor = start_processor()
+    provider, memory = _provider(_exporter(protocol, processor))
+    ids = run_demo(provider, turns=6, seed=11)
+    provider.force_flush()
+    bundles = _expect_same_bundles(processor, memory, len(ids))
+    assert all(b["rebuild"]["status"] == "complete" for b in bundles)
+    provider.shutdown()
+    selfm = processor.metrics.self
+    assert selfm.get("context_processor_spans_rejected_total", (protocol,)) == 0
+    wait_for(lambda: selfm.get("context_processor_bundles_written_total", ("jsonl",)) == len(ids))
+    assert selfm.total("context_processor_spans_accepted_total") == sum(
+        b["rebuild"]["received_spans"] + 1 for b in bundles)
+
+
+def _raw_sdk_agent(tracer: Any) -> None:
+    """A third-party emitter: only the OpenTelemetry SDK and the contract's names."""
+    cid = "turn-7f3a"
+    with tracer.start_as_current_span("invoke_agent raw-agent", attributes={
+            "context.id": cid, "context.scope": "turn", "context.span_count": 5,
+            "context.schema_version": "0.1", "context.producer": "raw/1.0",
+            "gen_ai.agent.name": "raw-agent", "gen_ai.conversation.id": "conv-9"}) as envelope:
+        with tracer.start_as_current_span("context.surface", attributes={
+                "context.id": cid, "context.surface.id": "srf-1",
+                "context.surface.item_count": 3}) as surface:
+            for item in ("doc-1", "doc-2", "doc-3"):
+                surface.add_event("context.item.added", {
+                    "context.item.id": item, "context.item.kind": "document_excerpt",
+                    "context.item.token_estimate": 400, "context.item.digest": "sha256:00"})
+        with tracer.start_as_current_span("context.selection", attributes={
+                "context.id": cid, "context.selection.id": "sel-1",
+                "context.surface.id": "srf-1", "context.selection.candidate_count": 3,
+                "context.selection.selected_count": 2,
+                "context.selection.omitted_count": 1}) as selection:
+            selection.add_event("context.item.selected", {
+                "context.item.id": "doc-1", "context.selection.rank": 1,
+                "context.selection.score": 0.93, "context.selection.signal.bm25": 11.2})
+            selection.add_event("context.item.selected", {
+                "context.item.id": "doc-3", "context.selection.rank": 2,
+                "context.selection.score": 0.71})
+            selection.add_event("context.item.omitted", {
+                "context.item.id": "doc-2", "context.omission.reason": "duplicate_coverage",
+                "context.omission.detail": "same section as doc-1"})
+        with tracer.start_as_current_span("context.budget", attributes={
+                "context.id": cid, "context.budget.id": "bud-1",
+                "context.budget.target": "model", "context.budget.max_tokens": 1000,
+                "context.budget.actual_tokens": 1100, "context.budget.overflow": True,
+                "context.budget.overflow_tokens": 100, "context.budget.utilization": 1.1,
+                "context.budget.overflow_strategy": "truncate_tail"}) as budget:
+            budget.add_event("context.budget.truncated", {
+                "context.item.id": "doc-3", "context.truncation.strategy": "truncate_tail",
+                "context.truncation.tokens_before": 400, "context.truncation.tokens_after": 300})
+        with tracer.start_as_current_span("context.assembly", attributes={
+                "context.id": cid, "context.assembly.id": "asm-1",
+                "context.assembly.target": "model", "context.assembly.block_count": 2}) as asm:
+            for index, item in enumerate(("doc-1", "doc-3")):
+                asm.add_event("context.assembly.block", {
+                    "context.block.index": index, "context.item.id": item,
+                    "context.block.tokens": 300, "context.injection.point": "message_history"})
+        with tracer.start_as_current_span("chat raw-model", kind=SpanKind.CLIENT, attributes={
+                "context.id": cid, "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "raw-model"}) as chat:
+            chat.add_event("context.injection.applied", {
+                "context.injection.id": "inj-1", "context.assembly.id": "asm-1",
+                "context.injection.target": "model",
+                "context.injection.point": "message_history"})
+        envelope.add_event("context.missing.detected", {
+            "context.missing.id": "gap-1", "context.missing.severity": "blocking",
+            "context.missing.needed_for": "refund", "context.missing.status": "open"})
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_raw_sdk_emitter_gives_the_same_bundle(start_processor, protocol: str) -> None:
+    processor = start_processor()
+    provider, memory = _provider(_exporter(protocol, processor))
+    _raw_sdk_agent(provider.get_tracer("raw"))
+    provider.force_flush()
+    (bundle,) = _expect_same_bundles(processor, memory, 1)
+    provider.shutdown()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert bundle["rebuild"]["expected_spans"] == bundle["rebuild"]["received_spans"] == 5
+    (selection,) = bundle["context_selections"]
+    assert selection["selected_item_refs"] == ["doc-1", "doc-3"]
+    assert selection["omitted_item_refs"][0]["reason"] == "duplicate_coverage"
+    assert bundle["context_budgets"][0]["overflow"] is True
+    assert bundle["missing_context"][0]["severity"] == "blocking"
+    assert bundle["context_injections"][0]["injection_point"] == "message_history"
+    wait_for(lambda: processor.metrics.contract.value(
+        "context.envelopes", ("turn", "raw-agent", "complete")) == 1, message="the metric")
+
+
+# -- raw gRPC and HTTP clients: status codes and messages ------------------------------------
+
+
+def _stub(processor: Any) -> TraceServiceStub:
+    return TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+
+
+def _post(processor: Any, body: bytes, content_type: str = "application/x-protobuf",
+          headers: dict[str, str] | None = None, scheme: str = "http",
+          context: Any = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(
+        f"{scheme}://{processor.addresses['otlp_http']}/v1/traces", data=body, method="POST",
+        headers={"Content-Type": content_type, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_grpc_partial_success_names_the_span_and_keeps_the_rest(start_processor) -> None:
+    processor = start_processor()
+    bad = span(5, 50, "context.selection", {"context.id": "ctx-ok", "context.span_count": "2"})
+    response = _stub(processor).Export(request([*envelope_spans(5, "ctx-ok", stages=1), bad]),
+                                       timeout=10)
+    assert response.partial_success.rejected_spans == 1
+    assert "context.span_count must be an int" in response.partial_success.error_message
+    wait_for(lambda: read_bundles(processor.config.out_dir), message="the good envelope")
+    assert processor.metrics.self.get("context_processor_spans_rejected_total", ("grpc",)) == 1
+
+
+def test_grpc_full_success_leaves_partial_success_unset(start_processor) -> None:
+    processor = start_processor()
+    response = _stub(processor).Export(request(fast_spans(1, 3)), timeout=10)
+    assert not response.HasField("partial_success")
+    assert processor.metrics.self.get("context_processor_spans_fast_path_total") == 3
+
+
+def test_grpc_malformed_and_oversized(start_processor) -> None:
+    processor = start_processor(receivers__max_request_bytes=64 * 1024)
+    channel = grpc.insecure_channel(processor.addresses["otlp_grpc"])
+    raw = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+    with pytest.raises(grpc.RpcError) as info:
+        raw(b"\x0a\xff\xff\xff\xff\x0fnope", timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed ExportTraceServiceRequest" in info.value.details()
+    with pytest.raises(grpc.RpcError) as info:
+        _stub(processor).Export(request(fast_spans(1, 2000)), timeout=10)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # nothing else lost: the next good request goes through
+    _stub(processor).Export(request(envelope_spans(2, "ctx-after", stages=1)), timeout=10)
+    wait_for(lambda: read_bundles(processor.config.out_dir), message="bundle after errors")
+
+
+def test_http_protobuf_json_and_gzip(start_processor) -> None:
+    processor = start_processor()
+    proto = request(envelope_spans(1, "ctx-proto", stages=1))
+    status, headers, body = _post(processor, proto.SerializeToString())
+    assert status == 200 and headers["Content-Type"] == "application/x-protobuf"
+    assert ExportTraceServiceResponse.FromString(body) == ExportTraceServiceResponse()
+
+    zipped = gzip.compress(request(envelope_spans(2, "ctx-gzip", stages=1)).SerializeToString())
+    status, _, _ = _post(processor, zipped, headers={"Content-Encoding": "gzip"})
+    assert status == 200
+
+    document = json_format.MessageToDict(request(envelope_spans(3, "ctx-json", stages=1)))
+    for s in document["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if key in s:
+                import base64
+                s[key] = base64.b64decode(s[key]).hex()
+    import orjson
+    status, headers, body = _post(processor, orjson.dumps(document), "application/json")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert orjson.loads(body) == {}
+    wait_for(lambda: len(read_bundles(processor.config.out_dir)) == 3, message="3 bundles")
+    assert set(by_context(read_bundles(processor.config.out_dir))) == {
+        "ctx-proto", "ctx-gzip", "ctx-json"}
+
+
+def test_http_errors_carry_a_status_message(start_processor) -> None:
+    processor = start_processor(receivers__max_request_bytes=64 * 1024)
+    status, _, body = _post(processor, b"\x0a\xff\xff\xff\xff\x0fnope")
+    assert status == 400
+    assert "malformed ExportTraceServiceRequest" in status_pb2.Status.FromString(body).message
+    status, headers, body = _post(processor, b"{oops", "application/json")
+    assert status == 400 and headers["Content-Type"] == "application/json"
+    import orjson
+    assert "malformed JSON" in orjson.loads(body)["message"]
+    status, _, _ = _post(processor, b"x", "text/plain")
+    assert status == 415
+    status, _, body = _post(processor, request(fast_spans(1, 2000)).SerializeToString())
+    assert status == 413
+    bomb = gzip.compress(b"\x00" * (1 << 20))
+    status, _, body = _post(processor, bomb, headers={"Content-Encoding": "gzip"})
+    assert status == 413 and b"after decompression" in body
+    status, _, _ = _post(processor, b"not gzip", headers={"Content-Encoding": "gzip"})
+    assert status == 400
+    bad = span(5, 50, "context.selection", {"context.id": 7})
+    status, _, body = _post(processor, request([bad]).SerializeToString())
+    assert status == 200
+    response = ExportTraceServiceResponse.FromString(body)
+    assert response.partial_success.rejected_spans == 1
+    req = urllib.request.Request(f"http://{processor.addresses['otlp_http']}/v1/traces")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=10)
+    assert info.value.code == 405
+
+
+def test_bearer_token(start_processor) -> None:
+    processor = start_processor(receivers__auth__bearer_token="s3cret")
+    with pytest.raises(grpc.RpcError) as info:
+        _stub(processor).Export(request(fast_spans(1, 1)), timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    _stub(processor).Export(request(fast_spans(1, 1)), timeout=10,
+                            metadata=(("authorization", "Bearer s3cret"),))
+    status, headers, _ = _post(processor, request(fast_spans(1, 1)).SerializeToString())
+    assert status == 401 and headers["WWW-Authenticate"] == "Bearer"
+    status, _, _ = _post(processor, request(fast_spans(1, 1)).SerializeToString(),
+                         headers={"Authorization": "Bearer s3cret"})
+    assert status == 200
+    provider, memory = _provider(_exporter("grpc", processor,
+                                           headers={"authorization": "Bearer s3cret"}))
+    run_demo(provider, turns=1, seed=2)
+    provider.force_flush()
+    _expect_same_bundles(processor, memory, 1)
+    provider.shutdown()
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_tls_on_both_receivers(start_processor, tmp_path: Path) -> None:
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    processor = start_processor(receivers__otlp_grpc__endpoint="localhost:0",
+                                receivers__otlp_http__endpoint="localhost:0",
+                                receivers__tls__cert_file=str(cert),
+                                receivers__tls__key_file=str(key))
+    credentials = grpc.ssl_channel_credentials(cert.read_bytes())
+    stub = TraceServiceStub(grpc.secure_channel(processor.addresses["otlp_grpc"], credentials))
+    stub.Export(request(envelope_spans(1, "ctx-tls-grpc", stages=1)), timeout=10)
+    context = ssl.create_default_context(cafile=str(cert))
+    status, _, _ = _post(processor, request(envelope_spans(2, "ctx-tls-http", stages=1))
+                         .SerializeToString(), scheme="https", context=context)
+    assert status == 200
+    with pytest.raises(grpc.RpcError):  # plaintext is refused
+        _stub(processor).Export(request(fast_spans(1, 1)), timeout=5)
+    wait_for(lambda: len(read_bundles(processor.config.out_dir)) == 2, message="2 bundles")
+
+
+def test_retry_status_carries_retry_info_twice() -> None:
+    from otel_agent_context.processor._grpc import RETRY_INFO_TRAILER, retry_status
+
+    status = retry_status("queue full", 1.5)
+    assert status.code == grpc.StatusCode.UNAVAILABLE
+    trailers = dict(status.trailing_metadata)
+    info = error_details_pb2.RetryInfo.FromString(trailers[RETRY_INFO_TRAILER])
+    assert (info.retry_delay.seconds, info.retry_delay.nanos) == (1, 500_000_000)
+    details = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    assert details.code == 14
+    unpacked = error_details_pb2.RetryInfo()
+    assert details.details[0].Unpack(unpacked) and unpacked == info
