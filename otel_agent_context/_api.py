@@ -87,11 +87,24 @@ def _guard(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+_ENUM_TABLES: dict[type, dict[Any, str]] = {}
+
+
 def _enum(cls: type, value: Any) -> str | None:
-    """The plain string of an enum value, validated; None stays None."""
+    """The plain string of an enum value (member or string), validated; None stays None.
+
+    A dict lookup instead of ``cls(value)``: enum construction costs more than the event."""
     if value is None:
         return None
-    return cls(value).value  # type: ignore[no-any-return]
+    table = _ENUM_TABLES.get(cls)
+    if table is None:
+        table = _ENUM_TABLES[cls] = {}
+        for member in cls:  # type: ignore[attr-defined]
+            table[member] = table[member.value] = member.value
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{value!r} is not a valid {cls.__name__}") from None
 
 
 def _put(attrs: dict[str, Any], key: str, value: Any) -> None:
@@ -616,7 +629,7 @@ class _Stage(_Recorder):
         self._overrides: dict[str, Any] = {}
 
     def _item_event(self, name: str, attrs: dict[str, Any], timestamp: int | str | None) -> None:
-        ts = to_ns(timestamp)
+        ts = timestamp if timestamp is None or isinstance(timestamp, int) else to_ns(timestamp)
         if self._on_span < S.MAX_ITEM_EVENTS_PER_SPAN:
             self._on_span += 1
             self._span.add_event(name, attrs, ts)
@@ -708,7 +721,7 @@ class Selection(_Stage):
             for name, value in signals.items():
                 attrs[S.SELECTION_SIGNAL_PREFIX + name] = float(value)
         self._selected += 1
-        k = it.context_kind.value if it.context_kind is not None else "unknown"
+        k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._selected_by_kind[k] = self._selected_by_kind.get(k, 0) + 1
         self._item_event(S.EVENT_ITEM_SELECTED, attrs, timestamp)
 
@@ -719,14 +732,14 @@ class Selection(_Stage):
                 timestamp: int | str | None = None) -> None:
         """A candidate was left out; ``reason`` is one of the spec's omission reasons."""
         it = _as_item(item, kind, token_estimate)
-        r = OmissionReason(reason).value
+        r = _enum(OmissionReason, reason)
         attrs = self._env._item_attrs(it)
         attrs[S.OMISSION_REASON] = r
         _put(attrs, S.OMISSION_DETAIL, detail)
         if score is not None:
             attrs[S.SELECTION_SCORE] = float(score)
         self._omitted += 1
-        k = it.context_kind.value if it.context_kind is not None else "unknown"
+        k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._omitted_by[(k, r)] = self._omitted_by.get((k, r), 0) + 1
         self._omitted_tokens[r] = self._omitted_tokens.get(r, 0) + (it.token_estimate or 0)
         self._item_event(S.EVENT_ITEM_OMITTED, attrs, timestamp)
@@ -1036,6 +1049,7 @@ class _NoOp:
     surface = selection = budget = assembly = compaction = _self
     stop = fail = add = update = remove = selected = omitted = segment = truncated = _none
     actual = overflowed = block = loss_note = set = set_lifecycle = mark_compacted = _none
+    source = _none
     missing_requested = missing_resolved = redaction = _none
     injection = missing = summary = inject = _empty
 

@@ -57,9 +57,9 @@ def item_attributes(item: ContextItem, capture_content: bool,
     policy (the caller then records a ``context.redaction.applied`` event)."""
     out: dict[str, Any] = {S.ITEM_ID: item.item_id}
     if item.context_kind is not None:
-        out[S.ITEM_KIND] = item.context_kind.value
+        out[S.ITEM_KIND] = item.context_kind._value_  # _value_: no descriptor call
     if item.content_mode is not None:
-        out[S.ITEM_CONTENT_MODE] = item.content_mode.value
+        out[S.ITEM_CONTENT_MODE] = item.content_mode._value_
     withheld = False
     if capture_content:
         if item.sensitivity is not None and item.sensitivity in blocked_sensitivities:
@@ -86,9 +86,9 @@ def item_attributes(item: ContextItem, capture_content: bool,
     if item.sensitivity is not None:
         out[S.ITEM_SENSITIVITY] = item.sensitivity
     if item.redaction_state is not None:
-        out[S.ITEM_REDACTION_STATE] = item.redaction_state.value
+        out[S.ITEM_REDACTION_STATE] = item.redaction_state._value_
     if item.visibility:
-        out[S.ITEM_VISIBILITY] = tuple(v.value for v in item.visibility)
+        out[S.ITEM_VISIBILITY] = tuple(v._value_ for v in item.visibility)
     if item.priority is not None:
         out[S.ITEM_PRIORITY] = item.priority
     if item.digest is not None:

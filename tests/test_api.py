@@ -94,6 +94,16 @@ def test_no_sdk_configured_returns_shared_noop_and_allocates_nothing() -> None:
     assert grown == 0
 
 
+def test_noop_answers_every_public_method_of_every_recorder() -> None:
+    from otel_agent_context._api import _NOOP_ENVELOPE
+
+    for cls in (oac.Envelope, oac.Surface, oac.Selection, oac.Budget, oac.Assembly,
+                oac.Compaction):
+        for name in dir(cls):
+            if not name.startswith("_"):
+                assert hasattr(_NOOP_ENVELOPE, name), f"{cls.__name__}.{name}"
+
+
 def test_content_capture_follows_the_genai_switch(monkeypatch) -> None:
     doc = ContextItem(item_id="d1", content="the refund limit is 500", title="Refunds")
     for value, captured in (("", False), ("NO_CONTENT", False), ("EVENT_ONLY", False),
