@@ -88,7 +88,7 @@ def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int
                       model=MODEL, runtime_refs=[f"turn:{turn}"]) as env:
         # a known gap first: the agent can tell before it selects
         gap = None
-        if rng.random() < 0.3:
+        if turn == 0 or rng.random() < 0.3:  # the first turns show every failure mode
             gap = env.missing(question="Which order is this about?",
                               needed_for="refund eligibility", severity="blocking",
                               blocked_actions=["issue_refund"],
@@ -143,14 +143,14 @@ def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int
                            used_tokens=min(history_tokens, history_limit))
             budget.segment("retrieval", order=3, reserved_tokens=4000, used_tokens=used)
             budget.segment("output", order=4, reserved_tokens=RESERVED_OUTPUT)
-            if history_tokens > history_limit:
+            if history_tokens > history_limit or turn == 1:
                 for msg in history[1:-1][: rng.randint(1, 3)]:
                     before = msg.token_estimate or 0
                     budget.truncated(item_id=msg.item_id, strategy="truncate_middle",
                                      tokens_before=before, tokens_after=before // 4)
             actual = 420 + summary_tokens + min(history_tokens, history_limit) + used + (
                 tool.token_estimate or 0)
-            if rng.random() < 0.2:  # a long tool result pushes the turn over the window
+            if turn == 1 or rng.random() < 0.2:  # a long tool result overflows the window
                 actual += WINDOW - actual - RESERVED_OUTPUT + rng.randint(50, 900)
             budget.actual(tokens=actual, items=len(picked) + len(history) + 2)
 
@@ -158,7 +158,7 @@ def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int
             with env.compaction(method="rolling_summary", trigger="history_over_budget",
                                 scope="session_history", replacement_policy="replace_in_window",
                                 validation="sampled_qa") as comp:
-                lose = rng.random() < 0.5
+                lose = turn == 2 or rng.random() < 0.5
                 for i, msg in enumerate(history[:-1]):
                     comp.source(msg, covered=not (lose and i == 1))
                 comp.summary(content="Customer discussed refunds and shipping; agent "
@@ -184,6 +184,6 @@ def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int
             asm.inject(injection_point="message_history", span=chat)
             if summary_tokens:
                 env.mark_compacted(chat)
-        if gap is not None and rng.random() < 0.5:  # the order lookup found it
+        if gap is not None and turn > 0 and rng.random() < 0.5:  # the order lookup found it
             env.missing_resolved(gap, resolution_refs=[tool.item_id])
         return env.context_id
