@@ -330,6 +330,7 @@ class Envelope(_Recorder):
         self._token: object | None = None
         self._stages: set[str] = set()
         self._redacted: set[str] = set()
+        self._joined: set[int] = set()  # spans of others that joined (e.g. inference spans)
         self._missing_severity: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -441,7 +442,8 @@ class Envelope(_Recorder):
     @_guard
     def assembly(
         self, *, assembly_id: str | None = None,
-        target: Visibility | str | None = Visibility.MODEL, budget_id: str | None = None, wrapping_policy: str | None = None,
+        target: Visibility | str | None = Visibility.MODEL, budget_id: str | None = None,
+        wrapping_policy: str | None = None,
         separator_policy: str | None = None,
         redaction_state: RedactionState | str | None = None,
         visibility: Sequence[Visibility | str] = (), start_time: int | str | None = None,
@@ -487,15 +489,12 @@ class Envelope(_Recorder):
             return self._span
         # A span outside the envelope's own (e.g. the GenAI inference span) joins it.
         if span.is_recording():
-            span.set_attribute(S.CONTEXT_ID, self.context_id)
-            tagged = getattr(span, "_oac_tagged", None)
-            if tagged != self.context_id:
+            span_id = span.get_span_context().span_id
+            if span_id not in self._joined:
+                span.set_attribute(S.CONTEXT_ID, self.context_id)
                 with self._lock:
+                    self._joined.add(span_id)
                     self._span_count += 1
-                try:
-                    span._oac_tagged = self.context_id  # type: ignore[union-attr]
-                except AttributeError:
-                    pass
         return span
 
     @_guard

@@ -195,7 +195,7 @@ REDACTION_METHOD = "context.redaction.method"
 REDACTION_REDACTED_BY = "context.redaction.redacted_by"
 POLICY_REF = "context.policy.ref"
 
-# --- overflow spans --------------------------------------------------------------------------------
+# --- overflow spans ---------------------------------------------------------------------------
 ITEMS_STAGE = "context.items.stage"
 ITEMS_PART = "context.items.part"
 

@@ -52,7 +52,8 @@ def test_invalid_enum_fails_at_construction_naming_the_field() -> None:
 
 
 def test_strings_become_enum_members_and_json_round_trips() -> None:
-    sel = ContextSelection(selection_id="s", omitted_item_refs=[{"item_id": "a", "reason": "budget"}],
+    sel = ContextSelection(selection_id="s",
+                           omitted_item_refs=[{"item_id": "a", "reason": "budget"}],
                            created_at="2026-05-04T09:31:42+02:00")
     assert sel.omitted_item_refs[0].reason == "budget"
     assert sel.created_at == "2026-05-04T07:31:42Z"

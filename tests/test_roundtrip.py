@@ -51,7 +51,6 @@ from otel_agent_context import (
     WindowSegment,
     bundle_json_schema,
     emit_bundle,
-
 )
 from otel_agent_context._records import ns_to_rfc3339
 from otel_agent_context.testing import CapturedTelemetry
@@ -215,7 +214,8 @@ def bundles(draw: Any) -> Bundle:
             ordered_blocks=blocks, wrapping_policy=draw(maybe(ident)),
             separator_policy=draw(maybe(ident)),
             visibility=draw(st.lists(st.sampled_from(list(Visibility)), max_size=2, unique=True)),
-            budget_ref=draw(maybe(st.just("bud0"))), source_item_refs=list(dict.fromkeys(block_ids)),
+            budget_ref=draw(maybe(st.just("bud0"))),
+            source_item_refs=list(dict.fromkeys(block_ids)),
             redaction_state=draw(maybe(st.sampled_from(list(RedactionState)))),
             block_count=len(blocks), token_count=draw(maybe(small_int)),
             hash=draw(maybe(st.just(_digest("asm")))), created_at=clock.next()))

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-AttributeValue = Union[str, int, float, bool, Sequence[str], Sequence[int], Sequence[float],
-                       Sequence[bool]]
+AttributeValue = Union[  # noqa: UP007 - a runtime alias, kept importable on 3.10
+    str, int, float, bool, Sequence[str], Sequence[int], Sequence[float], Sequence[bool]]
 Attributes = Mapping[str, AttributeValue]
 
 __all__ = ["AttributeValue", "Attributes", "EventView", "SpanView", "view_from_readable_span"]
