@@ -67,9 +67,9 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
         srf._overrides = _overrides(((S.SURFACE_ITEM_COUNT, surface.item_count),
                                      (S.SURFACE_TOKEN_ESTIMATE, surface.token_estimate)))
         for item_id in [*surface.item_refs, *surface.removed_item_refs]:
-            srf.add(item(item_id))
+            srf.add(item(item_id), timestamp=surface.created_at)
         for item_id in surface.removed_item_refs:
-            srf.remove(item_id)
+            srf.remove(item_id, timestamp=surface.completed_at)
         srf.stop(end_time=surface.completed_at)
 
     for rec in bundle.context_selections:
@@ -92,10 +92,11 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
                 sig = signals.get(item_id)
                 sel.selected(item(item_id), rank=sig.rank if sig else None,
                              score=sig.score if sig else None,
-                             signals=sig.signals if sig else None)
+                             signals=sig.signals if sig else None, timestamp=rec.created_at)
             elif item_id in omitted:
                 o = omitted[item_id]
-                sel.omitted(item(item_id), reason=o.reason, detail=o.detail, score=o.score)
+                sel.omitted(item(item_id), reason=o.reason, detail=o.detail, score=o.score,
+                            timestamp=rec.created_at)
         sel.stop(end_time=rec.completed_at)
 
     windows = {w.window_id: w for w in bundle.context_windows}
@@ -115,7 +116,7 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
         for block in asm_rec.ordered_blocks:
             asm.block(block.item_id or "", tokens=block.tokens,
                       injection_point=block.injection_point, kind=block.context_kind,
-                      digest=block.digest, index=block.index)
+                      digest=block.digest, index=block.index, timestamp=asm_rec.created_at)
         asm.stop(end_time=asm_rec.created_at)
 
     for inj in bundle.context_injections:
@@ -143,7 +144,8 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
             cov = coverage.get(item_id)
             src = item(item_id)
             comp.source(src, covered=cov.covered if cov else None,
-                        token_estimate=cov.token_estimate if cov else None)
+                        token_estimate=cov.token_estimate if cov else None,
+                        timestamp=comp_rec.created_at)
         summary = summaries.get(comp_rec.summary_ref or "")
         if summary is not None:
             comp.summary(summary_id=summary.summary_id, content=summary.content,
@@ -198,5 +200,6 @@ def _emit_budget(env: Envelope, rec: ContextBudget, windows: dict[str, Any]) -> 
                     used_tokens=seg.used_tokens, timestamp=rec.created_at)
     for tr in rec.truncation_records:
         bud.truncated(item_id=tr.item_id, segment=tr.segment, strategy=tr.strategy,
-                      tokens_before=tr.tokens_before, tokens_after=tr.tokens_after)
+                      tokens_before=tr.tokens_before, tokens_after=tr.tokens_after,
+                      timestamp=rec.created_at)
     bud.stop(end_time=rec.completed_at)

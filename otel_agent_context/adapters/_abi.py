@@ -37,7 +37,16 @@ from opentelemetry.trace import SpanKind
 from .. import _semconv as S
 from .._api import AgentContext
 from .._attributes import to_ns
-from .._enums import CompactionMethod, ContextKind, InjectionPoint, OmissionReason
+from .._enums import (
+    CompactionMethod,
+    ContentMode,
+    ContextKind,
+    InjectionPoint,
+    Lifecycle,
+    OmissionReason,
+    Scope,
+    Visibility,
+)
 from .._records import (
     AssemblyBlock,
     Bundle,
@@ -553,29 +562,38 @@ class _Build:
     def add(self, item: ContextItem) -> None:
         self.items.setdefault(item.item_id, item)
 
-    def file_facts(self, rel: str, selector: str | None
-                   ) -> tuple[str | None, int | None, str | None, str | None]:
-        """(digest, byte size, modified_at, resolved selector) of a session file's content."""
+    def file_facts(self, rel: str, selector: str | None, where: str = ""
+                   ) -> tuple[str | None, int | None, str | None, str | None, int | None]:
+        """(digest, byte size, modified_at, resolved selector, estimated tokens) of the content
+        a session file (and a range of its lines) holds; Nones for what cannot be read."""
+        nothing = (None, None, None, None, None)
         if rel == MESSAGES and self.history.present:
-            r = self.history.resolve(selector)
             st = self.reader.stat(MESSAGES)
             mod = ns_to_rfc3339(st.st_mtime_ns) if st is not None else None
+            r = self.history.resolve(selector)
             if r is None:
-                return None, None, mod, None
+                if selector is not None and self.history.count:
+                    self.reader.warn(PACK, f"{where}: range {selector!r} is not a range of "
+                                           f"{MESSAGES}; no digest")
+                return None, None, mod, None, None
             data = self.history.bytes_in(r)
-            return _digest(data), len(data), mod, f"line_range:{_fmt(r)}"
+            return (_digest(data), len(data), mod, f"line_range:{_fmt(r)}",
+                    self.history.tokens_in(r))
         if rel.startswith("/") or ".." in Path(rel).parts:
-            return None, None, None, None  # outside the session folder: not ours to read
+            return nothing  # outside the session folder: not ours to read
         st = self.reader.stat(rel)
         if st is None or not (self.reader.root / rel).is_file():
-            return None, None, None, None
-        data = self.reader.read(rel)
-        if data is None:
-            return None, None, None, None
+            return nothing
+        raw = self.reader.read(rel)
+        if raw is None:
+            return nothing
         sel = None
-        if selector is not None and re.fullmatch(r"\d+-\d+", selector.strip()):
-            sel = f"line_range:{selector.strip()}"
-        return _digest(data), len(data), ns_to_rfc3339(st.st_mtime_ns), sel
+        m = re.fullmatch(r"(\d+)-(\d+)", selector.strip()) if selector is not None else None
+        if m is not None:
+            sel = f"line_range:{m.group(1)}-{m.group(2)}"
+            raw = b"".join(raw.splitlines(keepends=True)[int(m.group(1)) - 1:int(m.group(2))])
+        return (_digest(raw), len(raw), ns_to_rfc3339(st.st_mtime_ns), sel,
+                estimate_tokens(self.reader.text(rel, raw)))
 
 
 def _pack_items(build: _Build, pack: dict[str, Any]) -> list[tuple[ContextItem, str | None]]:
@@ -608,18 +626,16 @@ def _pack_items(build: _Build, pack: dict[str, Any]) -> list[tuple[ContextItem, 
         tokens = _count(reader, PACK, f"{where}.tokens", raw.get("tokens"))
         digest = size = modified = selector = None
         if source is not None:
-            digest, size, modified, selector = build.file_facts(source, rng)
-            if tokens is None and digest is not None:
+            digest, size, modified, selector, estimate = build.file_facts(source, rng, where)
+            if tokens is None and estimate is not None:
                 reader.warn(PACK, f"{where}: no tokens; estimated from {source}")
-                data = reader.read(source) if source != MESSAGES else None
-                text = reader.text(source, data) if data is not None else ""
-                tokens = estimate_tokens(text) if data is not None else None
+                tokens = estimate
         src = ContextSourceRef(uri=source, source_kind="file" if source else None,
                                selector=selector, modified_at=modified,
                                external_mappings=_native(kind=kind, range=rng))
         item = ContextItem(
             item_id=item_id, context_kind=PACK_KINDS.get(kind or "", ContextKind.CUSTOM),
-            content_mode="ref", content_ref=source, token_estimate=tokens, byte_size=size,
+            content_mode=ContentMode.REF, content_ref=source, token_estimate=tokens, byte_size=size,
             digest=digest, source_refs=[src])
         build.add(item)
         out.append((item, kind))
@@ -698,7 +714,7 @@ def _swap(build: _Build, selected: set[str]) -> list[tuple[ContextItem, OmittedR
         kind = _str(entry.get("kind"))
         item = ContextItem(
             item_id=chunk, context_kind=SWAP_KINDS.get(kind or "", ContextKind.CUSTOM),
-            content_mode="ref", content_ref=chunk, title=_str(entry.get("summary")),
+            content_mode=ContentMode.REF, content_ref=chunk, title=_str(entry.get("summary")),
             token_estimate=_count(reader, SWAP_INDEX, f"line {number}: tokens",
                                   entry.get("tokens")),
             digest=digest,
@@ -746,7 +762,7 @@ def _dedup(build: _Build, selected: set[str], omitted: set[str]
                 build.refers.add(MESSAGES)
             build.add(ContextItem(
                 item_id=item_id, context_kind=_REF_PREFIX_KINDS.get(prefix, ContextKind.CUSTOM),
-                content_mode="ref", token_estimate=tokens, byte_size=size, digest=digest,
+                content_mode=ContentMode.REF, token_estimate=tokens, byte_size=size, digest=digest,
                 source_refs=[ContextSourceRef(
                     uri=MESSAGES if prefix == "messages" else None, selector=selector,
                     source_id=ref, external_mappings=_native(dedup_hash=blob))]))
@@ -775,13 +791,13 @@ def _children(build: _Build) -> None:
             rel = f"{CHILD_DIR}/{child.name}/{f.name}"
             if rel in build.items:
                 continue
-            digest, size, modified, _ = build.file_facts(rel, None)
+            digest, size, modified, _, _ = build.file_facts(rel, None)
             is_result = f.name.startswith("result")
             build.add(ContextItem(
                 item_id=rel,
                 context_kind=ContextKind.PEER_AGENT_MESSAGE if is_result
                 else ContextKind.ARTIFACT_REF,
-                content_mode="ref", content_ref=rel, byte_size=size, digest=digest,
+                content_mode=ContentMode.REF, content_ref=rel, byte_size=size, digest=digest,
                 source_refs=[ContextSourceRef(uri=rel, source_kind="file", modified_at=modified,
                                               external_mappings=_native(child=child.name))]))
 
@@ -803,11 +819,13 @@ def _refs(build: _Build, entries: list[tuple[int, dict[str, Any]]]) -> None:
         if item_id in build.items:
             continue
         kind = _str(entry.get("kind"))
+        digest, size, modified, _, _ = build.file_facts(path, None) if path else (None,) * 5
         build.add(ContextItem(
             item_id=item_id,
             context_kind=REF_KINDS.get(kind or "", ContextKind.EXTERNAL_RESOURCE),
-            content_mode="ref", content_ref=path, title=_str(entry.get("summary")),
-            source_refs=[ContextSourceRef(uri=path, source_kind=kind,
+            content_mode=ContentMode.REF, content_ref=path, title=_str(entry.get("summary")),
+            digest=digest, byte_size=size,
+            source_refs=[ContextSourceRef(uri=path, source_kind=kind, modified_at=modified,
                                           external_mappings=_native(ref_id=ref_id))]))
 
 
@@ -1002,7 +1020,8 @@ def _bundle(build: _Build, pack: dict[str, Any], pack_key: tuple[int, str], agen
         overflow_tokens = over if over > 0 else None
         utilization = actual / max_tokens
     budget = ContextBudget(
-        budget_id=BUDGET_ID, target="model", max_tokens=max_tokens, reserved_tokens=reserved,
+        budget_id=BUDGET_ID, target=Visibility.MODEL, max_tokens=max_tokens,
+        reserved_tokens=reserved,
         actual_tokens=actual, actual_items=len(pack_items), overflow=overflow,
         overflow_tokens=overflow_tokens, utilization=utilization, created_at=at,
         completed_at=at)
@@ -1011,7 +1030,8 @@ def _bundle(build: _Build, pack: dict[str, Any], pack_key: tuple[int, str], agen
                             injection_point=PACK_INJECTION.get(kind or ""), digest=item.digest)
               for i, (item, kind) in enumerate(pack_items)]
     assembly = ContextAssembly(
-        assembly_id=ASSEMBLY_ID, target="model", ordered_blocks=blocks, budget_ref=BUDGET_ID,
+        assembly_id=ASSEMBLY_ID, target=Visibility.MODEL, ordered_blocks=blocks,
+        budget_ref=BUDGET_ID,
         block_count=len(blocks), token_count=actual, hash="sha256:" + sha, created_at=at)
 
     surface_items = list(build.items.values())
@@ -1030,8 +1050,8 @@ def _bundle(build: _Build, pack: dict[str, Any], pack_key: tuple[int, str], agen
 
     actors, runtime, meta = _envelope_refs(agent, session)
     envelope = ContextEnvelope(
-        context_id=f"abi:{agent or '-'}/{session}/pack-{mtime_ns}-{sha[:8]}", scope="turn",
-        lifecycle="assembled", created_at=at, completed_at=at, actor_refs=actors,
+        context_id=f"abi:{agent or '-'}/{session}/pack-{mtime_ns}-{sha[:8]}", scope=Scope.TURN,
+        lifecycle=Lifecycle.ASSEMBLED, created_at=at, completed_at=at, actor_refs=actors,
         runtime_refs=runtime, metadata=meta)
     items = {i.item_id: i for i in surface_items}
     for seg in segment_items:
@@ -1057,15 +1077,12 @@ def log_breach(root: Path, breach: RuleBreach) -> None:
                  breach.level.upper(), breach.detail)
 
 
-def emit_snapshot(snapshot: SessionSnapshot, agent_context: AgentContext,
-                  extra_breaches: Iterable[RuleBreach] = ()) -> str | None:
+def emit_snapshot(snapshot: SessionSnapshot, agent_context: AgentContext) -> str | None:
     """Emit a snapshot's bundle with its rule breaches as ``context.runtime.rule_breach``
     events on the envelope span. Returns the context id (None without a bundle)."""
     if snapshot.bundle is None:
         return None
-    breaches = list(snapshot.breaches)
-    breaches += [b for b in extra_breaches if b not in breaches]
-    return _emit(snapshot.bundle, agent_context, breaches)
+    return _emit(snapshot.bundle, agent_context, snapshot.breaches)
 
 
 def emit_rule_breaches(path: str | os.PathLike[str], agent: str | None, session: str,
@@ -1076,7 +1093,7 @@ def emit_rule_breaches(path: str | os.PathLike[str], agent: str | None, session:
     at = ns_to_rfc3339(ns)
     actors, runtime, meta = _envelope_refs(agent, session)
     bundle = Bundle(context_envelope=ContextEnvelope(
-        context_id=f"abi:{agent or '-'}/{session}/check-{ns}", scope="session", created_at=at,
+        context_id=f"abi:{agent or '-'}/{session}/check-{ns}", scope=Scope.SESSION, created_at=at,
         completed_at=at, actor_refs=actors, runtime_refs=runtime, metadata=meta))
     _emit(bundle, agent_context, breaches)
     return bundle.context_envelope.context_id

@@ -82,6 +82,8 @@ def _check(args: argparse.Namespace) -> tuple[Path, Path | None, Path | None]:
                                    "written to")
         if path is not None and path.is_dir():
             raise ConfigError(key, f"{path} is a directory")
+        if path is not None and not path.parent.is_dir():
+            raise ConfigError(key, f"{path.parent} does not exist")
     return session, out, state
 
 

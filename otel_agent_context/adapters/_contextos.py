@@ -43,7 +43,18 @@ from .. import _api
 from .. import _semconv as S
 from .._api import AgentContext, _guard
 from .._attributes import digest_text
-from .._enums import ContextKind, InjectionPoint, OmissionReason, OverflowStrategy, Severity
+from .._enums import (
+    ContentMode,
+    ContextKind,
+    InjectionPoint,
+    Lifecycle,
+    OmissionReason,
+    OverflowStrategy,
+    RedactionState,
+    Scope,
+    Severity,
+    Visibility,
+)
 from .._records import (
     AssemblyBlock,
     Bundle,
@@ -133,6 +144,11 @@ _BAGGAGE_REFS = {"run_id": "run", "session_id": "session", "request_id": "reques
 
 def _m(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    """A JSON array, else nothing (a string is not a list of refs)."""
+    return value if isinstance(value, list) else []
 
 
 def _s(value: Any) -> str | None:
@@ -250,7 +266,7 @@ def run_context_refs(run_context: Mapping[str, Any] | None = None,
         for ref in refs if isinstance(refs, list) else []:
             if isinstance(ref, str) and PINNED_PACK_REF.match(ref):
                 runtime.append(f"context_pack:{ref}")
-        for att in obj.get("attachments") or []:
+        for att in _l(obj.get("attachments")):
             r = _ref("artifact", _m(att).get("artifact_id"))
             if r:
                 evidence.append(r)
@@ -291,12 +307,12 @@ def decision_refs(record: Mapping[str, Any]) -> ContextOSRefs:
     """A ``DecisionRecord``'s evidence refs (its own ``evidence_refs``, the record itself,
     its approval gates) and policy refs (its policy decisions)."""
     r = _m(record)
-    evidence = [e for e in r.get("evidence_refs") or [] if isinstance(e, str)]
+    evidence = [e for e in _l(r.get("evidence_refs")) if isinstance(e, str)]
     evidence += [x for x in (_ref("decision_record", r.get("record_id")),) if x]
     evidence += [x for x in (_ref("approval", _m(a).get("gate_id"))
-                             for a in r.get("approvals") or []) if x]
+                             for a in _l(r.get("approvals"))) if x]
     policy = [x for x in (_ref("policy_decision", _m(p).get("policy_decision_id"))
-                          for p in r.get("policy_decisions") or []) if x]
+                          for p in _l(r.get("policy_decisions"))) if x]
     actors = _principals(_m(r.get("agent_identity")).get("principal_chain"))
     return ContextOSRefs(tuple(_unique(actors)), (), tuple(_unique(policy)),
                          tuple(_unique(evidence)))
@@ -304,8 +320,8 @@ def decision_refs(record: Mapping[str, Any]) -> ContextOSRefs:
 
 def _call_refs(envelope: Mapping[str, Any]) -> ContextOSRefs:
     e = _m(envelope)
-    evidence = [x for x in e.get("evidence_refs") or [] if isinstance(x, str)]
-    evidence += [x for x in (_s(_m(c).get("evidence_ref")) for c in e.get("citations") or [])
+    evidence = [x for x in _l(e.get("evidence_refs")) if isinstance(x, str)]
+    evidence += [x for x in (_s(_m(c).get("evidence_ref")) for c in _l(e.get("citations")))
                  if x]
     policy = [x for x in (_ref("policy_decision", e.get("policy_decision_id")),) if x]
     return ContextOSRefs((), (), tuple(policy), tuple(_unique(evidence)))
@@ -362,11 +378,11 @@ def tool_call_injection(call: Mapping[str, Any], *, at: str | int | None = None
     c = _m(call)
     call_id = _s(c.get("tool_call_id")) or "unknown"
     return ContextInjection(
-        injection_id=f"tool_call:{call_id}", target="tool",
+        injection_id=f"tool_call:{call_id}", target=Visibility.TOOL,
         injection_point=InjectionPoint.TOOL_ARGUMENT, native_id=call_id,
         final_ref=_ref("capability", c.get("capability_id")),
         hash=digest_text(_json(c.get("args"))) if "args" in c else None,
-        visibility=["tool"], created_at=_time(at))
+        visibility=[Visibility.TOOL], created_at=_time(at))
 
 
 def tool_result_records(result: Mapping[str, Any], *, at: str | int | None = None
@@ -393,17 +409,17 @@ def tool_result_records(result: Mapping[str, Any], *, at: str | int | None = Non
     when = _time(at)
     item = ContextItem(
         item_id=f"tool:{capability}:{call_id}", context_kind=ContextKind.TOOL_RESULT,
-        content_mode="tool_result_ref", content=content,
+        content_mode=ContentMode.TOOL_RESULT_REF, content=content,
         mime_type="application/json" if content is not None else None,
         digest=digest_text(content) if content is not None else None,
         redaction_state=None if not isinstance(redacted, bool) else
-        ("masked" if redacted else "none"),
+        (RedactionState.MASKED if redacted else RedactionState.NONE),
         source_refs=[ContextSourceRef(source_id=call_id, source_kind="tool",
                                       external_mappings=native)])
     injection = ContextInjection(
-        injection_id=f"tool_result:{call_id}", target="model",
+        injection_id=f"tool_result:{call_id}", target=Visibility.MODEL,
         injection_point=InjectionPoint.MESSAGE_HISTORY, native_id=call_id, hash=item.digest,
-        visibility=["model"], created_at=when)
+        visibility=[Visibility.MODEL], created_at=when)
     missing = None
     severity = TOOL_STATUS_SEVERITY.get(status, Severity.HIGH)
     if severity is not None:
@@ -494,12 +510,13 @@ class _Compose:
 
         # the compiled prompt: the assembly
         blocks: list[tuple[ContextItem, InjectionPoint | None]] = []
-        for part, (kind, point) in PROMPT_PARTS.items():
+        for part, (kind, part_point) in PROMPT_PARTS.items():
             text = prompt.get(part)
             if isinstance(text, str):
                 blocks.append((ContextItem(
-                    item_id=f"compiled_prompt.{part}", context_kind=kind, content_mode="inline",
-                    content=text, digest=digest_text(text), source_refs=from_pack), point))
+                    item_id=f"compiled_prompt.{part}", context_kind=kind,
+                    content_mode=ContentMode.INLINE, content=text, digest=digest_text(text),
+                    source_refs=from_pack), part_point))
         raw_blocks = prompt.get("context_blocks")
         for i, block in enumerate(raw_blocks if isinstance(raw_blocks, list) else []):
             b = _m(block) if isinstance(block, Mapping) else {"content": block}
@@ -509,7 +526,7 @@ class _Compose:
             blocks.append((ContextItem(
                 item_id=_s(b.get("block_id")) or _s(b.get("id")) or f"context_blocks[{i}]",
                 context_kind=BUCKET_KINDS.get(bucket or "", ContextKind.CUSTOM),
-                content_mode="inline", content=text,
+                content_mode=ContentMode.INLINE, content=text,
                 digest=digest_text(text) if text is not None else None,
                 token_estimate=_n(b.get("tokens")), priority=_n(b.get("priority")),
                 source_refs=from_pack), None))
@@ -519,7 +536,7 @@ class _Compose:
         used_total = _n(report.get("tokens_used_at_compile"))
         if blocks:
             self.assembly = ContextAssembly(
-                assembly_id=ASSEMBLY_ID, target="model", budget_ref=BUDGET_ID,
+                assembly_id=ASSEMBLY_ID, target=Visibility.MODEL, budget_ref=BUDGET_ID,
                 ordered_blocks=[AssemblyBlock(index=i, item_id=item.item_id,
                                               context_kind=item.context_kind,
                                               tokens=item.token_estimate, injection_point=point,
@@ -533,23 +550,23 @@ class _Compose:
 
         # manifests and ledger: selected items and envelope refs
         policy_refs: list[str] = []
-        for entry in manifests.get("policy_manifest") or []:
+        for entry in _l(manifests.get("policy_manifest")):
             e = _m(entry)
             bundle_id = _s(e.get("bundle_id"))
             if not bundle_id:
                 continue
-            rules = [r for r in e.get("rule_ids") or [] if isinstance(r, str)]
+            rules = [r for r in _l(e.get("rule_ids")) if isinstance(r, str)]
             policy_refs += [f"policy:{bundle_id}#{r}" for r in rules] or [f"policy:{bundle_id}"]
             self._select(ContextItem(
                 item_id=f"policy:{bundle_id}", context_kind=ContextKind.POLICY_NOTE,
-                content_mode="ref", source_refs=[ContextSourceRef(
+                content_mode=ContentMode.REF, source_refs=[ContextSourceRef(
                     source_id=bundle_id, source_kind="policy_bundle",
                     external_mappings={"contextos.rule_ids": ",".join(rules)} if rules else {})]))
-        for entry in manifests.get("tool_manifest") or []:
+        for entry in _l(manifests.get("tool_manifest")):
             e = _m(entry)
             adapter = _s(e.get("adapter_id"))
             meta = _m(e.get("capability_metadata"))
-            for cap in e.get("capabilities") or []:
+            for cap in _l(e.get("capabilities")):
                 if not adapter or not isinstance(cap, str):
                     continue
                 cm = _m(meta.get(cap))
@@ -558,22 +575,22 @@ class _Compose:
                                if isinstance(v, (str, int, float, bool))})
                 self._select(ContextItem(
                     item_id=f"capability:{adapter}.{cap}", context_kind=ContextKind.CUSTOM,
-                    content_mode="ref", source_refs=[ContextSourceRef(
+                    content_mode=ContentMode.REF, source_refs=[ContextSourceRef(
                         source_id=f"{adapter}.{cap}", source_kind="tool_capability",
                         external_mappings=native)]))
-        evidence = [_s(_m(e).get("evidence_ref")) for e in manifests.get("evidence_manifest") or []]
-        evidence += [e for e in ledger.get("evidence_refs") or [] if isinstance(e, str)]
+        evidence = [_s(_m(e).get("evidence_ref")) for e in _l(manifests.get("evidence_manifest"))]
+        evidence += [e for e in _l(ledger.get("evidence_refs")) if isinstance(e, str)]
         for ref in _unique(e for e in evidence if e):
             self._select(ContextItem(
-                item_id=ref, context_kind=ContextKind.RETRIEVAL_RESULT, content_mode="ref",
-                content_ref=ref, source_refs=[ContextSourceRef(source_id=ref,
-                                                               source_kind="evidence")]))
-        for ref in ledger.get("memory_refs") or []:
+                item_id=ref, context_kind=ContextKind.RETRIEVAL_RESULT,
+                content_mode=ContentMode.REF, content_ref=ref,
+                source_refs=[ContextSourceRef(source_id=ref, source_kind="evidence")]))
+        for ref in _l(ledger.get("memory_refs")):
             if isinstance(ref, str) and ref:
                 self._select(ContextItem(
-                    item_id=ref, context_kind=ContextKind.DURABLE_MEMORY, content_mode="ref",
-                    content_ref=ref, source_refs=[ContextSourceRef(source_id=ref,
-                                                                   source_kind="memory")]))
+                    item_id=ref, context_kind=ContextKind.DURABLE_MEMORY,
+                    content_mode=ContentMode.REF, content_ref=ref,
+                    source_refs=[ContextSourceRef(source_id=ref, source_kind="memory")]))
         runtime = [x for x in (_ref("context_pack", pack_ref),
                                _ref("request", ledger.get("request_id"))) if x]
         self.refs |= ContextOSRefs((), tuple(runtime), tuple(_unique(policy_refs)),
@@ -593,7 +610,7 @@ class _Compose:
                      if _n(v) is not None}
         used = _m(report.get("tokens_used_by_bucket"))
         truncated = [b for b, v in _m(report.get("bucket_truncations")).items() if v is True]
-        warnings = [w for w in report.get("warnings") or [] if isinstance(w, str)]
+        warnings = [w for w in _l(report.get("warnings")) if isinstance(w, str)]
         if not allocated and not used and used_total is None:
             return
         buckets = list(dict.fromkeys([*allocated, *used]))
@@ -617,7 +634,8 @@ class _Compose:
                 self.omitted.append(OmittedRef(item_id=block_id, reason=OmissionReason.BUDGET,
                                                detail=note))
         self.budget = ContextBudget(
-            budget_id=BUDGET_ID, target="model", max_tokens=max_tokens, actual_tokens=used_total,
+            budget_id=BUDGET_ID, target=Visibility.MODEL, max_tokens=max_tokens,
+            actual_tokens=used_total,
             overflow=overflow,
             overflow_strategy=OverflowStrategy.CUSTOM if overflow else None,
             utilization=used_total / max_tokens if max_tokens and used_total is not None
@@ -627,17 +645,20 @@ class _Compose:
                                                  tokens_after=_n(used.get(b)))
                                 for b in truncated],
             window_segments=segments, created_at=at, completed_at=at)
-        self.window = ContextWindow(window_id=WINDOW_ID, budget_ref=BUDGET_ID, target="model",
-                                    max_tokens=max_tokens, segments=segments, created_at=at)
+        self.window = ContextWindow(window_id=WINDOW_ID, budget_ref=BUDGET_ID,
+                                    target=Visibility.MODEL, max_tokens=max_tokens,
+                                    segments=segments, created_at=at)
 
     def tool_call(self, call: Mapping[str, Any], at: str | None) -> None:
         self._at(at)
+        self.context_id = self.context_id or _ref("contextos", _m(call).get("run_id"))
         self.injections.append(tool_call_injection(call, at=at))
         self.refs |= _call_refs(call)
         self.refs |= ContextOSRefs(tuple(_principals(_m(call).get("principal_chain"))))
 
     def tool_result(self, result: Mapping[str, Any], at: str | None) -> None:
         self._at(at)
+        self.context_id = self.context_id or _ref("contextos", _m(result).get("run_id"))
         rec = tool_result_records(result, at=at)
         self.item(rec.item)
         self.injections.append(rec.injection)
@@ -647,18 +668,42 @@ class _Compose:
 
     def decision(self, record: Mapping[str, Any], at: str | None) -> None:
         self._at(at)
+        self.context_id = self.context_id or _ref(
+            "contextos", _m(_m(record).get("inputs_refs")).get("request"))
         self.refs |= decision_refs(record)
         lineage = _m(_m(record).get("lineage"))
         pack = _ref("context_pack", lineage.get("pack_version"))
         if pack:
             self.refs |= ContextOSRefs((), (pack,))
 
+    def _run_budget(self) -> None:
+        """Without a budget_report, the RunContext's run budget: its total and buckets."""
+        rb = self.run_budget
+        buckets = {k: _n(v) for k, v in _m(rb.get("bucket_tokens")).items()
+                   if _n(v) is not None}
+        total = _n(rb.get("total_tokens"))
+        if total is None and not buckets:
+            return
+        segments = [WindowSegment(segment=b, order=i, reserved_tokens=v)
+                    for i, (b, v) in enumerate(buckets.items())]
+        self.budget = ContextBudget(budget_id=BUDGET_ID, target=Visibility.MODEL, max_tokens=total,
+                                    window_ref=WINDOW_ID if segments else None,
+                                    window_segments=segments, created_at=self.first,
+                                    completed_at=self.first)
+        if segments:
+            self.window = ContextWindow(window_id=WINDOW_ID, budget_ref=BUDGET_ID,
+                                        target=Visibility.MODEL, max_tokens=total,
+                                        segments=segments, created_at=self.first)
+
     def bundle(self, *, context_id: str | None, start: str | None, end: str | None) -> Bundle:
         start = start or self.first
+        if self.budget is None:
+            self._run_budget()
         items = list(self.items.values())
+        known = [i.token_estimate for i in items if i.token_estimate is not None]
         surface = [ContextSurface(
             surface_id=SURFACE_ID, item_refs=[i.item_id for i in items], item_count=len(items),
-            token_estimate=sum(i.token_estimate or 0 for i in items),
+            token_estimate=sum(known) if known else None,
             created_at=self.first, completed_at=self.first)] if items else []
         selection = [ContextSelection(
             selection_id=SELECTION_ID, surface_id=SURFACE_ID, intent=self.intent,
@@ -667,10 +712,12 @@ class _Compose:
             budget_ref=BUDGET_ID if self.budget is not None else None,
             candidate_count=len(self.candidates), created_at=self.first,
             completed_at=self.first)] if self.candidates else []
-        lifecycle = ("injected" if self.injections else "assembled" if self.assembly
-                     else "selected" if selection else "available" if items else None)
+        lifecycle = (Lifecycle.INJECTED if self.injections
+                     else Lifecycle.ASSEMBLED if self.assembly
+                     else Lifecycle.SELECTED if selection
+                     else Lifecycle.AVAILABLE if items else Lifecycle.DRAFT)
         envelope = ContextEnvelope(
-            context_id=context_id or self.context_id or "contextos:unknown", scope="turn",
+            context_id=context_id or self.context_id or "contextos:unknown", scope=Scope.TURN,
             lifecycle=lifecycle, created_at=start, completed_at=end or start,
             actor_refs=list(self.refs.actor_refs), runtime_refs=list(self.refs.runtime_refs),
             policy_refs=list(self.refs.policy_refs),
