@@ -302,8 +302,15 @@ class Call:
                 n += 1
                 budget.segment(f"cache_prefix_{n}", used_tokens=prefix)
         asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
+        capture = tel.capture
         for b in req.blocks:
-            asm.block(b.item, injection_point=b.point, describe=True)
+            item = b.item
+            # the item's own attributes only where they add something to the block's (content
+            # under capture, a native id, a non-inline content mode): fewer event attributes
+            # is most of the per-call cost
+            asm.block(item, injection_point=b.point,
+                      describe=capture or bool(item.source_refs) or item.content_mode is not None
+                      and item.content_mode.value != "inline")
         asm.stop()
         asm.inject(span=span, injection_point=InjectionPoint.MESSAGE_HISTORY)
         if req.compacted:

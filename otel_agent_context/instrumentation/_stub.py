@@ -78,6 +78,7 @@ class _State:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # one response, no 40 ms delayed-ACK stalls
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
         return None
@@ -441,11 +442,14 @@ class StubServer:
         self.stop()
 
 
-def main() -> None:  # pragma: no cover - manual use
+def main() -> None:  # pragma: no cover - manual use and the benchmark
+    """``python -m otel_agent_context.instrumentation._stub [port]``: serve until killed;
+    prints the URL on the first line."""
+    import sys
     import time
 
-    with StubServer(port=8089) as stub:
-        print(f"stub serving on {stub.url}", flush=True)
+    with StubServer(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0) as stub:
+        print(stub.url, flush=True)
         while True:
             time.sleep(3600)
 

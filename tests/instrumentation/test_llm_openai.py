@@ -276,7 +276,7 @@ def test_content_capture(capture_setup, stub) -> None:
     inf = one_inference(spans)
     (asm,) = named(spans, S.SPAN_ASSEMBLY)
     first = events(asm, S.EVENT_ASSEMBLY_BLOCK)[0]
-    assert first[S.ITEM_DIGEST].startswith("sha256:")
+    assert first[S.BLOCK_DIGEST].startswith("sha256:")
     if capture_setup.capture:
         assert first[S.ITEM_CONTENT] == SYSTEM
         assert json.loads(inf.attributes[S.GEN_AI_SYSTEM_INSTRUCTIONS])[0]["content"] == SYSTEM
@@ -290,7 +290,8 @@ def test_content_capture(capture_setup, stub) -> None:
 
 def _too_long(c: openai.OpenAI) -> openai.BadRequestError:
     with pytest.raises(openai.BadRequestError) as info:
-        c.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x" * 40_000}])
+        c.chat.completions.create(model="gpt-4",
+                                  messages=[{"role": "user", "content": "x" * 40_000}])
     return info.value
 
 

@@ -35,7 +35,7 @@ __all__ = ["ContextCallbackHandler"]
 
 #: Exceptions that steer a graph rather than fail it (LangGraph interrupts, a stream the
 #: caller stopped reading): the envelope ends normally.
-_CONTROL_FLOW = frozenset({"GraphBubbleUp", "GeneratorExit", "CancelledError"})
+_CONTROL_FLOW = frozenset({"GraphBubbleUp", "GeneratorExit"})
 
 
 def _is_control_flow(error: BaseException) -> bool:
@@ -88,8 +88,8 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._roots: dict[UUID, _Root] = {}
         self._retrievals: dict[UUID, Retrieval] = {}
 
-    @property  # type: ignore[override]
-    def raise_error(self) -> bool:
+    @property
+    def raise_error(self) -> bool:  # type: ignore[override]
         # internal errors surface under the test kit's strict mode, never in production
         return _api._strict
 
@@ -189,6 +189,8 @@ class ContextCallbackHandler(BaseCallbackHandler):
     def on_retriever_start(self, serialized: Any, query: Any, *, run_id: UUID,
                            parent_run_id: UUID | None = None, tags: Any = None,
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not STATE.active:
+            return
         self._start(run_id, parent_run_id, opens=True, metadata=metadata)
         provider = (metadata or {}).get("ls_vector_store_provider")
         retrieval = Retrieval(

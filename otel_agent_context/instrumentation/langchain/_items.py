@@ -119,13 +119,19 @@ def _source_ref(doc: Any, source_kind: str | None) -> ContextSourceRef | None:
                             selector=selector)
 
 
-def doc_item(doc: Any, item_id: str, source_kind: str | None) -> ContextItem:
-    """A retrieved document as a ``retrieval_result`` item (content sent only under capture)."""
+def doc_item(doc: Any, item_id: str, source_kind: str | None,
+             origin: Any = None) -> ContextItem:
+    """A retrieved document as a ``retrieval_result`` item (content sent only under capture).
+
+    ``origin``: the candidate ``doc`` was made from (a compressor's copy, which may have lost
+    the id, or an extract of it): the source reference and title come from there.
+    """
     text = doc_text(doc)
-    md = _metadata(doc)
+    origin = doc if origin is None else origin
+    md = _metadata(origin)
     title = md.get("title")
     sensitivity = md.get("sensitivity")
-    src = _source_ref(doc, source_kind)
+    src = _source_ref(origin, source_kind)
     return ContextItem(
         item_id=item_id,
         context_kind=ContextKind.RETRIEVAL_RESULT,

@@ -20,7 +20,7 @@ from typing import Any
 from ..._api import Envelope
 from ..._enums import OmissionReason
 from ._items import DocIndex, doc_item, doc_scores
-from ._state import ACTIVE_RETRIEVAL, guarded, stage_envelope
+from ._state import ACTIVE_RETRIEVAL, guarded, recording, stage_envelope
 
 __all__ = ["FILTERS", "PIPELINES", "Retrieval", "describe_filter", "wrap_filter"]
 
@@ -125,6 +125,7 @@ class Retrieval:
     def merge_into(self, parent: Retrieval, outputs: Sequence[Any]) -> None:
         """A child retriever ended: its candidates and drops become the parent's."""
         self.add_candidates(outputs)
+        parent.source_kind = parent.source_kind or self.source_kind
         for iid in self.candidates:
             piid = parent.index.add(self.index.docs[iid])
             parent.candidates.setdefault(piid, None)
@@ -138,6 +139,8 @@ class Retrieval:
     def emit(self, env: Envelope, outputs: Sequence[Any],
              error: BaseException | None = None) -> None:
         """Record the surface (all candidates) and the selection (returned vs dropped)."""
+        if not recording(env):
+            return
         outputs = list(outputs)
         self.add_candidates(outputs)
         kind = self.source_kind
@@ -153,13 +156,14 @@ class Retrieval:
             return
         chosen: dict[str, None] = {}
         for doc in outputs:
-            iid = self.index.find(doc)
-            if iid is None or iid in chosen:
+            found = self.index.find(doc)
+            if found is None or found in chosen:
                 continue
-            chosen[iid] = None
-            scores = doc_scores(doc) or self.scores.get(iid, {})
-            score = next(iter(scores.values()), None)
-            selection.selected(doc_item(doc, iid, kind), rank=len(chosen), score=score,
+            chosen[found] = None
+            scores = doc_scores(doc) or self.scores.get(found, {})
+            origin = self.index.docs[found]
+            selection.selected(doc_item(doc, found, kind, origin), rank=len(chosen),
+                               score=next(iter(scores.values()), None),
                                signals=scores if len(scores) > 1 else None)
         for iid in self.candidates:
             if iid in chosen:

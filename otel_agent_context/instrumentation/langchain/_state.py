@@ -8,13 +8,14 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from ... import _api
 from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 
-__all__ = ["ACTIVE_COMPACTION", "ACTIVE_RETRIEVAL", "STATE", "guarded", "stage_envelope"]
+__all__ = ["ACTIVE_COMPACTION", "ACTIVE_RETRIEVAL", "STATE", "guarded", "recording",
+           "stage_envelope"]
 
 _log = logging.getLogger("otel_agent_context")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -62,6 +63,12 @@ def guarded(fn: _F) -> _F:
             return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def recording(env: Envelope | None) -> TypeGuard[Envelope]:
+    """Whether ``env`` records: no SDK, or a sampled-out envelope, costs nothing further
+    (no items built, no extra token counting)."""
+    return env is not None and env.span.is_recording()
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from ..._enums import CompactionMethod, ContextKind
 from ..._records import ContextItem
 from .._tokens import estimate_tokens
 from ._items import message_id, message_item, message_kind, message_text
-from ._state import ACTIVE_COMPACTION, STATE, guarded, stage_envelope
+from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
 
 __all__ = ["MEMORIES", "MIDDLEWARE", "wrap_memory", "wrap_middleware"]
 
@@ -71,7 +71,7 @@ def _trigger(middleware: Any) -> str:
 @guarded
 def _record_middleware(env: Envelope | None, middleware: Any, messages: list[Any],
                        result: Any, collector: _Collector, start: int) -> None:
-    if env is None or not isinstance(result, Mapping):
+    if not recording(env) or not isinstance(result, Mapping):
         return
     new = result.get("messages")
     if not isinstance(new, Sequence):
@@ -102,7 +102,7 @@ def _record_middleware(env: Envelope | None, middleware: Any, messages: list[Any
 @guarded
 def _record_memory(env: Envelope | None, memory: Any, messages: Any, existing: Any,
                    result: Any, start: int) -> None:
-    if env is None or not isinstance(result, str) or not isinstance(messages, Sequence):
+    if not recording(env) or not isinstance(result, str) or not isinstance(messages, Sequence):
         return
     buffered = hasattr(memory, "max_token_limit")
     compaction = env.compaction(method=CompactionMethod.ROLLING_SUMMARY,
@@ -136,8 +136,8 @@ def wrap_middleware(is_async: bool) -> Any:
         collector = _Collector()
         token = ACTIVE_COMPACTION.set(collector)
         try:
-            start = time.time_ns()
             with stage_envelope() as env:
+                start = time.time_ns()
                 result = wrapped(*args, **kwargs)
                 _record_middleware(env, instance, messages, result, collector, start)
         finally:
@@ -152,8 +152,8 @@ def wrap_middleware(is_async: bool) -> Any:
         collector = _Collector()
         token = ACTIVE_COMPACTION.set(collector)
         try:
-            start = time.time_ns()
             with stage_envelope() as env:
+                start = time.time_ns()
                 result = await wrapped(*args, **kwargs)
                 _record_middleware(env, instance, messages, result, collector, start)
         finally:
@@ -177,8 +177,8 @@ def wrap_memory(is_async: bool) -> Any:
         if not STATE.active:
             return wrapped(*args, **kwargs)
         messages, existing = _memory_args(args, kwargs)
-        start = time.time_ns()
         with stage_envelope() as env:
+            start = time.time_ns()
             result = wrapped(*args, **kwargs)
             _record_memory(env, instance, messages, existing, result, start)
         return result
@@ -188,8 +188,8 @@ def wrap_memory(is_async: bool) -> Any:
         if not STATE.active:
             return await wrapped(*args, **kwargs)
         messages, existing = _memory_args(args, kwargs)
-        start = time.time_ns()
         with stage_envelope() as env:
+            start = time.time_ns()
             result = await wrapped(*args, **kwargs)
             _record_memory(env, instance, messages, existing, result, start)
         return result

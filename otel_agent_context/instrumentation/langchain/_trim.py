@@ -27,7 +27,7 @@ from ..._api import Envelope
 from ..._enums import OverflowStrategy
 from .._tokens import estimate_tokens
 from ._items import message_id, message_text
-from ._state import ACTIVE_COMPACTION, STATE, guarded, stage_envelope
+from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
 
 __all__ = ["TRIM_MODULE", "wrap_trim"]
 
@@ -75,18 +75,19 @@ def _match_cut(result: Sequence[Any], messages: Sequence[Any]) -> list[tuple[Any
 @guarded
 def _record(env: Envelope | None, strategy: str, start: int, messages: Sequence[Any],
             result: Any, kwargs: dict[str, Any]) -> None:
-    if env is None or not isinstance(result, list):
+    if not recording(env) or not isinstance(result, list):
         return
     counter: Callable[[list[Any]], int] = kwargs["token_counter"]
     max_tokens = kwargs["max_tokens"]
     include_system = bool(kwargs.get("include_system", False))
     by_items = counter is len
     mapped = _strategy(strategy, messages, result, include_system)
+    tokens: Callable[[list[Any]], int]
     if by_items:
         budget = env.budget(max_items=max_tokens, overflow_strategy=mapped, start_time=start)
         before, after = len(messages), len(result)
 
-        def tokens(ms: list[Any]) -> int:
+        def tokens(ms: list[Any]) -> int:  # estimated: ``len`` counts messages
             return sum(estimate_tokens(message_text(m)) for m in ms)
     else:
         budget = env.budget(max_tokens=max_tokens, overflow_strategy=mapped, start_time=start)
@@ -128,8 +129,8 @@ def wrap_trim(strategy: str) -> Any:
         messages = list(messages)
         token = _IN_TRIM.set(True)
         try:
-            start = time.time_ns()
             with stage_envelope() as env:
+                start = time.time_ns()
                 result = wrapped(*args, **kwargs)
                 _record(env, strategy, start, messages, result, kwargs)
         finally:

@@ -1,0 +1,83 @@
+"""With the OpenAI instrumentor too: ``ChatOpenAI`` calls inside a LangGraph run record their
+inference span, assembly and budget into the run's envelope (one envelope, one bundle)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import START, MessagesState, StateGraph
+from lc_helpers import QUERY, knowledge_base, tree
+from lc_openai_stub import ANSWER, OpenAIStub
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
+from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+
+@pytest.fixture
+def both() -> Iterator[CapturedTelemetry]:
+    tel = CapturedTelemetry()
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider,
+          "agent_context": tel.agent_context}
+    ours = [LangChainContextInstrumentor(), OpenAIContextInstrumentor()]
+    for inst in ours:
+        inst.instrument(**kw)
+    try:
+        yield tel
+    finally:
+        for inst in ours:
+            inst.uninstrument()
+        tel.shutdown()
+
+
+def test_openai_calls_in_a_graph_join_the_run_envelope(both) -> None:
+    retriever = knowledge_base().as_retriever(search_kwargs={"k": 1})
+    with OpenAIStub() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.url, api_key="sk-offline",
+                           max_retries=0)
+
+        def respond(state: MessagesState) -> dict[str, Any]:
+            notes = retriever.invoke(QUERY)[0].page_content
+            return {"messages": [model.invoke([SystemMessage(notes, id="notes"),
+                                               *state["messages"]])]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("respond", respond)
+        graph.add_edge(START, "respond")
+        out = graph.compile(name="openai_agent").invoke(
+            {"messages": [HumanMessage("How long do refunds take?", id="q")]})
+        assert len(stub.requests) == 1
+    assert out["messages"][-1].content == ANSWER
+
+    assert tree(both) == [
+        ("context.envelope", None), ("context.surface", "context.envelope"),
+        ("context.selection", "context.envelope"), ("chat gpt-4o-mini", "context.envelope"),
+        ("context.budget", "context.envelope"), ("context.assembly", "context.envelope")]
+    inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+    assert inference.attributes[S.CONTEXT_ID] == "ctx_1"
+    assert S.CONTEXT_SCOPE not in inference.attributes  # it joined, it is not an envelope
+    (bundle,) = both.bundles()
+    assert bundle["context_envelope"]["metadata"]["gen_ai.agent.name"] == "openai_agent"
+    assert bundle["context_selections"][0]["selected_item_refs"] == ["refunds"]
+    assert len(bundle["context_assemblies"]) == 1
+    assert len(bundle["context_injections"]) == 1
+    assert bundle["rebuild"]["status"] == "complete"
+    assert bundle["rebuild"]["expected_spans"] == 5
+
+
+def test_chat_model_outside_any_run_is_an_implicit_envelope(both) -> None:
+    with OpenAIStub() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.url, api_key="sk-offline",
+                           max_retries=0)
+        assert model.invoke("hello").content == ANSWER
+    envelope = next(s for s in both.spans() if s.name == "context.envelope")
+    assert envelope.attributes[S.CONTEXT_SCOPE] == "turn"
+    assert envelope.attributes[S.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
+    (bundle,) = both.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert len(bundle["context_assemblies"]) == 1

@@ -1,0 +1,165 @@
+"""``trim_messages`` as a budget: max_tokens, overflow, one truncation record per message."""
+
+from __future__ import annotations
+
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, trim_messages
+from langchain_core.messages import utils as message_utils
+from lc_helpers import count_words, events, one, strip_times, tree
+
+from otel_agent_context import _semconv as S
+
+HISTORY = [
+    SystemMessage("Answer in one sentence.", id="sys"),             # 4 words
+    HumanMessage("Where is my order number 42?", id="h1"),           # 6
+    AIMessage("It left the warehouse on Monday.", id="a1"),          # 6
+    HumanMessage("When will it arrive at my door?", id="h2"),        # 7
+    AIMessage("Expect it by Thursday afternoon.", id="a2"),          # 5
+    HumanMessage("Can I change the address?", id="h3"),              # 5
+]
+
+
+def test_last_with_system_drops_the_oldest_after_the_system_prompt(tel) -> None:
+    kept = trim_messages(HISTORY, max_tokens=15, token_counter=count_words, strategy="last",
+                         include_system=True)
+    assert [m.id for m in kept] == ["sys", "a2", "h3"]
+
+    assert tree(tel) == [("context.envelope", None), ("context.budget", "context.envelope")]
+    budget = one(tel, "context.budget")
+    assert dict(budget.attributes) == {
+        S.BUDGET_ID: "bud_1", S.BUDGET_TARGET: "model", S.BUDGET_MAX_TOKENS: 15,
+        S.BUDGET_OVERFLOW_STRATEGY: "truncate_middle", S.CONTEXT_ID: "ctx_1",
+        S.BUDGET_ACTUAL_TOKENS: 14, S.BUDGET_ACTUAL_ITEMS: 3, S.BUDGET_OVERFLOW: True,
+        S.BUDGET_OVERFLOW_TOKENS: 18, S.BUDGET_UTILIZATION: 14 / 15}
+    assert events(budget) == [
+        (S.EVENT_BUDGET_TRUNCATED, {S.ITEM_ID: mid, S.TRUNCATION_STRATEGY: "truncate_middle",
+                                    S.TRUNCATION_TOKENS_BEFORE: n,
+                                    S.TRUNCATION_TOKENS_AFTER: 0})
+        for mid, n in (("h1", 6), ("a1", 6), ("h2", 7))]
+    envelope = one(tel, "context.envelope")
+    assert envelope.attributes[S.CONTEXT_SCOPE] == "turn"
+    assert envelope.attributes[S.CONTEXT_SPAN_COUNT] == 1
+
+    (bundle,) = tel.bundles()
+    assert strip_times(bundle["context_budgets"]) == [{
+        "budget_id": "bud_1", "target": "model", "max_tokens": 15, "actual_tokens": 14,
+        "actual_items": 3, "overflow_strategy": "truncate_middle", "overflow": True,
+        "overflow_tokens": 18, "utilization": 14 / 15,
+        "truncation_records": [
+            {"item_id": mid, "strategy": "truncate_middle", "tokens_before": n,
+             "tokens_after": 0} for mid, n in (("h1", 6), ("a1", 6), ("h2", 7))],
+    }]
+    assert [i["item_id"] for i in bundle["context_items"]] == ["h1", "a1", "h2"]
+    metrics = tel.metrics()
+    assert metrics["context.truncations"] == [
+        ({"target": "model", "agent": "unknown", "strategy": "truncate_middle"}, 3)]
+    assert metrics["context.truncated_tokens"] == [({"target": "model", "agent": "unknown"}, 19)]
+    assert metrics["context.budget.overflows"] == [
+        ({"target": "model", "agent": "unknown", "overflow_strategy": "truncate_middle"}, 1)]
+
+
+def test_first_with_partial_cuts_a_message_and_drops_the_newest(tel) -> None:
+    notes = HumanMessage("line one\nline two\nline three\nline four", id="notes")
+    messages = [HumanMessage("hello there", id="hi"), notes, AIMessage("ok then", id="ok")]
+    kept = trim_messages(messages, max_tokens=6, token_counter=count_words, strategy="first",
+                         allow_partial=True)
+    assert [m.id for m in kept] == ["hi", "notes"]
+    assert kept[1].content == "line one\nline two\n"
+
+    budget = one(tel, "context.budget")
+    assert budget.attributes[S.BUDGET_OVERFLOW_STRATEGY] == "truncate_tail"
+    assert budget.attributes[S.BUDGET_ACTUAL_TOKENS] == 6
+    assert budget.attributes[S.BUDGET_OVERFLOW_TOKENS] == 6
+    assert events(budget) == [
+        (S.EVENT_BUDGET_TRUNCATED, {S.ITEM_ID: "ok", S.TRUNCATION_STRATEGY: "truncate_tail",
+                                    S.TRUNCATION_TOKENS_BEFORE: 2,
+                                    S.TRUNCATION_TOKENS_AFTER: 0}),
+        (S.EVENT_BUDGET_TRUNCATED, {S.ITEM_ID: "notes", S.TRUNCATION_STRATEGY: "truncate_tail",
+                                    S.TRUNCATION_TOKENS_BEFORE: 8,
+                                    S.TRUNCATION_TOKENS_AFTER: 4}),
+    ]
+
+
+def test_last_without_system_is_custom_and_fitting_history_is_no_overflow(tel) -> None:
+    trim_messages(HISTORY[1:], max_tokens=10, token_counter=count_words, strategy="last")
+    trim_messages(HISTORY[4:], max_tokens=100, token_counter=count_words, strategy="last")
+    first, second = (b for b in sorted(tel.bundles(),
+                                       key=lambda b: b["context_envelope"]["context_id"]))
+    (cut,) = first["context_budgets"]
+    assert cut["overflow_strategy"] == "custom"
+    assert [r["item_id"] for r in cut["truncation_records"]] == ["h1", "a1", "h2"]
+    (fits,) = second["context_budgets"]
+    assert strip_times(fits) == {
+        "budget_id": "bud_2", "target": "model", "max_tokens": 100, "actual_tokens": 10,
+        "actual_items": 2, "overflow_strategy": "custom", "overflow": False,
+        "utilization": 0.1}
+
+
+def test_len_counter_is_a_budget_of_messages(tel) -> None:
+    kept = trim_messages(HISTORY, max_tokens=2, token_counter=len, strategy="last")
+    assert [m.id for m in kept] == ["a2", "h3"]
+    budget = one(tel, "context.budget")
+    assert budget.attributes[S.BUDGET_MAX_ITEMS] == 2
+    assert budget.attributes[S.BUDGET_ACTUAL_ITEMS] == 2
+    assert budget.attributes[S.BUDGET_OVERFLOW] is True
+    assert S.BUDGET_MAX_TOKENS not in budget.attributes
+    assert S.BUDGET_OVERFLOW_TOKENS not in budget.attributes
+    # truncation records carry estimated tokens (~4 characters a token)
+    assert [(e[S.ITEM_ID], e[S.TRUNCATION_TOKENS_BEFORE]) for _, e in events(budget)] == [
+        ("sys", 6), ("h1", 7), ("a1", 8), ("h2", 8)]
+
+
+def test_trimmer_in_a_chain_records_into_the_chain_envelope(tel) -> None:
+    trimmer = trim_messages(max_tokens=12, token_counter=count_words, strategy="last",
+                            include_system=True)
+    chain = trimmer | FakeListChatModel(responses=["Yes, until it ships."])
+    assert chain.invoke(HISTORY).content == "Yes, until it ships."
+    # one envelope for the chain run; the model call joined it
+    assert tree(tel) == [("context.envelope", None), ("context.budget", "context.envelope")]
+    envelope = one(tel, "context.envelope")
+    assert envelope.attributes[S.GEN_AI_AGENT_NAME] == "RunnableSequence"
+    assert [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))] == [
+        "h1", "a1", "h2", "a2"]
+
+
+def test_uninstrument_restores_trim_and_records_nothing(tel) -> None:
+    from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
+
+    LangChainContextInstrumentor().uninstrument()
+    try:
+        assert not hasattr(message_utils._first_max_tokens, "__wrapped__")
+        assert not hasattr(message_utils._last_max_tokens, "__wrapped__")
+        trim_messages(HISTORY, max_tokens=5, token_counter=count_words)
+        FakeListChatModel(responses=["x"]).invoke("hi")
+        assert tel.spans() == []
+    finally:
+        LangChainContextInstrumentor().instrument(agent_context=tel.agent_context)
+    trim_messages(HISTORY, max_tokens=5, token_counter=count_words)
+    assert [s.name for s in tel.spans()] == ["context.budget", "context.envelope"]
+
+
+def test_without_an_sdk_the_token_counter_is_not_called_again() -> None:
+    from langchain_core.messages import BaseMessage
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from otel_agent_context import AgentContext
+    from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
+
+    calls: list[int] = []
+
+    def counter(messages: list[BaseMessage]) -> int:
+        calls.append(len(messages))
+        return count_words(messages)
+
+    trim_messages(HISTORY, max_tokens=15, token_counter=counter, strategy="last")
+    uninstrumented, calls[:] = list(calls), []
+    inst = LangChainContextInstrumentor()
+    inst.instrument(agent_context=AgentContext(tracer_provider=NoOpTracerProvider(),
+                                               meter_provider=NoOpMeterProvider()))
+    try:
+        kept = trim_messages(HISTORY, max_tokens=15, token_counter=counter, strategy="last")
+    finally:
+        inst.uninstrument()
+    assert [m.id for m in kept] == ["a2", "h3"]
+    assert calls == uninstrumented

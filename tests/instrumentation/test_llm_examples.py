@@ -1,0 +1,44 @@
+"""The offline example agents run and print complete rebuilt bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _bundles(stdout: str) -> list[dict]:
+    out, depth, buf = [], 0, []
+    for line in stdout.splitlines():
+        if line == "{":
+            depth, buf = 1, [line]
+        elif depth:
+            buf.append(line)
+            if line == "}":
+                out.append(json.loads("\n".join(buf)))
+                depth = 0
+    return out
+
+
+@pytest.mark.parametrize("name,calls", [("openai_agent.py", 2), ("anthropic_agent.py", 4)])
+def test_example_runs_offline(name: str, calls: int) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "agent: The order shipped" in proc.stdout
+    bundles = _bundles(proc.stdout)
+    assert len(bundles) == calls
+    assert all(b["rebuild"] == "complete" for b in bundles)
+    assert all(b["budget"]["actual_tokens"] > 0 for b in bundles)
+    if name == "anthropic_agent.py":
+        assert bundles[-1]["compaction"]["method"] == "provider_context_editing"
+        assert bundles[-1]["compaction"]["source_item_refs"] == [
+            "tool_result:toolu_0", "tool_result:toolu_1"]
