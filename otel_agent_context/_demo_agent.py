@@ -11,6 +11,7 @@ for it. Deterministic for a given seed; no model, no network.
 from __future__ import annotations
 
 import random
+
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 

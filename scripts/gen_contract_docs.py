@@ -229,11 +229,8 @@ def _spans(reg: Registry) -> list[str]:
         out += [f"### {code(span_name(g))}", "", cell(g["brief"]), ""]
         if g.get("note"):
             out += [cell(g["note"]), ""]
-        attrs = reg.group_attributes(g)
-        out += table(ATTR_HEADER, attribute_rows(attrs))
-        extra = [f"- {code(a['ref'])} on this span: {cell(a['note'])}"
-                 for a in g.get("attributes", ()) if "ref" in a and a.get("note")]
-        out += ([""] + extra if extra else []) + [""]
+        out += table(ATTR_HEADER, attribute_rows(reg.group_attributes(g)))
+        out += _ref_notes(g, "span") + [""]
     if gi is not None:
         out += [f"### {annotations(gi).get('applies_to')} (additions)", "", cell(gi["brief"]),
                 "", cell(gi.get("note", "")), ""]
@@ -245,8 +242,8 @@ def _attributes(reg: Registry) -> list[str]:
     out = ["## Attributes", ""]
     for g in reg.registry_groups():
         section = annotations(g).get("contract_section")
-        prefix = f"{section} " if section else ""
-        out += [f"### {prefix}{g['display_name']} ({code(g['id'])})", "", cell(g["brief"]), ""]
+        where = f", contract §{section}" if section else ""
+        out += [f"### {g['display_name']} ({code(g['id'])}{where})", "", cell(g["brief"]), ""]
         attrs = reg.group_attributes(g)
         out += table(("Attribute", "Type", "Requirement (default)", "Content", "Brief"),
                      attribute_rows(attrs))
@@ -283,8 +280,16 @@ def _events(reg: Registry) -> list[str]:
         out += [f"### {code(g['name'])}", "", cell(g["brief"]), ""]
         if g.get("note"):
             out += [cell(g["note"]), ""]
-        out += table(ATTR_HEADER, attribute_rows(reg.group_attributes(g))) + [""]
+        out += table(ATTR_HEADER, attribute_rows(reg.group_attributes(g)))
+        out += _ref_notes(g, "event") + [""]
     return out
+
+
+def _ref_notes(group: dict[str, Any], what: str) -> list[str]:
+    """Notes a span or event puts on the attributes it references."""
+    notes = [f"- {code(a['ref'])} on this {what}: {cell(a['note'])}"
+             for a in group.get("attributes", ()) if "ref" in a and a.get("note")]
+    return [""] + notes if notes else []
 
 
 def _metrics(reg: Registry) -> list[str]:
