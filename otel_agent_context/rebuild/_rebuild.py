@@ -19,6 +19,10 @@ __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
 _STAGE_SPANS = frozenset({S.SPAN_SURFACE, S.SPAN_SELECTION, S.SPAN_BUDGET, S.SPAN_ASSEMBLY,
                           S.SPAN_COMPACTION})
 
+_STAGE_ORDER = {name: i for i, name in enumerate((
+    S.SPAN_ENVELOPE, S.SPAN_SURFACE, S.SPAN_SELECTION, S.SPAN_BUDGET, S.SPAN_ASSEMBLY,
+    S.SPAN_COMPACTION))}  # the order emit_bundle writes them in
+
 # (attribute, field) pairs for the flat parts of each record
 _ITEM_FIELDS = (
     (S.ITEM_KIND, "context_kind"), (S.ITEM_TITLE, "title"),
@@ -433,7 +437,10 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
     unique: dict[tuple[str, str], SpanView] = {}
     for span in spans:
         unique.setdefault((span.trace_id, span.span_id), span)
-    ordered = sorted(unique.values(), key=lambda s: (s.start_time_unix_nano, s.span_id))
+    # Spans that start at the same time (records replayed with one timestamp) keep the
+    # lifecycle's order, so records and the event timeline do not depend on random span ids.
+    ordered = sorted(unique.values(), key=lambda s: (
+        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id))
     if not ordered:
         raise ValueError("rebuild_envelope needs at least one span")
     context_id = str(ordered[0].attributes.get(S.CONTEXT_ID))
