@@ -116,19 +116,28 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
         for item in _list(bundle, "context_items")
         if isinstance(item, dict)
     }
+    # Counted per label set first: a selection of 100 items is a few increments, not 100.
+    selected: dict[str, int] = {}
+    omitted: dict[tuple[str, str], int] = {}
+    omitted_tokens: dict[str, float] = {}
     for selection in _list(bundle, "context_selections"):
         for item_id in selection.get("selected_item_refs") or []:
             kind = _label((items.get(item_id) or {}).get("context_kind"))
-            yield Measurement(S.METRIC_ITEMS_SELECTED, (agent, kind), 1.0)
-        for omitted in selection.get("omitted_item_refs") or []:
-            item = items.get(omitted.get("item_id")) or {}
-            reason = _label(omitted.get("reason"))
-            yield Measurement(
-                S.METRIC_ITEMS_OMITTED, (agent, _label(item.get("context_kind")), reason), 1.0
-            )
+            selected[kind] = selected.get(kind, 0) + 1
+        for ref in selection.get("omitted_item_refs") or []:
+            item = items.get(ref.get("item_id")) or {}
+            reason = _label(ref.get("reason"))
+            labels = (_label(item.get("context_kind")), reason)
+            omitted[labels] = omitted.get(labels, 0) + 1
             tokens = _number(item.get("token_estimate"))
             if tokens:
-                yield Measurement(S.METRIC_OMITTED_TOKENS, (agent, reason), tokens)
+                omitted_tokens[reason] = omitted_tokens.get(reason, 0.0) + tokens
+    for kind, count in selected.items():
+        yield Measurement(S.METRIC_ITEMS_SELECTED, (agent, kind), float(count))
+    for (kind, reason), count in omitted.items():
+        yield Measurement(S.METRIC_ITEMS_OMITTED, (agent, kind, reason), float(count))
+    for reason, tokens in omitted_tokens.items():
+        yield Measurement(S.METRIC_OMITTED_TOKENS, (agent, reason), tokens)
 
     # -- injection ----------------------------------------------------------------------------
     for injection in _list(bundle, "context_injections"):

@@ -13,7 +13,23 @@ contract's metrics out. Run it in-process for tests and demos::
 Operations (settings, self-metrics, durability, backpressure): docs/processor.md.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ._config import SETTINGS, ProcessorConfig, load_config
-from ._server import Processor
+
+if TYPE_CHECKING:
+    from ._server import Processor
 
 __all__ = ["SETTINGS", "Processor", "ProcessorConfig", "load_config"]
+
+
+def __getattr__(name: str) -> Any:
+    # Processor pulls in grpc and the HTTP servers: loaded on first use, so that
+    # ``otel-agent-context --help`` and the other commands start quickly.
+    if name == "Processor":
+        from ._server import Processor
+
+        return Processor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

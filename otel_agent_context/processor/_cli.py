@@ -72,7 +72,7 @@ def _config_error(exc: ConfigError) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ._server import Processor
+    from ._server import Processor, tune_gc
 
     overrides = {s.key: getattr(args, _dest(s.key)) for s in SETTINGS if s.flag is not None}
     try:
@@ -99,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _config_error(exc)
         return 2
+    tune_gc()
     while not stop.wait(0.5):
         pass
     processor.stop()

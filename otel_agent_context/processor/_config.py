@@ -50,13 +50,13 @@ DEFAULT_ENVELOPE_TIMEOUT = 30.0
 #: Seconds to wait, after the last span, for an envelope span that has not come at all.
 DEFAULT_ORPHAN_TIMEOUT = 120.0
 DEFAULT_MAX_TRACES = 20_000
-DEFAULT_MAX_SPANS = 500_000
+DEFAULT_MAX_SPANS = 200_000
 #: Rebuilt envelopes waiting for the sinks; beyond this the receivers push back.
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_RETRY_AFTER = 1.0
 #: Seconds an emitted envelope's key is remembered, so client retries stay idempotent.
 DEFAULT_DEDUPE_WINDOW = 600.0
-DEFAULT_DEDUPE_MAX = 200_000
+DEFAULT_DEDUPE_MAX = 100_000
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SINK_TIMEOUT = 10.0

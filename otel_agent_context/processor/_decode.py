@@ -1,12 +1,15 @@
 """OTLP trace requests -> neutral span views, with the fast path and the checks at the door.
 
 Cost decides the shape (see benchmarks/processor.md): parsing with upb is about 1 µs a
-span, turning 20 attributes into Python objects about 15 µs. So:
+span, but walking 20 attributes through the generated classes about 15 µs. So:
 
+* every request is parsed once by the generated classes, which validates all of it (a
+  malformed request is refused whole, 400 / INVALID_ARGUMENT);
 * a request whose bytes contain neither ``context.`` nor ``gen_ai.`` is all fast path:
-  parsed (to validate it and count its spans) and never walked;
-* otherwise a span is walked only if its name starts with ``context.`` or its own bytes
-  contain one of the two prefixes; the rest are fast path;
+  counted and never walked;
+* otherwise the request is re-read through the lite types of ``_wire`` (each span's
+  bytes, for free), a span is walked only if its own bytes contain one of the two
+  prefixes, and its attributes are decoded by hand (``_wire.decode_key_value``);
 * walked spans become :class:`~otel_agent_context.rebuild._view.SpanView` and are checked
   against the contract's wire types (``_types``); a span that cannot be used is rejected
   with a message (OTLP partial success), never silently dropped.
@@ -27,14 +30,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from .. import _semconv as S
 from ..rebuild._view import EventView, SpanView
-from ._types import (
+from ._types import EXPECTED, REQUIRED_EVENT_ATTRIBUTES, STRING_ARRAY, expected_type
+from ._wire import (
+    BOOL,
     DOUBLE,
-    EXPECTED,
     INT,
-    REQUIRED_EVENT_ATTRIBUTES,
     STRING,
-    STRING_ARRAY,
-    expected_type,
+    LiteRequest,
+    LiteResource,
+    LiteSpan,
+    decode_key_value,
 )
 
 __all__ = [
@@ -163,80 +168,77 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 
 # -- attribute decoding -----------------------------------------------------------------------
 
-_SCALARS = frozenset({STRING, INT, DOUBLE, "bool_value"})
-_MISMATCH = object()
-
-#: Interned names of every attribute the contract knows: buffered spans share the strings.
-_INTERNED: dict[str, str] = {sys.intern(name): name for name in EXPECTED}
-
-
-def _any_value(value: Any, kind: str) -> Any:
-    if kind == "array_value":
-        out = []
-        for element in value.array_value.values:
-            element_kind = element.WhichOneof("value")
-            if element_kind is not None:
-                out.append(_any_value(element, element_kind))
-        return tuple(out)
-    if kind == "kvlist_value":
-        # Not an SDK attribute type; kept as JSON text so nothing is lost.
-        return orjson.dumps(
-            {kv.key: _any_value(kv.value, kv.value.WhichOneof("value") or "string_value")
-             for kv in value.kvlist_value.values}
-        ).decode()
-    if kind == "bytes_value":
-        return base64.b64encode(value.bytes_value).decode("ascii")
-    return getattr(value, kind)
-
-
 _TYPE_WORDS = {
-    STRING: "a string", INT: "an int", DOUBLE: "a double", "bool_value": "a bool",
+    STRING: "a string", INT: "an int", DOUBLE: "a double", BOOL: "a bool",
     STRING_ARRAY: "a string array", "array_value": "an array", "kvlist_value": "a kvlist",
     "bytes_value": "bytes",
 }
+_MISMATCH = object()
+#: attribute name -> (expected wire type or None, the name to store: interned if known).
+#: Filled as names are seen, up to _MAX_KEYS (beyond that, looked up each time).
+_KEYS: dict[str, tuple[str | None, str]] = {
+    sys.intern(name): (kind, name) for name, kind in EXPECTED.items()
+}
+_MAX_KEYS = 20_000
 
 
-def _attributes(kvs: Iterable[Any], errors: list[str]) -> dict[str, Any]:
-    """OTLP KeyValues -> a dict, checking contract attributes' types (errors appended)."""
+def _key_info(key: str) -> tuple[str | None, str]:
+    info = (expected_type(key) if key.startswith(_CONTEXT_PREFIX) else None, key)
+    if len(_KEYS) < _MAX_KEYS:
+        _KEYS[key] = info
+    return info
+
+
+#: Encoded KeyValue -> what it decodes to: (stored key, value, error). Agents repeat most
+#: attribute encodings byte for byte (kinds, reasons, targets, agent names), so a hit
+#: skips decoding and type checking and shares the value objects; bounded, cleared when full.
+_DECODED: dict[bytes, tuple[str | None, Any, str | None]] = {}
+_MAX_DECODED = 65_536
+
+
+def _decode_checked(buf: bytes) -> tuple[str | None, Any, str | None]:
+    key, value, kind = decode_key_value(buf)
+    if kind is None:
+        return None, None, None
+    info = _KEYS.get(key) or _key_info(key)
+    want = info[0]
+    if want is None or want == kind:
+        return info[1], value, None
+    converted = _convert(value, kind, want)
+    if converted is _MISMATCH:
+        return None, None, (f"attribute {key} must be {_TYPE_WORDS[want]}, got "
+                            f"{_TYPE_WORDS.get(kind, kind)}")
+    return info[1], converted, None
+
+
+def _attributes(encoded: Iterable[bytes], errors: list[str]) -> dict[str, Any]:
+    """Encoded OTLP KeyValues -> a dict, checking contract attributes' types."""
     out: dict[str, Any] = {}
-    interned = _INTERNED
-    expected = EXPECTED
-    for kv in kvs:
-        key = kv.key
-        value = kv.value
-        kind = value.WhichOneof("value")
-        if kind is None:
-            continue
-        key = interned.get(key, key)
-        want = expected.get(key)
-        if want is None and key.startswith(_CONTEXT_PREFIX):
-            want = expected_type(key)
-        if want is None or want == kind:
-            out[key] = getattr(value, kind) if kind in _SCALARS else _any_value(value, kind)
-            continue
-        # Mismatch, or a string array (which arrives as array_value): check carefully.
-        converted = _convert(value, kind, want)
-        if converted is _MISMATCH:
-            errors.append(f"attribute {key} must be {_TYPE_WORDS[want]}, got "
-                          f"{_TYPE_WORDS.get(kind, kind)}")
-            continue
-        out[key] = converted
+    cache = _DECODED
+    for buf in encoded:
+        decoded = cache.get(buf)
+        if decoded is None:
+            decoded = _decode_checked(buf)
+            if len(cache) >= _MAX_DECODED:
+                cache.clear()
+            cache[buf] = decoded
+        key, value, error = decoded
+        if key is not None:
+            out[key] = value
+        elif error is not None:
+            errors.append(error)
     return out
-
-
 
 
 def _convert(value: Any, kind: str, want: str) -> Any:
     if want == STRING_ARRAY:
-        if kind != "array_value":
-            return _MISMATCH
-        items = _any_value(value, kind)
-        return items if all(isinstance(x, str) for x in items) else _MISMATCH
+        if kind == "array_value" and all(isinstance(x, str) for x in value):
+            return value
+        return _MISMATCH
     if want == DOUBLE and kind == INT:
-        return float(value.int_value)
-    if want == INT and kind == DOUBLE:
-        number = value.double_value
-        return int(number) if number.is_integer() else _MISMATCH
+        return float(value)
+    if want == INT and kind == DOUBLE and value.is_integer():
+        return int(value)
     return _MISMATCH
 
 
@@ -251,7 +253,6 @@ def _view(span: Any, resource: dict[str, Any], errors: list[str]) -> SpanView:
             errors.append(f"event {name} lacks {' or '.join(needs)}")
         events.append(EventView(name, event.time_unix_nano, attributes))
     parent = span.parent_span_id
-    links = [(link.trace_id.hex(), link.span_id.hex()) for link in span.links]
     return SpanView(
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
@@ -263,72 +264,77 @@ def _view(span: Any, resource: dict[str, Any], errors: list[str]) -> SpanView:
         parent_span_id=parent.hex() if parent else None,
         dropped_attributes_count=span.dropped_attributes_count,
         dropped_events_count=span.dropped_events_count,
-        links=links,
+        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
         status_code=span.status.code,
         resource=resource,
     )
-
-
-def _has_context_keys(view: SpanView) -> bool:
-    return any(key.startswith(_CONTEXT_PREFIX) for key in view.attributes)
 
 
 def _describe(span: Any) -> str:
     return f"span {span.span_id.hex() or '<no id>'} {span.name!r}"
 
 
-def decode_request(request: ExportTraceServiceRequest, body: bytes | None) -> Decoded:
-    """Split a parsed request into fast-path, accepted and rejected spans.
+def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None) -> Decoded:
+    """Split a request (its protobuf encoding) into fast-path, accepted and rejected spans.
 
-    ``body`` is the request's protobuf encoding when the caller has it (gRPC, HTTP
-    protobuf); it lets an all-fast-path request skip every span and an all-context request
-    be made durable as it came.
+    ``request`` is the same request parsed by the generated classes, if the caller has it
+    (which validated the whole encoding); it only serves to count an all-fast-path request.
     """
     out = Decoded()
-    resource_spans = request.resource_spans
-    if body is not None and not any(needle in body for needle in _NEEDLES):
+    if not any(needle in body for needle in _NEEDLES):
+        if request is None:
+            request = parse_protobuf(body)
         out.spans = out.fast_path = sum(
-            len(ss.spans) for rs in resource_spans for ss in rs.scope_spans
+            len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans
         )
         return out
+    try:
+        lite = LiteRequest.FromString(body)
+    except DecodeError as exc:
+        raise InvalidRequest(f"malformed ExportTraceServiceRequest protobuf: {exc}") from None
+    context, genai = _NEEDLES
     keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
-    for r, rs in enumerate(resource_spans):
+    for r, rs in enumerate(lite.resource_spans):
         resource: dict[str, Any] | None = None
         for s, ss in enumerate(rs.scope_spans):
-            for i, span in enumerate(ss.spans):
+            for i, raw in enumerate(ss.spans):
                 out.spans += 1
-                if not span.name.startswith(_CONTEXT_PREFIX):
-                    raw = span.SerializeToString()
-                    if _NEEDLES[0] not in raw and _NEEDLES[1] not in raw:
-                        out.fast_path += 1
-                        continue
+                if context not in raw and genai not in raw:
+                    out.fast_path += 1
+                    continue
                 if resource is None:
-                    resource = _attributes(rs.resource.attributes, [])
-                accepted = _accept(span, resource, out)
+                    resource = _attributes(LiteResource.FromString(rs.resource).attributes, [])
+                accepted = _accept(raw, resource, out)
                 if accepted is not None:
                     out.accepted.append(accepted)
                     keep.append((r, s, i))
     if out.accepted:
-        out.wal_payload = (
-            body if body is not None and len(keep) == out.spans
-            else _subset(request, keep).SerializeToString()
-        )
+        out.wal_payload = body if len(keep) == out.spans else _subset(lite, keep)
     return out
 
 
-def _accept(span: Any, resource: dict[str, Any], out: Decoded) -> Accepted | None:
+def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | None:
+    try:
+        span = LiteSpan.FromString(raw)
+    except DecodeError as exc:
+        out.reject(f"a span cannot be decoded: {exc}")
+        return None
     if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id):
         out.reject(f"{_describe(span)}: trace id must be 16 bytes and span id 8 bytes")
         return None
     errors: list[str] = []
-    view = _view(span, resource, errors)
+    try:
+        view = _view(span, resource, errors)
+    except DecodeError as exc:
+        out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}")
+        return None
     if errors:
         out.reject(f"{_describe(span)}: {errors[0]}")
         return None
     attributes = view.attributes
     context_id = attributes.get(S.CONTEXT_ID)
     if context_id is None:
-        if _has_context_keys(view):
+        if any(key.startswith(_CONTEXT_PREFIX) for key in attributes):
             out.reject(f"{_describe(span)}: has context.* attributes but no {S.CONTEXT_ID}")
         elif any(key.startswith(_GENAI_PREFIX) for key in attributes) or any(
             event.name.startswith(_CONTEXT_PREFIX) for event in view.events
@@ -340,34 +346,33 @@ def _accept(span: Any, resource: dict[str, Any], out: Decoded) -> Accepted | Non
     if not context_id:
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty")
         return None
+    # The type table (_types) made context.id a string and context.span_count an int.
+    assert isinstance(context_id, str)
     is_envelope = S.CONTEXT_SCOPE in attributes
     span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
+    assert span_count is None or isinstance(span_count, int)
     if span_count is not None and span_count < 0:
         out.reject(f"{_describe(span)}: {S.CONTEXT_SPAN_COUNT} must not be negative")
         return None
     return Accepted(view, context_id, is_envelope, span_count)
 
 
-def _subset(request: ExportTraceServiceRequest,
-            keep: list[tuple[int, int, int]]) -> ExportTraceServiceRequest:
-    """A request with only the kept spans, under their own resource and scope."""
-    subset = ExportTraceServiceRequest()
+def _subset(lite: Any, keep: list[tuple[int, int, int]]) -> bytes:
+    """The encoding of a request holding only the kept spans, under their resource and
+    scope (lite messages encode as OTLP: nothing is decoded to copy a span)."""
+    subset = LiteRequest()
     current: tuple[int, int] | None = None
-    target = None
+    target = new_rs = None
     for r, s, i in keep:
-        rs = request.resource_spans[r]
+        rs = lite.resource_spans[r]
         if current is None or current[0] != r:
-            new_rs = subset.resource_spans.add()
-            new_rs.resource.CopyFrom(rs.resource)
-            new_rs.schema_url = rs.schema_url
+            new_rs = subset.resource_spans.add(resource=rs.resource, schema_url=rs.schema_url)
             current = (r, -1)
         if current[1] != s:
             ss = rs.scope_spans[s]
-            target = new_rs.scope_spans.add()
-            target.scope.CopyFrom(ss.scope)
-            target.schema_url = ss.schema_url
+            assert new_rs is not None
+            target = new_rs.scope_spans.add(scope=ss.scope, schema_url=ss.schema_url)
             current = (r, s)
         assert target is not None
-        target.spans.add().CopyFrom(rs.scope_spans[s].spans[i])
-    return subset
-
+        target.spans.append(rs.scope_spans[s].spans[i])
+    return bytes(subset.SerializeToString())

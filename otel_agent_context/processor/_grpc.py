@@ -92,8 +92,8 @@ class GrpcReceiver:
         self._tls = tls
         self.port = 0
 
-    def start(self) -> int:
-        """Bind and serve; the bound port (``endpoint.port`` 0 picks a free one)."""
+    def bind(self) -> int:
+        """Bind (``endpoint.port`` 0 picks a free port) without serving yet; the port."""
         address = str(self.endpoint)
         try:
             if self._tls is not None:
@@ -107,9 +107,15 @@ class GrpcReceiver:
                               f"cannot listen on {address}: {exc}") from None
         if not port:
             raise ConfigError("receivers.otlp_grpc.endpoint", f"cannot listen on {address}")
-        self._server.start()
         self.port = port
         return port
+
+    def start(self) -> int:
+        """Serve (binding first if :meth:`bind` was not called); the bound port."""
+        if not self.port:
+            self.bind()
+        self._server.start()
+        return self.port
 
     def stop(self, grace: float = 5.0) -> None:
         """Refuse new calls, let in-flight ones finish for up to ``grace`` seconds."""

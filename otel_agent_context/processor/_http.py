@@ -53,11 +53,16 @@ class _Server(ThreadingHTTPServer):
     owner: Any = None
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        if self.ssl_context is not None:
-            request.settimeout(30)
-            request = self.ssl_context.wrap_socket(request, server_side=True)
-            request.settimeout(None)
-        super().finish_request(request, client_address)
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(30)  # a handshake that never comes must not hold the thread
+        secure = self.ssl_context.wrap_socket(request, server_side=True)
+        try:
+            secure.settimeout(None)
+            super().finish_request(secure, client_address)
+        finally:
+            secure.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("HTTP connection from %s failed", client_address, exc_info=True)
@@ -88,9 +93,10 @@ class HttpServer:
         return self.port
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: only if it runs
+            self.server.shutdown()
+            self._thread.join(5)
         self.server.server_close()
-        self._thread.join(5)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -188,8 +188,10 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "New spans for an envelope already emitted; raise the envelope timeout.",
                "0"),
     SelfMetric("context_processor_partial_envelopes_total", "counter", ("reason",),
-               "Envelopes emitted partial, by reason (timeout, evicted, shutdown, "
-               "no_envelope_span, incomplete).", "0, or rare timeouts"),
+               "Envelopes emitted partial, by reason: the processor's (timeout, evicted, "
+               "shutdown) and the rebuild's (no_envelope_span, missing_spans, no_span_count, "
+               "dropped_data, uncounted_items); one envelope may count under several.",
+               "0, or rare timeouts"),
     SelfMetric("context_processor_bundles_written_total", "counter", ("sink",),
                "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",
                "jsonl equals sum(context_envelopes_total); dead_letter 0"),
@@ -295,8 +297,9 @@ class SelfMetrics:
                 continue
             read = self._gauges.get(metric.name)
             series: Iterable[tuple[tuple[str, ...], float]]
+            family: CounterMetricFamily | GaugeMetricFamily
             if metric.kind == "counter":
-                family: Metric = CounterMetricFamily(base, metric.help, labels=metric.labels)
+                family = CounterMetricFamily(base, metric.help, labels=metric.labels)
                 series = read() if read is not None else counters.get(metric.name, {}).items()
             else:
                 family = GaugeMetricFamily(metric.name, metric.help, labels=metric.labels)

@@ -133,8 +133,12 @@ class Pipeline:
         self._register_gauges()
 
     # -- start ---------------------------------------------------------------------------------
-    def open(self) -> None:
-        """Replay the WAL (before anything listens), then start the worker threads."""
+    def open(self, *, workers: bool = True) -> None:
+        """Replay the WAL (before anything listens), then start the worker threads.
+
+        ``workers=False`` leaves the emitter and sweeper unstarted (benchmarks drive
+        :meth:`emit_pending` themselves to time ingest and emission apart).
+        """
         if self._rebuild is None:
             self._rebuild = _default_rebuild()
         self.jsonl.open()
@@ -150,16 +154,21 @@ class Pipeline:
                      len(recovered))
         self._marked_position = self.jsonl.position
         self.wal.start(self._checkpoint)
+        # Written envelopes are skipped whatever their age (the dedupe window only bounds
+        # how long they are remembered for retries from now on).
+        written = set(replay.done).union(recovered)
         finished: list[Finished] = []
         replayed = 0
         with self._lock:
             for segment, payload in replay.spans:
                 try:
-                    decoded = decode_request(parse_protobuf(payload), payload)
+                    decoded = decode_request(payload, parse_protobuf(payload))
                 except InvalidRequest:
                     log.error("WAL: an unreadable span record in segment %d skipped", segment)
                     continue
                 for accepted in decoded.accepted:
+                    if (accepted.view.trace_id, accepted.context_id) in written:
+                        continue
                     if self.buffer.add(accepted, segment, finished) not in (DUPLICATE, LATE):
                         replayed += 1
             self.wal.compact()
@@ -169,12 +178,22 @@ class Pipeline:
         self._enqueue(finished)
         if self.forwarder is not None:
             self.forwarder.start()
-        for target, name in ((self._emit_loop, "otel-ac-emit"),
-                             (self._sweep_loop, "otel-ac-sweep")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        if workers:
+            for target, name in ((self._emit_loop, "otel-ac-emit"),
+                                 (self._sweep_loop, "otel-ac-sweep")):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
         self.accepting = True
+
+    def emit_pending(self) -> int:
+        """Write everything queued, in this thread (for benchmarks); how many envelopes."""
+        written = 0
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+            self._emit(batch)
+            written += len(batch)
+        return written
 
     def _checkpoint(self) -> bytes:
         # Called by the WAL under its lock, at start and at rotations (which happen inside
@@ -202,8 +221,10 @@ class Pipeline:
         self.admit()
         if request is None:
             assert body is not None
-            request = parse_protobuf(body)
-        decoded = decode_request(request, body)
+            request = parse_protobuf(body)  # validates the whole request
+        elif body is None:
+            body = request.SerializeToString()
+        decoded = decode_request(body, request)
         finished: list[Finished] = []
         duplicates = late = 0
         if decoded.accepted:
@@ -222,7 +243,7 @@ class Pipeline:
         if finished:
             self._enqueue(finished)
         if self.forwarder is not None:
-            self.forwarder.put(body if body is not None else request.SerializeToString())
+            self.forwarder.put(body)
         self._count(decoded, transport, duplicates, late)
         return IngestResult(decoded.spans, decoded.rejected, decoded.error_message())
 

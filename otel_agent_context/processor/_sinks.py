@@ -44,6 +44,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: ``fdatasync`` where the platform has it (Linux), ``fsync`` elsewhere (macOS).
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
 #: Event name of the OTLP log record that carries a bundle (issue 3: ``context.envelope``,
 #: the same name as the envelope span).
 LOG_EVENT_NAME = S.SPAN_ENVELOPE
@@ -142,7 +145,7 @@ class JsonlSink:
                 written = os.write(self._fd, view)
                 view = view[written:]
             if self.fsync:
-                os.fdatasync(self._fd)
+                _fdatasync(self._fd)
         except OSError:
             # All or none: take back a partial write so a retry leaves no torn line.
             try:

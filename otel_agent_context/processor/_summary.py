@@ -142,6 +142,9 @@ def _facts(bundle: Mapping[str, Any]) -> dict[str, str]:
         if comp.get("loss_notes"):
             parts.append(f"{len(comp['loss_notes'])} loss note(s)")
         facts[f"compaction:{comp['compaction_id']}"] = ", ".join(parts)
+    for summary in bundle.get("context_summaries") or []:
+        if summary.get("token_estimate"):
+            facts[f"summary:{summary['summary_id']}"] = f"~{summary['token_estimate']} tokens"
     for gap in bundle.get("missing_context") or []:
         facts[f"missing:{gap['missing_id']}"] = (
             f"{gap.get('severity', '?')}, {gap.get('needed_for') or ''}".rstrip(", "))

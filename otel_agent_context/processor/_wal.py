@@ -41,6 +41,9 @@ __all__ = ["CHECKPOINT", "DONE", "SPANS", "Position", "Replay", "WriteAheadLog"]
 
 log = logging.getLogger(__name__)
 
+#: ``fdatasync`` where the platform has it (Linux), ``fsync`` elsewhere (macOS).
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
 SPANS = 1
 DONE = 2
 CHECKPOINT = 3
@@ -226,7 +229,7 @@ class WriteAheadLog:
             with self._lock:
                 fd, target = self._fd, self._written
                 retired, self._retired = self._retired, []
-            os.fdatasync(fd)
+            _fdatasync(fd)
             for old in retired:
                 os.close(old)
             if target > self._synced:
@@ -235,7 +238,7 @@ class WriteAheadLog:
     def _rotate(self) -> None:
         old = self._fd
         if self.fsync:
-            os.fdatasync(old)
+            _fdatasync(old)
             self._synced = max(self._synced, self._written)
         self._retired.append(old)
         self._start_segment(self._active + 1)
@@ -280,7 +283,7 @@ class WriteAheadLog:
         with self._sync_lock, self._lock:
             if self._fd >= 0:
                 if self.fsync:
-                    os.fdatasync(self._fd)
+                    _fdatasync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
             for old in self._retired:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processor_testkit import config
+from processor_testkit import SPAWNED, config
 
 from otel_agent_context.processor import Processor
 
@@ -25,3 +25,14 @@ def start_processor(tmp_path: Path) -> Iterator[Callable[..., Processor]]:
     yield start
     for processor in started:
         processor.stop(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_serve() -> Iterator[None]:
+    """A test that fails half-way must not leave a ``serve`` process running."""
+    yield
+    while SPAWNED:
+        process = SPAWNED.pop()
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)

@@ -51,9 +51,12 @@ def config(tmp_path: Path, **values: Any) -> ProcessorConfig:
 
 
 def read_bundles(out_dir: Path) -> list[dict[str, Any]]:
+    """Every complete line (a reader racing the writer may see a line still being written:
+    only newline-terminated lines are bundles)."""
     bundles = []
     for path in sorted(Path(out_dir).glob("bundles-*.jsonl")):
-        for line in path.read_bytes().splitlines():
+        *complete, _tail = path.read_bytes().split(b"\n")
+        for line in complete:
             if line.strip():
                 bundles.append(orjson.loads(line))
     return bundles
@@ -155,23 +158,30 @@ def fast_spans(trace: int, count: int, base_span: int = 1000) -> list[Span]:
 
 # -- subprocess serve ----------------------------------------------------------------------------
 
+#: Every ``serve`` started by a test; conftest kills whatever is still running afterwards.
+SPAWNED: list[subprocess.Popen[bytes]] = []
+
 
 def serve(args: Sequence[str], ready_file: Path, *, timeout: float = 30.0,
           env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Start ``otel-agent-context serve`` and wait for its ready file."""
+    """Start ``otel-agent-context serve`` and wait for its ready file. Its log goes to a
+    file beside the ready file (a pipe nobody reads could fill and block it)."""
     if ready_file.exists():
         ready_file.unlink()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "otel_agent_context", "serve", *args,
-         "--ready-file", str(ready_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+    log_path = ready_file.with_suffix(f".{len(SPAWNED)}.log")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "otel_agent_context", "serve", *args,
+             "--ready-file", str(ready_file)],
+            stdout=subprocess.DEVNULL, stderr=log, cwd=REPO,
+            env={**os.environ, **(env or {})},
+        )
+    SPAWNED.append(process)
 
     def ready() -> Any:
         if process.poll() is not None:
-            out, err = process.communicate()
-            raise AssertionError(f"serve exited {process.returncode}: {err.decode()}")
+            raise AssertionError(f"serve exited {process.returncode}: "
+                                 f"{log_path.read_text(errors='replace')}")
         return ready_file.exists() and orjson.loads(ready_file.read_bytes())
 
     return process, wait_for(ready, timeout, 0.05, "serve to be ready")

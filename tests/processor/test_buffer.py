@@ -25,7 +25,7 @@ class Clock:
 
 
 def accepted(spans):
-    return decode_request(request(spans), None).accepted
+    return decode_request(request(spans).SerializeToString()).accepted
 
 
 def make(clock: Clock, **kwargs) -> TraceBuffer:

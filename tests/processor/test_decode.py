@@ -19,7 +19,7 @@ from otel_agent_context.processor._decode import (
 
 def decode(req):
     body = req.SerializeToString()
-    return decode_request(parse_protobuf(body), body), body
+    return decode_request(body, parse_protobuf(body)), body
 
 
 def test_all_fast_path_request_is_not_walked() -> None:
@@ -47,7 +47,7 @@ def test_mixed_request_keeps_only_context_spans_in_the_wal() -> None:
     decoded, body = decode(request(spans))
     assert decoded.fast_path == 5 and len(decoded.accepted) == 2
     assert decoded.wal_payload is not None and decoded.wal_payload != body
-    again = decode_request(parse_protobuf(decoded.wal_payload), decoded.wal_payload)
+    again = decode_request(decoded.wal_payload)
     assert [a.view.span_id for a in again.accepted] == [a.view.span_id for a in decoded.accepted]
     assert again.fast_path == 0
 
@@ -136,7 +136,7 @@ def test_json_request_decodes_like_protobuf() -> None:
     req = request(envelope_spans(5, "ctx-json", stages=2))
     from_json = json_to_protobuf(_otlp_json(req))
     assert from_json == req
-    decoded = decode_request(from_json, None)
+    decoded = decode_request(from_json.SerializeToString(), from_json)
     assert len(decoded.accepted) == 3 and decoded.wal_payload == req.SerializeToString()
 
 

@@ -7,9 +7,9 @@ import urllib.request
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from processor_testkit import request, wait_for
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from processor_testkit import request, wait_for
 
 from otel_agent_context import _semconv as S
 from otel_agent_context._demo_agent import run_demo
@@ -23,7 +23,8 @@ def _get(processor, path: str, accept: str | None = None) -> tuple[int, str, str
         with urllib.request.urlopen(req, timeout=10) as response:
             return response.status, response.headers["Content-Type"], response.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, error.headers["Content-Type"], error.read().decode()
+        with error:
+            return error.code, error.headers["Content-Type"], error.read().decode()
 
 
 def _feed_demo(processor, turns: int = 9) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import jsonschema
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -41,6 +42,7 @@ from processor_testkit import (
     wait_for,
 )
 
+from otel_agent_context import bundle_json_schema
 from otel_agent_context._demo_agent import run_demo
 from otel_agent_context.rebuild import rebuild, view_from_readable_span
 
@@ -83,6 +85,9 @@ def test_demo_agent_through_the_stock_exporter_equals_in_process_rebuild(
     bundles = _expect_same_bundles(processor, memory, len(ids))
     assert all(b["rebuild"]["status"] == "complete" for b in bundles)
     provider.shutdown()
+    validator = jsonschema.Draft202012Validator(bundle_json_schema())
+    for bundle in bundles:  # what the processor writes is a valid bundle (contract §5)
+        validator.validate(bundle)
     selfm = processor.metrics.self
     assert selfm.get("context_processor_spans_rejected_total", (protocol,)) == 0
     wait_for(lambda: selfm.get("context_processor_bundles_written_total", ("jsonl",)) == len(ids))
@@ -183,7 +188,8 @@ def _post(processor: Any, body: bytes, content_type: str = "application/x-protob
         with urllib.request.urlopen(req, timeout=10, context=context) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
+        with error:
+            return error.code, dict(error.headers), error.read()
 
 
 def test_grpc_partial_success_names_the_span_and_keeps_the_rest(start_processor) -> None:
@@ -272,7 +278,8 @@ def test_http_errors_carry_a_status_message(start_processor) -> None:
     req = urllib.request.Request(f"http://{processor.addresses['otlp_http']}/v1/traces")
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=10)
-    assert info.value.code == 405
+    with info.value as error:
+        assert error.code == 405
 
 
 def test_bearer_token(start_processor) -> None:

@@ -1,0 +1,173 @@
+"""Cheap access to OTLP trace requests: "lite" message types and a KeyValue decoder.
+
+Walking attributes through the generated OTLP classes costs about 0.75 µs per attribute
+before any value is read: every ``KeyValue`` and ``AnyValue`` becomes a Python wrapper.
+The lite types here have the OTLP field numbers but declare spans, attributes, resources
+and scopes as plain ``bytes``, so upb hands out each span's encoding without building
+anything (and a span can be tested for ``context.`` with one ``bytes`` search). An
+attribute's bytes are then decoded by hand for the common shapes (a short key with one
+string, int, double or bool) and by the generated ``KeyValue`` class otherwise.
+
+Lite messages serialise to valid OTLP (same field numbers), so a subset of a request can
+be re-encoded without copying spans through the full classes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+__all__ = [
+    "BOOL",
+    "DOUBLE",
+    "INT",
+    "STRING",
+    "LiteRequest",
+    "LiteResource",
+    "LiteSpan",
+    "any_value",
+    "decode_key_value",
+]
+
+STRING = "string_value"
+INT = "int_value"
+DOUBLE = "double_value"
+BOOL = "bool_value"
+
+_F = descriptor_pb2.FieldDescriptorProto
+_PACKAGE = "otel_agent_context.processor.lite"
+
+
+def _build() -> dict[str, Any]:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="otel_agent_context/processor/lite.proto", package=_PACKAGE, syntax="proto3")
+    one, many = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+
+    def message(name: str, *fields: tuple[int, str, int, int, str | None]) -> None:
+        proto = file.message_type.add(name=name)
+        for number, field_name, kind, label, type_name in fields:
+            field = proto.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = f".{_PACKAGE}.{type_name}"
+
+    message("Request", (1, "resource_spans", _F.TYPE_MESSAGE, many, "ResourceSpans"))
+    message("ResourceSpans", (1, "resource", _F.TYPE_BYTES, one, None),
+            (2, "scope_spans", _F.TYPE_MESSAGE, many, "ScopeSpans"),
+            (3, "schema_url", _F.TYPE_STRING, one, None))
+    message("ScopeSpans", (1, "scope", _F.TYPE_BYTES, one, None),
+            (2, "spans", _F.TYPE_BYTES, many, None),
+            (3, "schema_url", _F.TYPE_STRING, one, None))
+    message("Resource", (1, "attributes", _F.TYPE_BYTES, many, None))
+    message("Span", (1, "trace_id", _F.TYPE_BYTES, one, None),
+            (2, "span_id", _F.TYPE_BYTES, one, None),
+            (4, "parent_span_id", _F.TYPE_BYTES, one, None),
+            (5, "name", _F.TYPE_STRING, one, None),
+            (7, "start_time_unix_nano", _F.TYPE_FIXED64, one, None),
+            (8, "end_time_unix_nano", _F.TYPE_FIXED64, one, None),
+            (9, "attributes", _F.TYPE_BYTES, many, None),
+            (10, "dropped_attributes_count", _F.TYPE_UINT32, one, None),
+            (11, "events", _F.TYPE_MESSAGE, many, "Event"),
+            (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
+            (13, "links", _F.TYPE_MESSAGE, many, "Link"),
+            (15, "status", _F.TYPE_MESSAGE, one, "Status"))
+    message("Event", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
+            (2, "name", _F.TYPE_STRING, one, None),
+            (3, "attributes", _F.TYPE_BYTES, many, None))
+    message("Link", (1, "trace_id", _F.TYPE_BYTES, one, None),
+            (2, "span_id", _F.TYPE_BYTES, one, None))
+    message("Status", (3, "code", _F.TYPE_INT32, one, None))  # an enum on the wire
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
+        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span")}
+
+
+_CLASSES = _build()
+LiteRequest: Any = _CLASSES["Request"]
+LiteResource: Any = _CLASSES["Resource"]
+LiteSpan: Any = _CLASSES["Span"]
+
+_unpack_double = struct.Struct("<d").unpack_from
+_SIGN = 1 << 63
+_WRAP = 1 << 64
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def any_value(value: Any, kind: str) -> Any:
+    """A generated ``AnyValue`` (of oneof ``kind``) as a Python attribute value."""
+    if kind == "array_value":
+        out = []
+        for element in value.array_value.values:
+            element_kind = element.WhichOneof("value")
+            if element_kind is not None:
+                out.append(any_value(element, element_kind))
+        return tuple(out)
+    if kind == "kvlist_value":
+        import orjson  # kvlists are rare: not an SDK attribute type; kept as JSON text
+
+        return orjson.dumps({kv.key: any_value(kv.value, kv.value.WhichOneof("value") or STRING)
+                             for kv in value.kvlist_value.values}).decode()
+    if kind == "bytes_value":
+        import base64
+
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return getattr(value, kind)
+
+
+def _general(buf: bytes) -> tuple[str, Any, str | None]:
+    kv = KeyValue.FromString(buf)
+    kind = kv.value.WhichOneof("value")
+    return kv.key, (any_value(kv.value, kind) if kind is not None else None), kind
+
+
+def decode_key_value(buf: bytes) -> tuple[str, Any, str | None]:
+    """(key, value, oneof kind) of one encoded ``KeyValue``; kind None for an empty value.
+
+    The hand-decoded shape: key (field 1, under 128 bytes), then the value (field 2, under
+    128 bytes) holding exactly one string, int, double or bool. Anything else, including
+    repeated or unknown fields, goes through the generated class, so protobuf's rules
+    (last field wins, unknown fields skipped) hold either way.
+    """
+    try:
+        if buf[0] == 0x0A:
+            key_end = 2 + buf[1]
+            if buf[1] < 0x80:
+                key = buf[2:key_end].decode()
+                size = len(buf)
+                if key_end == size:
+                    return key, None, None
+                if buf[key_end] == 0x12 and buf[key_end + 1] < 0x80 and \
+                        key_end + 2 + buf[key_end + 1] == size:
+                    if buf[key_end + 1] == 0:
+                        return key, None, None
+                    tag = buf[key_end + 2]
+                    if tag == 0x0A:
+                        if buf[key_end + 3] < 0x80 and key_end + 4 + buf[key_end + 3] == size:
+                            return key, buf[key_end + 4:size].decode(), STRING
+                    elif tag == 0x18:
+                        value, end = _varint(buf, key_end + 3)
+                        if end == size:
+                            return key, value - _WRAP if value >= _SIGN else value, INT
+                    elif tag == 0x21:
+                        if key_end + 11 == size:
+                            return key, _unpack_double(buf, key_end + 3)[0], DOUBLE
+                    elif tag == 0x10 and key_end + 4 == size:
+                        return key, buf[key_end + 3] != 0, BOOL
+    except (IndexError, UnicodeDecodeError):
+        pass
+    return _general(buf)

@@ -1,0 +1,112 @@
+"""The commands as a user runs them: ``demo``, ``demo --endpoint``, ``timeline``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from processor_testkit import REPO, by_context, read_bundles, serve, wait_for
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "otel_agent_context", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_demo_runs_by_itself_in_seconds(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = _run("demo", "--turns", "4", "--seed", "2", "--out", str(tmp_path / "demo"))
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 20
+    out = result.stdout
+    assert out.count("envelope ctx_") == 4
+    assert "stages: surface → selection → budget" in out
+    assert "omitted (" in out and "budget" in out
+    assert f"bundles:  {tmp_path / 'demo' / 'bundles-000001.jsonl'}" in out
+    assert "timeline: otel-agent-context timeline" in out
+    bundles = read_bundles(tmp_path / "demo")
+    assert len(bundles) == 4 and all(b["rebuild"]["status"] == "complete" for b in bundles)
+
+
+def test_demo_over_http_protocol(tmp_path: Path) -> None:
+    result = _run("demo", "--turns", "2", "--protocol", "http", "--out", str(tmp_path / "d"))
+    assert result.returncode == 0, result.stderr
+    assert "OTLP/http" in result.stdout and result.stdout.count("envelope ctx_") == 2
+
+
+def test_demo_to_an_external_endpoint_and_forever(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    process, addresses = serve(["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
+                                "--otlp-http", "off", "--metrics", "off"],
+                               tmp_path / "ready.json")
+    try:
+        result = _run("demo", "--endpoint", f"http://{addresses['otlp_grpc']}", "--turns", "3")
+        assert result.returncode == 0, result.stderr
+        assert "sent 3 envelopes" in result.stdout
+        wait_for(lambda: len(read_bundles(out_dir)) == 3, 15, message="3 bundles")
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "otel_agent_context", "demo", "--endpoint",
+             f"http://{addresses['otlp_grpc']}", "--turns", "2", "--forever", "--interval",
+             "0.2", "--seed", "100"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        wait_for(lambda: len(read_bundles(out_dir)) >= 9, 30, message="steady traffic")
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=30)
+        assert demo.returncode == 0, err
+        assert out.count("sent 2 envelopes") >= 3
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    bundles = read_bundles(out_dir)
+    assert len(by_context(bundles)) == len(bundles)
+
+
+def test_timeline_of_demo_bundles(tmp_path: Path) -> None:
+    assert _run("demo", "--turns", "3", "--seed", "2", "--out", str(tmp_path)).returncode == 0
+    bundles = read_bundles(tmp_path)
+    chosen = bundles[0]["context_envelope"]["context_id"]
+    result = _run("timeline", str(tmp_path / "bundles-000001.jsonl"), "--context-id", chosen)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"envelope {chosen}")
+    table = lines[lines.index(next(x for x in lines if x.strip().startswith("offset"))):]
+    events = [line.split()[2] for line in table[1:]]
+    offsets = [float(line.split()[0].lstrip("+").replace(",", "")) for line in table[1:]]
+    assert offsets == sorted(offsets) and offsets[0] == 0.0
+    assert events.index("context.surface.created") < events.index("context.selection.started")
+    assert "context.selection.completed" in events and "context.budget.applied" in events
+    assert events.index("context.selection.started") < events.index("context.assembly.created")
+    assert "context.item.added" in result.stdout and "items" in result.stdout
+    # default: the last envelope of a directory, with a hint on stderr
+    result = _run("timeline", str(tmp_path))
+    last = bundles[-1]["context_envelope"]["context_id"]
+    assert result.returncode == 0 and result.stdout.startswith(f"envelope {last}")
+    assert "3 envelopes" in result.stderr
+    # every item event on its own row
+    result = _run("timeline", str(tmp_path), "--context-id", chosen, "--all-items")
+    assert result.stdout.count("context.item.added") > 5
+
+
+def test_timeline_errors(tmp_path: Path) -> None:
+    result = _run("timeline", str(tmp_path / "missing.jsonl"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+    path = tmp_path / "b.jsonl"
+    path.write_text('not json\n{"context_envelope": {"context_id": "a"}}\n')
+    result = _run("timeline", str(path), "--context-id", "zzz")
+    assert result.returncode == 1 and "no envelope 'zzz' among 1" in result.stderr
+    assert "not a bundle" in result.stderr
+    result = _run("timeline", str(path))
+    assert result.returncode == 0 and "(no lifecycle events recorded)" in result.stdout
+
+
+def test_serve_help_lists_the_flags() -> None:
+    result = _run("serve", "--help")
+    assert result.returncode == 0
+    for flag in ("--config", "--otlp-grpc", "--otlp-http", "--metrics", "--out", "--wal",
+                 "--envelope-timeout", "--max-traces", "--otlp-logs", "--forward",
+                 "--tls-cert", "--tls-key", "--bearer-token", "--ready-file"):
+        assert flag in result.stdout

@@ -1,0 +1,155 @@
+"""The other outputs: OTLP log records, forwarding, OTLP metric push; and the crash window
+between a bundle written and its WAL record."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import (
+    metrics_service_pb2,
+    metrics_service_pb2_grpc,
+)
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from processor_testkit import (
+    by_context,
+    envelope_spans,
+    fast_spans,
+    normalise,
+    read_bundles,
+    request,
+    serve,
+    wait_for,
+)
+
+from otel_agent_context import _semconv as S
+
+
+def _any_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "array_value":
+        return [_any_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.event = threading.Event()
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+        self.requests.append(request)
+        self.event.set()
+        return self.response()
+
+
+@pytest.fixture
+def grpc_server():
+    servers = []
+
+    def start(add: Any, capture: Any) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        add(capture, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(0)
+
+
+def test_bundles_as_otlp_log_records(start_processor, grpc_server) -> None:
+    capture = _Capture()
+    capture.response = logs_service_pb2.ExportLogsServiceResponse
+    address = grpc_server(logs_service_pb2_grpc.add_LogsServiceServicer_to_server, capture)
+    processor = start_processor(sinks__otlp_logs__endpoint=f"http://{address}")
+    TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"])).Export(
+        request(envelope_spans(0xABC, "ctx-logs", stages=2)), timeout=10)
+    assert capture.event.wait(10)
+    (record,) = capture.requests[0].resource_logs[0].scope_logs[0].log_records
+    assert record.event_name == S.SPAN_ENVELOPE == "context.envelope"
+    assert record.trace_id.hex() == f"{0xABC:032x}"
+    (bundle,) = read_bundles(processor.config.out_dir)
+    assert _any_value(record.body) == normalise(bundle)
+    attributes = {kv.key: _any_value(kv.value) for kv in record.attributes}
+    assert attributes == {S.CONTEXT_ID: "ctx-logs", S.CONTEXT_SCOPE: "turn"}
+
+
+def test_forward_passes_requests_on_unchanged(start_processor, grpc_server) -> None:
+    capture = _Capture()
+    capture.response = trace_service_pb2.ExportTraceServiceResponse
+    address = grpc_server(trace_service_pb2_grpc.add_TraceServiceServicer_to_server, capture)
+    processor = start_processor(forward__endpoint=address)
+    sent = [request(fast_spans(1, 4)), request(envelope_spans(2, "ctx-fwd", stages=1))]
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    for req in sent:
+        stub.Export(req, timeout=10)
+    wait_for(lambda: len(capture.requests) == 2, message="2 forwarded requests")
+    assert capture.requests == sent
+
+
+def test_metrics_pushed_over_otlp(start_processor, grpc_server) -> None:
+    capture = _Capture()
+    capture.response = metrics_service_pb2.ExportMetricsServiceResponse
+    address = grpc_server(metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server,
+                          capture)
+    processor = start_processor(metrics__otlp__endpoint=address, metrics__otlp__interval=0.2)
+    TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"])).Export(
+        request(envelope_spans(3, "ctx-push", stages=1)), timeout=10)
+
+    def pushed() -> set[str]:
+        return {m.name for req in capture.requests for rm in req.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics}
+
+    names = wait_for(lambda: S.METRIC_ENVELOPES in pushed() and pushed(), 10,
+                     message="context.envelopes pushed")
+    assert S.METRIC_ITEMS_SELECTED in names
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_crash_between_bundle_written_and_wal_record_writes_nothing_twice(
+        tmp_path: Path) -> None:
+    """The JSON Lines sink takes the bundle, the OTLP log sink cannot (so the WAL never
+    records it written), SIGKILL: the restart must find the bundle in the file."""
+    out_dir = tmp_path / "out"
+    config = tmp_path / "c.yaml"
+    config.write_text("sinks:\n  otlp_logs:\n    timeout: 0.3\n")
+    process, addresses = serve(
+        ["--config", str(config), "--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
+         "--otlp-http", "off", "--metrics", "off",
+         "--otlp-logs", f"http://127.0.0.1:{_closed_port()}"], tmp_path / "ready.json")
+    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
+    stub.Export(request(envelope_spans(1, "ctx-window", stages=2)), timeout=10)
+    wait_for(lambda: read_bundles(out_dir), message="the JSON Lines bundle")
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    process, addresses = serve(["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
+                                "--otlp-http", "off", "--metrics", "off"],
+                               tmp_path / "ready.json")
+    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
+    stub.Export(request(envelope_spans(1, "ctx-window", stages=2)), timeout=10)  # a retry
+    stub.Export(request(envelope_spans(2, "ctx-next", stages=1)), timeout=10)
+    wait_for(lambda: len(read_bundles(out_dir)) >= 2, message="the next bundle")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    bundles = read_bundles(out_dir)
+    assert sorted(b["context_envelope"]["context_id"] for b in bundles) == [
+        "ctx-next", "ctx-window"]
+    assert by_context(bundles)["ctx-window"]["rebuild"]["status"] == "complete"
