@@ -79,10 +79,16 @@ _RFC3339 = re.compile(
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
+@functools.lru_cache(maxsize=1024)
+def _second(seconds: int) -> str:
+    # the events of one envelope share a handful of seconds: format each once
+    return (_EPOCH + _dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def ns_to_rfc3339(ns: int) -> str:
     """Nanoseconds since the epoch as RFC 3339 UTC, fraction trimmed of trailing zeros."""
     seconds, frac = divmod(int(ns), 1_000_000_000)
-    base = (_EPOCH + _dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    base = _second(seconds)
     if frac:
         return f"{base}.{frac:09d}".rstrip("0") + "Z"
     return base + "Z"

@@ -112,14 +112,37 @@ def _t(ns: int) -> str:
     return ns_to_rfc3339(ns)
 
 
+# attribute -> (field, where): 0 item field, 1 item list, 2 source field, 3 source list
+_ITEM_ATTRS: dict[str, tuple[str, int]] = {
+    **{attr: (name, 1 if name == "visibility" else 0) for attr, name in _ITEM_FIELDS},
+    **{attr: (name, 3 if name == "provenance_refs" else 2) for attr, name in _SOURCE_FIELDS},
+}
+_NATIVE_PREFIX_LEN = len(S.SOURCE_NATIVE_PREFIX)
+
+
 def _item_from(attrs: Any) -> dict[str, Any]:
-    item = _pick(attrs, _ITEM_FIELDS, {"item_id": attrs[S.ITEM_ID]})
-    src = _pick(attrs, _SOURCE_FIELDS, {})
+    """An item record from an item event: one pass over the attributes that are there."""
+    item: dict[str, Any] = {"item_id": attrs[S.ITEM_ID]}
+    src: dict[str, Any] | None = None
     for key, value in attrs.items():
+        spec = _ITEM_ATTRS.get(key)
+        if spec is not None:
+            name, where = spec
+            if where == 0:
+                item[name] = value
+            elif where == 1:
+                item[name] = list(value)
+            else:
+                if src is None:
+                    src = {}
+                src[name] = value if where == 2 else list(value)
+            continue
         native = _NATIVE_BY_ATTR.get(key)
         if native is None and key.startswith(S.SOURCE_NATIVE_PREFIX):
-            native = key[len(S.SOURCE_NATIVE_PREFIX):]
+            native = key[_NATIVE_PREFIX_LEN:]
         if native is not None:
+            if src is None:
+                src = {}
             src.setdefault("external_mappings", {})[native] = value
     if src:
         item["source_refs"] = [src]

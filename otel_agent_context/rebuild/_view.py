@@ -47,8 +47,11 @@ def view_from_readable_span(span: Any) -> SpanView:
     """Build a :class:`SpanView` from an SDK ``ReadableSpan``."""
     ctx = span.context
     parent = span.parent
+    # Plain dicts: the SDK's BoundedAttributes answers .get() through the Mapping mixin,
+    # several times slower than a dict, and the rebuild reads every attribute.
     events = [
-        EventView(ev.name, ev.timestamp, ev.attributes or {}) for ev in span.events
+        EventView(ev.name, ev.timestamp, dict(ev.attributes) if ev.attributes else {})
+        for ev in span.events
     ]
     links = [
         (format(link.context.trace_id, "032x"), format(link.context.span_id, "016x"))
@@ -60,7 +63,7 @@ def view_from_readable_span(span: Any) -> SpanView:
         name=span.name,
         start_time_unix_nano=span.start_time or 0,
         end_time_unix_nano=span.end_time or 0,
-        attributes=span.attributes or {},
+        attributes=dict(span.attributes) if span.attributes else {},
         events=events,
         parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
         dropped_attributes_count=span.dropped_attributes,
