@@ -99,17 +99,32 @@ _ENVELOPE_REFS = (
 )
 
 
+#: Record fields whose attribute is an array (OTLP gives tuples or lists; JSON wants lists).
+_ARRAY_FIELDS = frozenset({
+    "visibility", "provenance_refs", "loss_notes", "candidate_sources", "blocked_actions",
+    "resolution_refs", "actor_refs", "runtime_refs", "policy_refs", "evidence_refs"})
+
+
 def _pick(attrs: Any, fields: Sequence[tuple[str, str]], out: dict[str, Any]) -> dict[str, Any]:
     get = attrs.get
-    for attr, name in fields:
-        v = get(attr)
-        if v is not None:
-            out[name] = list(v) if isinstance(v, (tuple, list)) else v
+    found = {name: v for attr, name in fields if (v := get(attr)) is not None}
+    for name in _ARRAY_FIELDS.intersection(found):
+        found[name] = list(found[name])
+    out.update(found)
     return out
 
 
+_TIMES: dict[int, str] = {}
+
+
 def _t(ns: int) -> str:
-    return ns_to_rfc3339(ns)
+    # A span's end, its events and the next span's start often share a nanosecond value.
+    text = _TIMES.get(ns)
+    if text is None:
+        if len(_TIMES) >= 8192:
+            _TIMES.clear()
+        text = _TIMES[ns] = ns_to_rfc3339(ns)
+    return text
 
 
 # attribute -> (field, where): 0 item field, 1 item list, 2 source field, 3 source list
