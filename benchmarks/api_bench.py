@@ -9,7 +9,8 @@ one process on the same SDK ``TracerProvider`` (no exporter, so only recording i
 
 - ``api``: this package's API (``AgentContext``), items as ``ContextItem`` records;
 - ``raw``: hand-written OpenTelemetry SDK calls producing the same spans, events and
-  attributes from plain dicts (what a careful user would write from the contract alone);
+  attributes from the same items (what a careful user would write from the contract alone:
+  each event's attributes built from the item's fields that are set);
 - ``api-no-sdk``: the API with no SDK configured (the no-op path), per turn and per stage call.
 
 Prints medians (of per-turn times over all rounds) and the ratio api/raw.
@@ -48,12 +49,26 @@ def _items() -> list[ContextItem]:
 
 
 def _raw_item(item: ContextItem) -> dict[str, Any]:
-    """The same item as a plain dict, as a user without the records would hold it."""
-    return {"context.item.id": item.item_id, "context.item.kind": "document_excerpt",
-            "context.item.content_mode": "ref", "context.item.token_estimate": item.token_estimate,
-            "context.item.freshness": "current", "context.item.digest": item.digest,
-            "context.source.uri": item.source_refs[0].uri,
-            "context.source.selector": item.source_refs[0].selector}
+    """A careful hand-written emitter's attributes for an item: built per event from the
+    agent's own item data, only the fields that are set (what ``item_attributes`` does)."""
+    src = item.source_refs[0] if item.source_refs else None
+    attrs: dict[str, Any] = {"context.item.id": item.item_id}
+    if item.context_kind is not None:
+        attrs["context.item.kind"] = item.context_kind._value_
+    if item.content_mode is not None:
+        attrs["context.item.content_mode"] = item.content_mode._value_
+    if item.token_estimate is not None:
+        attrs["context.item.token_estimate"] = item.token_estimate
+    if item.freshness is not None:
+        attrs["context.item.freshness"] = item.freshness
+    if item.digest is not None:
+        attrs["context.item.digest"] = item.digest
+    if src is not None:
+        if src.uri is not None:
+            attrs["context.source.uri"] = src.uri
+        if src.selector is not None:
+            attrs["context.source.selector"] = src.selector
+    return attrs
 
 
 def turn_api(ctx: AgentContext, items: list[ContextItem], tracer: trace.Tracer) -> None:
@@ -87,7 +102,7 @@ def turn_api(ctx: AgentContext, items: list[ContextItem], tracer: trace.Tracer) 
         env.missing(severity="blocking", needed_for="refund", blocked_actions=["refund"])
 
 
-def turn_raw(tracer: trace.Tracer, raw_items: list[dict[str, Any]], n: list[int]) -> None:
+def turn_raw(tracer: trace.Tracer, items: list[ContextItem], n: list[int]) -> None:
     n[0] += 1
     cid = f"ctx_{n[0]}"
     env = tracer.start_span("context.envelope", attributes={
@@ -98,21 +113,24 @@ def turn_raw(tracer: trace.Tracer, raw_items: list[dict[str, Any]], n: list[int]
     token = trace.context_api.attach(parent)
     srf = tracer.start_span("context.surface", parent, attributes={
         "context.id": cid, "context.surface.id": f"srf_{n[0]}"})
-    for it in raw_items:
-        srf.add_event("context.item.added", it)
-    srf.set_attributes({"context.surface.item_count": len(raw_items),
+    for item in items:
+        srf.add_event("context.item.added", _raw_item(item))
+    srf.set_attributes({"context.surface.item_count": len(items),
                         "context.surface.token_estimate": 7225, "context.id": cid})
     srf.end()
     sel = tracer.start_span("context.selection", parent, attributes={
         "context.id": cid, "context.selection.id": f"sel_{n[0]}",
         "context.surface.id": f"srf_{n[0]}", "context.selection.intent": "answer"})
-    for rank, it in enumerate(raw_items):
+    for rank, item in enumerate(items):
+        it = _raw_item(item)
         if rank < N_SELECTED:
-            sel.add_event("context.item.selected", {**it, "context.selection.rank": rank + 1,
-                                                    "context.selection.score": 1.0 - rank / 100})
+            it["context.selection.rank"] = rank + 1
+            it["context.selection.score"] = 1.0 - rank / 100
+            sel.add_event("context.item.selected", it)
         else:
-            sel.add_event("context.item.omitted", {**it, "context.omission.reason": "budget",
-                                                   "context.selection.score": 0.1})
+            it["context.omission.reason"] = "budget"
+            it["context.selection.score"] = 0.1
+            sel.add_event("context.item.omitted", it)
     sel.set_attributes({"context.selection.candidate_count": 50,
                         "context.selection.selected_count": 10,
                         "context.selection.omitted_count": 40, "context.id": cid})
@@ -125,9 +143,9 @@ def turn_raw(tracer: trace.Tracer, raw_items: list[dict[str, Any]], n: list[int]
         bud.add_event("context.window.segment", {
             "context.window.segment": seg, "context.window.order": order,
             "context.window.reserved_tokens": 1000, "context.window.used_tokens": 800})
-    for it in raw_items[:3]:
+    for item in items[:3]:
         bud.add_event("context.budget.truncated", {
-            "context.item.id": it["context.item.id"],
+            "context.item.id": item.item_id,
             "context.truncation.strategy": "truncate_middle",
             "context.truncation.tokens_before": 400, "context.truncation.tokens_after": 100})
     bud.set_attributes({"context.budget.actual_tokens": 7000,
@@ -138,14 +156,14 @@ def turn_raw(tracer: trace.Tracer, raw_items: list[dict[str, Any]], n: list[int]
         "context.id": cid, "context.assembly.id": f"asm_{n[0]}",
         "context.assembly.target": "model", "context.budget.id": f"bud_{n[0]}"})
     parts = []
-    for index, it in enumerate(raw_items[:N_BLOCKS]):
+    for index, item in enumerate(items[:N_BLOCKS]):
         asm.add_event("context.assembly.block", {
-            "context.block.index": index, "context.item.id": it["context.item.id"],
+            "context.block.index": index, "context.item.id": item.item_id,
             "context.item.kind": "document_excerpt",
-            "context.block.tokens": it["context.item.token_estimate"],
+            "context.block.tokens": item.token_estimate,
             "context.injection.point": "message_history",
-            "context.block.digest": it["context.item.digest"]})
-        parts.append(f"{index}:{it['context.item.id']}:{it['context.item.digest']}\n")
+            "context.block.digest": item.digest})
+        parts.append(f"{index}:{item.item_id}:{item.digest}\n")
     digest = "sha256:" + hashlib.sha256("".join(parts).encode()).hexdigest()
     asm.set_attributes({"context.assembly.block_count": N_BLOCKS,
                         "context.assembly.token_count": 1266, "context.assembly.hash": digest,
@@ -160,10 +178,10 @@ def turn_raw(tracer: trace.Tracer, raw_items: list[dict[str, Any]], n: list[int]
     comp = tracer.start_span("context.compaction", parent, attributes={
         "context.id": cid, "context.compaction.id": f"cmp_{n[0]}",
         "context.compaction.method": "rolling_summary", "context.compaction.trigger": "budget"})
-    for it in raw_items[:N_SOURCES]:
+    for item in items[:N_SOURCES]:
         comp.add_event("context.compaction.source", {
-            "context.item.id": it["context.item.id"], "context.compaction.covered": True,
-            "context.item.token_estimate": it["context.item.token_estimate"],
+            "context.item.id": item.item_id, "context.compaction.covered": True,
+            "context.item.token_estimate": item.token_estimate,
             "context.item.kind": "document_excerpt"})
     comp.add_event("context.summary.created", {
         "context.summary.id": f"sum_{n[0]}", "context.summary.token_estimate": 300,
@@ -203,7 +221,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     provider = TracerProvider()  # records spans; no processor, so export is not timed
     tracer = provider.get_tracer("bench")
     items = _items()
-    raw_items = [_raw_item(i) for i in items]
     ctx = AgentContext(tracer_provider=provider, capture_content=False)
     noop_ctx = AgentContext(tracer_provider=trace.NoOpTracerProvider())
     noop_tracer = trace.NoOpTracerProvider().get_tracer("bench")
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: dict[str, list[float]] = {"api": [], "raw": [], "api-no-sdk": []}
     for _ in range(args.rounds):  # interleave so drift hits every variant alike
-        results["raw"] += _time(lambda: turn_raw(tracer, raw_items, counter), args.turns)
+        results["raw"] += _time(lambda: turn_raw(tracer, items, counter), args.turns)
         results["api"] += _time(lambda: turn_api(ctx, items, tracer), args.turns)
         results["api-no-sdk"] += _time(lambda: turn_api(noop_ctx, items, noop_tracer),
                                        args.turns)
