@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind
 
 from . import _semconv as S
 from ._api import AgentContext
+from ._enums import ContentMode, ContextKind
 from ._records import ContextItem, ContextSourceRef
 
 __all__ = ["run_demo"]
@@ -33,7 +34,8 @@ def _kb(rng: random.Random) -> list[ContextItem]:
     for i in range(60):
         topic = _TOPICS[i % len(_TOPICS)]
         docs.append(ContextItem(
-            item_id=f"kb:{topic}:{i}", context_kind="document_excerpt", content_mode="ref",
+            item_id=f"kb:{topic}:{i}", context_kind=ContextKind.DOCUMENT_EXCERPT,
+            content_mode=ContentMode.REF,
             title=f"{topic.title()} policy, section {i}",
             content=f"Policy text about {topic}, section {i}.",
             token_estimate=rng.randint(120, 900),
@@ -60,7 +62,7 @@ def run_demo(tracer_provider: trace.TracerProvider | None = None, *, turns: int 
     for turn in range(turns):
         question = rng.choice(_TOPICS)
         history.append(ContextItem(
-            item_id=f"msg:{conversation}:{2 * turn}", context_kind="user_message",
+            item_id=f"msg:{conversation}:{2 * turn}", context_kind=ContextKind.USER_MESSAGE,
             content=f"Customer asks about {question}.", token_estimate=rng.randint(30, 200)))
         with tracer.start_as_current_span("invoke_agent support-agent", kind=SpanKind.INTERNAL,
                                           attributes={S.GEN_AI_OPERATION_NAME: "invoke_agent",
@@ -70,7 +72,7 @@ def run_demo(tracer_provider: trace.TracerProvider | None = None, *, turns: int 
         if turn % 3 == 2:
             summary_tokens = rng.randint(200, 400)
         history.append(ContextItem(
-            item_id=f"msg:{conversation}:{2 * turn + 1}", context_kind="session_history",
+            item_id=f"msg:{conversation}:{2 * turn + 1}", context_kind=ContextKind.SESSION_HISTORY,
             content=f"Agent answered about {question}.", token_estimate=rng.randint(80, 600)))
     return ids
 
@@ -78,10 +80,11 @@ def run_demo(tracer_provider: trace.TracerProvider | None = None, *, turns: int 
 def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int, question: str,
           kb: list[ContextItem], history: list[ContextItem], conversation: str,
           summary_tokens: int) -> str:
-    system = ContextItem(item_id="sys:support-v3", context_kind="system_prompt",
+    system = ContextItem(item_id="sys:support-v3", context_kind=ContextKind.SYSTEM_PROMPT,
                          content="You are a careful support agent.", token_estimate=420)
-    tool = ContextItem(item_id=f"tool:orders.lookup:{turn}", context_kind="tool_result",
-                       content_mode="tool_result_ref", token_estimate=rng.randint(100, 1500),
+    tool = ContextItem(item_id=f"tool:orders.lookup:{turn}", context_kind=ContextKind.TOOL_RESULT,
+                       content_mode=ContentMode.TOOL_RESULT_REF,
+                       token_estimate=rng.randint(100, 1500),
                        source_refs=[ContextSourceRef(
                            external_mappings={"model_api.tool_call_id": f"call_{turn}"})])
     candidates = rng.sample(kb, rng.randint(20, 50))

@@ -127,7 +127,7 @@ class _Check(typing.NamedTuple):
     optional: bool
 
 
-def _plan_for(cls: type) -> tuple[_Check, ...]:
+def _plan_for(cls: Any) -> tuple[_Check, ...]:
     hints = typing.get_type_hints(cls)
     checks = []
     for name in cls.__struct_fields__:

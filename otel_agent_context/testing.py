@@ -112,7 +112,8 @@ class CapturedTelemetry:
                 for metric in sm.metrics:
                     for point in metric.data.data_points:
                         value = getattr(point, "value", point)
-                        out.setdefault(metric.name, []).append((dict(point.attributes), value))
+                        labels = dict(point.attributes or {})
+                        out.setdefault(metric.name, []).append((labels, value))
         return out
 
     def logs(self) -> list[Any]:

@@ -330,7 +330,7 @@ class _Builder:
         a = span.attributes
         aid = a.get(S.ASSEMBLY_ID, span.span_id)
         rec = _pick(a, _ASSEMBLY_FIELDS, {"assembly_id": aid})
-        blocks = []
+        blocks: list[dict[str, Any]] = []
         sources: dict[str, None] = {}
         for ev in events:
             if ev.name == S.EVENT_ASSEMBLY_BLOCK:
@@ -499,10 +499,10 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
         name = span.name
         if name in _STAGE_SPANS:
             events: Sequence[EventView] = span.events
-            parts = items_parts.get(span.span_id)
-            if parts:
+            more = items_parts.get(span.span_id)
+            if more:
                 events = list(events)
-                for part in parts:
+                for part in more:
                     events.extend(part.events)
             getattr(b, name[len("context."):])(span, events)
         b.span_events(span)

@@ -84,7 +84,8 @@ class BundleSpanProcessor(SpanProcessor):
     def _expired_locked(self, now: float) -> list[tuple[list[SpanView], tuple[str, ...]]]:
         out = []
         for cid in [c for c, p in self._pending.items() if now - p.first_seen >= self._timeout]:
-            out.append((self._pending.pop(cid).spans, ("timeout",)))
+            reasons: tuple[str, ...] = ("timeout",)
+            out.append((self._pending.pop(cid).spans, reasons))
         return out
 
     def _drain(self, reason: str) -> None:

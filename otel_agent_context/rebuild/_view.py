@@ -14,7 +14,8 @@ from typing import Any, Union
 
 AttributeValue = Union[  # noqa: UP007 - a runtime alias, kept importable on 3.10
     str, int, float, bool, Sequence[str], Sequence[int], Sequence[float], Sequence[bool]]
-Attributes = Mapping[str, AttributeValue]
+#: Values are AttributeValue; typed Any because the rebuild checks each value where it reads it.
+Attributes = Mapping[str, Any]
 
 __all__ = ["AttributeValue", "Attributes", "EventView", "SpanView", "view_from_readable_span"]
 
