@@ -1,21 +1,34 @@
 """Added latency per instrumented LLM client call, against the same call uninstrumented.
 
-    python benchmarks/instrumentation_bench.py [--calls 400] [--rounds 5]
+    python benchmarks/instrumentation_bench.py [--calls 400] [--rounds 5] [--metrics]
+        [--compare DIR]
 
 Real ``openai`` and ``anthropic`` clients call the bundled loopback stub
 (``otel_agent_context.instrumentation._stub``), run in a process of its own. Each
 scenario is timed in rounds that alternate uninstrumented and instrumented blocks (so
 drift of the machine hits both alike); the reported numbers are medians over all calls.
+``--compare DIR`` adds a third mode to every round: the instrumentors of another checkout
+(``git worktree add /tmp/before HEAD~1``), loaded under another package name, for a
+before/after measured in the same minutes.
 "Instrumented" is our instrumentor alone with the OpenTelemetry SDK (a
 ``BatchSpanProcessor`` with an exporter that drops the spans, so the export cost, which
-happens off the call path, is not counted) and content capture off. Results go to stdout
-as a Markdown table (benchmarks/instrumentation.md records one run).
+happens off the call path, is not counted) and content capture off; ``--metrics`` adds the
+SDK ``MeterProvider`` that ``opentelemetry-instrument`` also configures (a periodic reader
+whose exporter drops the points), so the per-call metric recording is counted too.
+
+Besides wall time (``perf_counter_ns``) each call's CPU time on the calling thread
+(``thread_time_ns``) is recorded: on a shared machine the wall time swings with the load,
+while the CPU the instrumentation adds to the caller's thread does much less. Results go to
+stdout as a Markdown table (benchmarks/instrumentation.md records runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
+import os
 import platform
 import statistics
 import subprocess
@@ -27,6 +40,12 @@ from typing import Any
 
 import anthropic
 import openai
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -39,6 +58,18 @@ class _Drop(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
+        return None
+
+
+class _DropMetrics(MetricExporter):
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000,
+               **kwargs: Any) -> MetricExportResult:
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         return None
 
 
@@ -113,52 +144,111 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             "anthropic messages": messages, "anthropic messages.stream": messages_stream}
 
 
-def _time(fn: Callable[[], Any], n: int) -> list[float]:
-    out = []
+def _time(fn: Callable[[], Any], n: int) -> tuple[list[int], list[int]]:
+    """Wall and calling-thread CPU nanoseconds of ``n`` calls."""
+    wall, cpu = [], []
+    clock, thread_clock = time.perf_counter_ns, time.thread_time_ns
     for _ in range(n):
-        t = time.perf_counter()
+        w, c = clock(), thread_clock()
         fn()
-        out.append(time.perf_counter() - t)
-    return out
+        c2, w2 = thread_clock(), clock()
+        wall.append(w2 - w)
+        cpu.append(c2 - c)
+    return wall, cpu
+
+
+def _load_copy(path: str) -> list[Any]:
+    """The instrumentors of another checkout's ``otel_agent_context`` (``path`` holds the
+    package directory), imported under another name so both run in this process."""
+    name = "otel_agent_context_compared"
+    package = os.path.join(path, "otel_agent_context")
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no otel_agent_context package under {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    oa = importlib.import_module(f"{name}.instrumentation.openai")
+    an = importlib.import_module(f"{name}.instrumentation.anthropic")
+    return [oa.OpenAIContextInstrumentor(), an.AnthropicContextInstrumentor()]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400, help="calls per scenario and mode")
     parser.add_argument("--rounds", type=int, default=5, help="alternating blocks")
+    parser.add_argument("--metrics", action="store_true",
+                        help="also an SDK MeterProvider, as opentelemetry-instrument sets up")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="also time the instrumentors of another checkout (DIR holds its "
+                             "otel_agent_context package, e.g. a git worktree of the last "
+                             "commit), in the same rounds")
     args = parser.parse_args(argv)
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(_Drop()))
-    ours = [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]
+    settings: dict[str, Any] = {"tracer_provider": provider}
+    meters = None
+    if args.metrics:
+        meters = MeterProvider(metric_readers=[
+            PeriodicExportingMetricReader(_DropMetrics(), export_interval_millis=60_000)])
+        settings["meter_provider"] = meters
+    modes: list[list[Any]] = [[], [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]]
+    if args.compare:
+        modes.append(_load_copy(args.compare))
     per_block = max(args.calls // args.rounds, 1)
     rows = []
+    med = statistics.median
     with _Remote() as stub:
         for name, fn in scenarios(stub).items():
-            base: list[float] = []
-            inst: list[float] = []
-            _time(fn, 20)  # warm up connections and caches
-            for _ in range(args.rounds):
-                base += _time(fn, per_block)
-                for i in ours:
-                    i.instrument(tracer_provider=provider)
-                _time(fn, 3)
-                inst += _time(fn, per_block)
-                for i in ours:
+            times: list[tuple[list[int], list[int]]] = [([], []) for _ in modes]
+            for mode in modes:  # warm up connections, caches and first-call costs
+                for i in mode:
+                    i.instrument(**settings)
+                _time(fn, 20)
+                for i in mode:
                     i.uninstrument()
-            b, m = statistics.median(base), statistics.median(inst)
-            rows.append((name, b * 1e3, m * 1e3, (m - b) * 1e6, (m - b) / b * 100))
+            for r in range(args.rounds):
+                # every mode once a round, the order rotating so none always follows another
+                for k in range(len(modes)):
+                    m = (k + r) % len(modes)
+                    for i in modes[m]:
+                        i.instrument(**settings)
+                    _time(fn, 3)
+                    for total, part in zip(times[m], _time(fn, per_block), strict=True):
+                        total += part
+                    for i in modes[m]:
+                        i.uninstrument()
+            wall = [med(t[0]) / 1e3 for t in times]  # µs
+            cpu = [med(t[1]) / 1e3 for t in times]
+            rows.append((name, wall, cpu))
     provider.shutdown()
+    if meters is not None:
+        meters.shutdown()
     print(f"Machine: {platform.machine()}, {platform.processor() or 'unknown cpu'}, "
+          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; "
           f"Python {platform.python_version()}; openai {version('openai')}, anthropic "
           f"{version('anthropic')}, opentelemetry-sdk {version('opentelemetry-sdk')}, "
           f"opentelemetry-util-genai {version('opentelemetry-util-genai')}; "
+          f"{'traces and metrics' if args.metrics else 'traces'}; "
           f"{per_block * args.rounds} calls per scenario and mode.\n")
-    print("| scenario | uninstrumented median (ms) | instrumented median (ms) "
-          "| added (µs) | added (%) |")
-    print("|---|---:|---:|---:|---:|")
-    for name, b, m, added, pct in rows:
-        print(f"| {name} | {b:.3f} | {m:.3f} | {added:.0f} | {pct:.1f} |")
-
+    if not args.compare:
+        print("| scenario | uninstrumented median (ms) | instrumented median (ms) "
+              "| added (µs) | added (%) | caller CPU uninstr. (µs) | caller CPU instr. (µs) "
+              "| added CPU (µs) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for name, (b, m), (cb, cm) in rows:
+            print(f"| {name} | {b / 1e3:.3f} | {m / 1e3:.3f} | {m - b:.0f} | "
+                  f"{(m - b) / b * 100:.1f} | {cb:.0f} | {cm:.0f} | {cm - cb:.0f} |")
+        return
+    print("| scenario | uninstrumented median (ms) | compared: instrumented (ms) "
+          "| compared: added µs (%) | this: instrumented (ms) | this: added µs (%) "
+          "| caller CPU added, compared → this (µs) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, (b, m, c), (cb, cm, cc) in rows:
+        print(f"| {name} | {b / 1e3:.3f} | {c / 1e3:.3f} | {c - b:.0f} ({(c - b) / b * 100:.0f}%) "
+              f"| {m / 1e3:.3f} | {m - b:.0f} ({(m - b) / b * 100:.0f}%) "
+              f"| {cc - cb:.0f} → {cm - cb:.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -331,6 +331,8 @@ class Envelope(_Recorder):
         self._stages: set[str] = set()
         self._redacted: set[str] = set()
         self._joined: set[int] = set()  # spans of others that joined (e.g. inference spans)
+        self._capture = owner.capture_content  # read per item event: keep it one lookup away
+        self._blocked = owner.blocked_sensitivities
         self._missing_severity: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -601,9 +603,7 @@ class Envelope(_Recorder):
     # -- internal: items and the sensitivity policy -----------------------------------
 
     def _item_attrs(self, item: ContextItem) -> dict[str, Any]:
-        owner = self._owner
-        attrs, withheld = item_attributes(item, owner.capture_content,
-                                          owner.blocked_sensitivities)
+        attrs, withheld = item_attributes(item, self._capture, self._blocked)
         if withheld and item.item_id not in self._redacted:
             self._redacted.add(item.item_id)
             self.redaction(item.item_id, state=RedactionState.POLICY_BLOCKED,
@@ -711,9 +711,10 @@ class Selection(_Stage):
                  kind: ContextKind | str | None = None, token_estimate: int | None = None,
                  timestamp: int | str | None = None) -> None:
         """A candidate was selected, with its rank, score and scorer signals."""
-        it = _as_item(item, kind, token_estimate)
+        it = item if isinstance(item, ContextItem) else _as_item(item, kind, token_estimate)
         attrs = self._env._item_attrs(it)
-        _put(attrs, S.SELECTION_RANK, rank)
+        if rank is not None:
+            attrs[S.SELECTION_RANK] = rank
         if score is not None:
             attrs[S.SELECTION_SCORE] = float(score)
         if signals:
@@ -730,11 +731,12 @@ class Selection(_Stage):
                 kind: ContextKind | str | None = None, token_estimate: int | None = None,
                 timestamp: int | str | None = None) -> None:
         """A candidate was left out; ``reason`` is one of the spec's omission reasons."""
-        it = _as_item(item, kind, token_estimate)
-        r = _enum(OmissionReason, reason)
+        it = item if isinstance(item, ContextItem) else _as_item(item, kind, token_estimate)
+        r = _enum(OmissionReason, reason) or OmissionReason.CUSTOM.value
         attrs = self._env._item_attrs(it)
         attrs[S.OMISSION_REASON] = r
-        _put(attrs, S.OMISSION_DETAIL, detail)
+        if detail is not None:
+            attrs[S.OMISSION_DETAIL] = detail
         if score is not None:
             attrs[S.SELECTION_SCORE] = float(score)
         self._omitted += 1
@@ -898,6 +900,34 @@ class Assembly(_Stage):
         self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, timestamp)
 
     @_guard
+    def blocks(self, rows: Iterable[tuple[str, ContextKind | str | None, int | None,
+                                          InjectionPoint | str | None, str | None]]) -> None:
+        """Several blocks in order, in one call: ``(item_id, kind, tokens, injection_point,
+        digest)`` per block. Records exactly what ``block(item_id, kind=, tokens=,
+        injection_point=, digest=)`` would for each row, for callers with many blocks (an
+        LLM client's messages) that already hold the values; rows are checked and written
+        one at a time, so a bad row loses the rows after it, not the ones before."""
+        idx = self._index
+        total = self._tokens
+        parts = self._hash_parts
+        for item_id, kind, tokens, injection_point, digest in rows:
+            attrs: dict[str, Any] = {S.BLOCK_INDEX: idx, S.ITEM_ID: item_id}
+            if kind is not None:
+                attrs[S.ITEM_KIND] = _enum(ContextKind, kind)
+            if tokens is not None:
+                attrs[S.BLOCK_TOKENS] = tokens
+                total += tokens
+            if injection_point is not None:
+                attrs[S.INJECTION_POINT] = _enum(InjectionPoint, injection_point)
+            if digest is not None:
+                attrs[S.BLOCK_DIGEST] = digest
+            parts.append(f"{idx}:{item_id}:{digest or ''}")
+            idx += 1
+            self._index = idx
+            self._tokens = total
+            self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, None)
+
+    @_guard
     def inject(self, *, injection_point: InjectionPoint | str = InjectionPoint.MESSAGE_HISTORY,
                span: Span | None = None, **kwargs: Any) -> str | None:
         """Record the injection of this assembly (on ``span``, else on the assembly span)."""
@@ -1047,7 +1077,7 @@ class _NoOp:
 
     surface = selection = budget = assembly = compaction = _self
     stop = fail = add = update = remove = selected = omitted = segment = truncated = _none
-    actual = overflowed = block = loss_note = set = set_lifecycle = mark_compacted = _none
+    actual = overflowed = block = blocks = loss_note = set = set_lifecycle = mark_compacted = _none
     source = _none
     missing_requested = missing_resolved = redaction = _none
     injection = missing = summary = inject = _empty

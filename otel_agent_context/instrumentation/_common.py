@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -55,6 +56,7 @@ __all__ = [
     "async_wrapper",
     "guarded",
     "is_context_length_error",
+    "make_block",
     "make_item",
     "overflow_tokens_from",
     "short_digest",
@@ -106,38 +108,73 @@ def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
               tool_call_id: str | None = None, response_id: str | None = None,
               content_ref: str | None = None) -> ContextItem:
     """One message or input item as a context item: digest always, content only if captured."""
-    if tokens is None:
-        tokens = estimate_tokens(text)
-    mappings: dict[str, str] = {}
-    if tool_call_id:
-        mappings["model_api.tool_call_id"] = tool_call_id
-    if response_id:
-        mappings["model_api.response_id"] = response_id
-    return ContextItem(
-        item_id=item_id, context_kind=kind, content_mode=content_mode,
-        content=text if capture and text else None, content_ref=content_ref,
-        token_estimate=tokens, digest=digest_text(text) if text else None,
-        source_refs=[ContextSourceRef(external_mappings=mappings)] if mappings else [],
-    )
+    return make_block(item_id, kind, text, capture, "", "", content_mode=content_mode,
+                      tokens=tokens, tool_call_id=tool_call_id, response_id=response_id,
+                      content_ref=content_ref).item
 
 
 def short_digest(*parts: str) -> str:
     """12 hex characters naming a message by its content (stable across turns)."""
-    return digest_text("\x1f".join(parts))[7:19]
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:12]
 
 
 @dataclass(slots=True)
 class Block:
-    """One block of the assembled input: the item, where it is injected, its window segment."""
+    """One block of the assembled input: the item's fields, where it is injected, its window
+    segment. Plain fields, not a :class:`ContextItem`: building and validating a record per
+    message was most of the cost of reading a request; :attr:`item` builds it when needed."""
 
-    item: ContextItem
+    item_id: str
+    kind: str
     point: str
     segment: str
+    tokens: int = 0
+    digest: str | None = None
+    #: The text, only under content capture.
+    content: str | None = None
+    content_mode: str = "inline"
+    content_ref: str | None = None
+    tool_call_id: str | None = None
+    response_id: str | None = None
     cache_breakpoint: bool = False
+    _item: ContextItem | None = None
 
     @property
-    def tokens(self) -> int:
-        return self.item.token_estimate or 0
+    def plain(self) -> bool:
+        """Nothing of the item to record beyond the block event's own attributes (no
+        content, no native id, inline)."""
+        return (self.content_mode == "inline" and not self.tool_call_id
+                and not self.response_id)
+
+    @property
+    def item(self) -> ContextItem:
+        """The block's item as a context item (built once, on first use)."""
+        item = self._item
+        if item is None:
+            mappings: dict[str, str] = {}
+            if self.tool_call_id:
+                mappings["model_api.tool_call_id"] = self.tool_call_id
+            if self.response_id:
+                mappings["model_api.response_id"] = self.response_id
+            item = self._item = ContextItem(
+                item_id=self.item_id, context_kind=self.kind, content_mode=self.content_mode,
+                content=self.content, content_ref=self.content_ref, token_estimate=self.tokens,
+                digest=self.digest,
+                source_refs=[ContextSourceRef(external_mappings=mappings)] if mappings else [])
+        return item
+
+
+def make_block(item_id: str, kind: str, text: str | None, capture: bool, point: str,
+               segment: str, *, content_mode: str = "inline", tokens: int | None = None,
+               tool_call_id: str | None = None, response_id: str | None = None,
+               content_ref: str | None = None, cache_breakpoint: bool = False) -> Block:
+    """One message or input item as a block: digest always, content only if captured."""
+    return Block(item_id, kind, point, segment,
+                 estimate_tokens(text) if tokens is None else tokens,
+                 digest_text(text) if text else None,
+                 text if capture and text else None,
+                 content_mode, content_ref, tool_call_id or None, response_id or None,
+                 cache_breakpoint)
 
 
 @dataclass(slots=True)
@@ -302,15 +339,21 @@ class Call:
                 n += 1
                 budget.segment(f"cache_prefix_{n}", used_tokens=prefix)
         asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
+        # the item's own attributes only where they add something to the block's (content
+        # under capture, a native id, a non-inline content mode): fewer event attributes is
+        # most of the per-call cost; runs of plain blocks go in one call
         capture = tel.capture
+        rows: list[tuple[str, str, int, str, str | None]] = []
         for b in req.blocks:
-            item = b.item
-            # the item's own attributes only where they add something to the block's (content
-            # under capture, a native id, a non-inline content mode): fewer event attributes
-            # is most of the per-call cost
-            asm.block(item, injection_point=b.point,
-                      describe=capture or bool(item.source_refs) or item.content_mode is not None
-                      and item.content_mode.value != "inline")
+            if capture or not b.plain:
+                if rows:
+                    asm.blocks(rows)
+                    rows = []
+                asm.block(b.item, injection_point=b.point, describe=True)
+            else:
+                rows.append((b.item_id, b.kind, b.tokens, b.point, b.digest))
+        if rows:
+            asm.blocks(rows)
         asm.stop()
         asm.inject(span=span, injection_point=InjectionPoint.MESSAGE_HISTORY)
         if req.compacted:
@@ -390,8 +433,8 @@ class Call:
                                  replacement_policy="replace_sources") as cmp:
             for b in req.blocks:
                 if b.point == InjectionPoint.MESSAGE_HISTORY.value:
-                    cmp.source(b.item.item_id, covered=True, token_estimate=b.tokens,
-                               kind=b.item.context_kind)
+                    cmp.source(b.item_id, covered=True, token_estimate=b.tokens,
+                               kind=b.kind)
             for cid in out.compactions:
                 cmp.summary(summary_id=f"compaction:{cid}", refresh_policy="provider")
             cmp.loss_note("provider summary is encrypted: coverage is the provider's claim, "
@@ -401,8 +444,7 @@ class Call:
     def _context_edits(self, out: Outcome) -> None:
         """Anthropic context editing: tool results (or thinking) cleared before the call."""
         req = self.req
-        tool_results = [b for b in req.blocks if b.item.context_kind is not None
-                        and b.item.context_kind.value == "tool_result"]
+        tool_results = [b for b in req.blocks if b.kind == "tool_result"]
         for edit in out.applied_edits:
             etype = str(edit.get("type") or "unknown")
             config = next((e for e in req.edits if e.get("type") == etype), {})
@@ -413,10 +455,10 @@ class Call:
                                      trigger=etype, scope="input",
                                      replacement_policy="clear") as cmp:
                 candidates = [b for b in tool_results
-                              if req.tool_names.get(_tool_call_id(b.item) or "") not in excluded]
+                              if req.tool_names.get(b.tool_call_id or "") not in excluded]
                 for b in candidates[:cleared_n]:  # the oldest tool results are cleared first
-                    cmp.source(b.item.item_id, covered=False, token_estimate=b.tokens,
-                               kind=b.item.context_kind)
+                    cmp.source(b.item_id, covered=False, token_estimate=b.tokens,
+                               kind=b.kind)
                 what = (f"{cleared_n} tool uses" if "cleared_tool_uses" in edit else
                         f"{edit.get('cleared_thinking_turns', 0)} thinking turns")
                 cmp.loss_note(f"{etype} cleared {what} ({cleared_tokens} input tokens)")
@@ -438,14 +480,6 @@ class Call:
                 env.stop()
             else:
                 env.fail(exc)
-
-
-def _tool_call_id(item: ContextItem) -> str | None:
-    for src in item.source_refs:
-        value = src.external_mappings.get("model_api.tool_call_id")
-        if value:
-            return value
-    return None
 
 
 def is_context_length_error(exc: BaseException) -> bool:

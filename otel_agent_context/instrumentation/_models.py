@@ -41,6 +41,10 @@ MODEL_WINDOWS: dict[str, int] = {
 }
 
 _user: dict[str, int] = {}
+#: (model, override env text, table sizes) -> where the answer is: ("user" | "env" | "table",
+#: key), or None for an unknown model. The value itself is read live from its table.
+_found: dict[tuple[str, str, int, int], tuple[str, str] | None] = {}
+_env_tables: dict[str, dict[str, int]] = {}
 
 
 def register_model_window(model: str, tokens: int) -> None:
@@ -48,11 +52,16 @@ def register_model_window(model: str, tokens: int) -> None:
     if not isinstance(tokens, int) or tokens <= 0:
         raise ValueError(f"context window of {model!r} must be a positive integer, got {tokens!r}")
     _user[model] = tokens
+    _found.clear()
 
 
-def _from_env() -> dict[str, int]:
-    out: dict[str, int] = {}
-    raw = os.environ.get(OTEL_AGENT_CONTEXT_MODEL_WINDOWS, "")
+def _from_env(raw: str | None = None) -> dict[str, int]:
+    if raw is None:
+        raw = os.environ.get(OTEL_AGENT_CONTEXT_MODEL_WINDOWS, "")
+    out = _env_tables.get(raw)
+    if out is not None:
+        return out
+    out = {}
     for part in raw.split(","):
         if "=" in part:
             name, _, value = part.partition("=")
@@ -60,17 +69,48 @@ def _from_env() -> dict[str, int]:
                 out[name.strip()] = int(value)
             except ValueError:
                 continue
+    if len(_env_tables) > 16:
+        _env_tables.clear()
+    _env_tables[raw] = out
     return out
 
 
-def context_window(model: str | None) -> int | None:
-    """The context window of ``model`` in tokens, or ``None`` when unknown."""
-    if not model:
-        return None
-    for table in (_user, _from_env(), MODEL_WINDOWS):
+def _locate(model: str, env: dict[str, int]) -> tuple[str, str] | None:
+    for name, table in (("user", _user), ("env", env), ("table", MODEL_WINDOWS)):
         if model in table:
-            return table[model]
+            return name, model
         best = max((k for k in table if model.startswith(k)), key=len, default=None)
         if best is not None:
-            return table[best]
+            return name, best
     return None
+
+
+def context_window(model: str | None) -> int | None:
+    """The context window of ``model`` in tokens, or ``None`` when unknown.
+
+    The longest-prefix search runs once per model (and per override setting); later calls
+    are a dictionary lookup."""
+    if not model:
+        return None
+    raw = os.environ.get(OTEL_AGENT_CONTEXT_MODEL_WINDOWS, "")
+    key = (model, raw, len(_user), len(MODEL_WINDOWS))
+    try:
+        where = _found[key]
+    except KeyError:
+        where = None
+    else:
+        if where is None:
+            return None
+        table = (_user if where[0] == "user" else MODEL_WINDOWS if where[0] == "table"
+                 else _from_env(raw))
+        value = table.get(where[1])
+        if value is not None:
+            return value
+    env = _from_env(raw)
+    where = _locate(model, env)
+    if len(_found) > 4096:
+        _found.clear()
+    _found[key] = where
+    if where is None:
+        return None
+    return (_user if where[0] == "user" else env if where[0] == "env" else MODEL_WINDOWS)[where[1]]

@@ -21,14 +21,20 @@ from .._common import (
     Block,
     Outcome,
     Request,
-    make_item,
+    make_block,
     short_digest,
 )
-from .._tokens import estimate_tokens
 from ..openai._extract import _get, _int, _tool_tokens, given
 
 PROVIDER = "anthropic"
 _HISTORY = InjectionPoint.MESSAGE_HISTORY.value
+#: plain strings: an enum attribute lookup per block adds up
+_K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
+_K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
+_K_SYSTEM_PROMPT = ContextKind.SYSTEM_PROMPT.value
+_K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
+_K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
+_P_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop",
            "tool_use": "tool_call", "refusal": "content_filter"}
 
@@ -66,10 +72,9 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     sys_parts: list[Any] = []
     for block in [system] if isinstance(system, str) else list(system or ()):
         text = _block_text(block)
-        req.blocks.append(Block(
-            make_item(f"system:{short_digest(text)}", ContextKind.SYSTEM_PROMPT.value, text,
-                      capture),
-            InjectionPoint.SYSTEM_PROMPT.value, SEG_SYSTEM,
+        req.blocks.append(make_block(
+            f"system:{short_digest(text)}", _K_SYSTEM_PROMPT, text, capture,
+            _P_SYSTEM, SEG_SYSTEM,
             cache_breakpoint=bool(given(_get(block, "cache_control")))
             if not isinstance(block, str) else False))
         if capture:
@@ -110,23 +115,24 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
     breakpoint_ = not isinstance(block, str) and bool(given(_get(block, "cache_control")))
     if btype == "tool_result":
         call_id = str(_get(block, "tool_use_id"))
-        item = make_item(f"tool_result:{call_id}", ContextKind.TOOL_RESULT.value, text, capture,
-                         tool_call_id=call_id)
-    elif btype == "tool_use":
+        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
+                          capture, _HISTORY, SEG_HISTORY, tool_call_id=call_id,
+                          cache_breakpoint=breakpoint_)
+    if btype == "tool_use":
         call_id = str(_get(block, "id"))
         req.tool_names[call_id] = str(_get(block, "name"))
-        item = make_item(f"tool_use:{call_id}", ContextKind.SESSION_HISTORY.value, text, capture,
-                         tool_call_id=call_id)
-    elif btype == "compaction":
+        return make_block(f"tool_use:{call_id}", _K_SESSION_HISTORY, text,
+                          capture, _HISTORY, SEG_HISTORY, tool_call_id=call_id,
+                          cache_breakpoint=breakpoint_)
+    if btype == "compaction":
         req.compacted = True
-        item = make_item(f"compaction:{short_digest(text)}", ContextKind.COMPUTED_SUMMARY.value,
-                         text, capture, content_mode="summary")
-    else:
-        kind = (ContextKind.USER_MESSAGE.value if role == "user" and latest_user
-                else ContextKind.SESSION_HISTORY.value)
-        item = make_item(f"{role}:{short_digest(role, text)}", kind, text, capture,
-                         tokens=estimate_tokens(text) if btype == "text" else None)
-    return Block(item, _HISTORY, SEG_HISTORY, cache_breakpoint=breakpoint_)
+        return make_block(f"compaction:{short_digest(text)}",
+                          _K_COMPUTED_SUMMARY, text, capture, _HISTORY,
+                          SEG_HISTORY, content_mode="summary", cache_breakpoint=breakpoint_)
+    kind = (_K_USER_MESSAGE if role == "user" and latest_user
+            else _K_SESSION_HISTORY)
+    return make_block(f"{role}:{short_digest(role, text)}", kind, text, capture, _HISTORY,
+                      SEG_HISTORY, cache_breakpoint=breakpoint_)
 
 
 def _genai_part(block: Any) -> Any:

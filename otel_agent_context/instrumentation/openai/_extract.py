@@ -22,7 +22,7 @@ from .._common import (
     Block,
     Outcome,
     Request,
-    make_item,
+    make_block,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -33,6 +33,11 @@ _SYSTEM = (ContextKind.SYSTEM_PROMPT.value, InjectionPoint.SYSTEM_PROMPT.value, 
 _DEVELOPER = (ContextKind.DEVELOPER_INSTRUCTION.value, InjectionPoint.DEVELOPER_PROMPT.value,
               SEG_DEVELOPER)
 _HISTORY_POINT = InjectionPoint.MESSAGE_HISTORY.value
+#: plain strings: an enum attribute lookup per block adds up
+_K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
+_K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
+_K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
+_K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -103,8 +108,8 @@ def _tool_tokens(tools: Any) -> int:
 
 def _history_kind(role: str | None, is_latest_user: bool) -> str:
     if role == "user" and is_latest_user:
-        return ContextKind.USER_MESSAGE.value
-    return ContextKind.SESSION_HISTORY.value
+        return _K_USER_MESSAGE
+    return _K_SESSION_HISTORY
 
 
 # ---------------------------------------------------------------------------------------
@@ -140,14 +145,14 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
         elif role == "developer":
             kind, point, seg = _DEVELOPER
         elif role == "tool":
-            kind, point, seg = ContextKind.TOOL_RESULT.value, _HISTORY_POINT, SEG_HISTORY
+            kind, point, seg = _K_TOOL_RESULT, _HISTORY_POINT, SEG_HISTORY
         else:
             kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
         call_id = _get(m, "tool_call_id") if role == "tool" else None
         item_id = (f"tool_result:{call_id}" if call_id
                    else f"{role}:{short_digest(str(role), full)}")
-        req.blocks.append(Block(make_item(item_id, kind, full, capture,
-                                          tool_call_id=call_id), point, seg))
+        req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
+                                     tool_call_id=call_id))
         if capture:
             if role in ("system", "developer"):
                 system.append(TextPart(content=text))
@@ -249,17 +254,17 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     instructions = given(kwargs.get("instructions"))
     if isinstance(instructions, str) and instructions:
         kind, point, seg = _SYSTEM
-        req.blocks.append(Block(make_item(f"instructions:{short_digest(instructions)}", kind,
-                                          instructions, capture), point, seg))
+        req.blocks.append(make_block(f"instructions:{short_digest(instructions)}", kind,
+                                     instructions, capture, point, seg))
         if capture:
             system.append(TextPart(content=instructions))
     prev = given(kwargs.get("previous_response_id"))
     if isinstance(prev, str) and prev:
         req.genai["previous_response_id"] = prev
-        req.blocks.append(Block(make_item(
-            f"response:{prev}", ContextKind.SESSION_HISTORY.value, None, False,
-            content_mode="ref", tokens=None, response_id=prev,
-            content_ref=f"openai:responses/{prev}"), _HISTORY_POINT, SEG_HISTORY))
+        req.blocks.append(make_block(
+            f"response:{prev}", _K_SESSION_HISTORY, None, False,
+            _HISTORY_POINT, SEG_HISTORY, content_mode="ref", tokens=None, response_id=prev,
+            content_ref=f"openai:responses/{prev}"))
     raw = given(kwargs.get("input"))
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
     last_user = max((i for i, it in enumerate(items) if _get(it, "role") == "user"), default=-1)
@@ -292,7 +297,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
             kind, point, seg = _history_kind(role, latest_user), _HISTORY_POINT, SEG_HISTORY
         item_id = _get(it, "id") or f"{role}:{short_digest(str(role), text)}"
         msg = InputMessage(role=str(role), parts=[TextPart(content=text)]) if capture else None
-        return Block(make_item(item_id, kind, text, capture), point, seg), msg
+        return make_block(item_id, kind, text, capture, point, seg), msg
     if itype == "function_call":
         call_id = str(_get(it, "call_id"))
         name = str(_get(it, "name"))
@@ -300,34 +305,32 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         text = f"{name}({_get(it, 'arguments') or ''})"
         msg = (InputMessage(role="assistant", parts=[ToolCallRequestPart(
             arguments=_get(it, "arguments"), name=name, id=call_id)]) if capture else None)
-        return Block(make_item(f"tool_call:{call_id}", ContextKind.SESSION_HISTORY.value, text,
-                               capture, tool_call_id=call_id), _HISTORY_POINT, SEG_HISTORY), msg
+        return make_block(f"tool_call:{call_id}", _K_SESSION_HISTORY, text,
+                          capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if itype == "function_call_output":
         call_id = str(_get(it, "call_id"))
         output = _get(it, "output")
         text = output if isinstance(output, str) else text_of(output)
         msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
                if capture else None)
-        return Block(make_item(f"tool_result:{call_id}", ContextKind.TOOL_RESULT.value, text,
-                               capture, tool_call_id=call_id), _HISTORY_POINT, SEG_HISTORY), msg
+        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
+                          capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if itype == "compaction":
         req.compacted = True
         cid = _get(it, "id") or short_digest(str(_get(it, "encrypted_content")))
-        return Block(make_item(f"compaction:{cid}", ContextKind.COMPUTED_SUMMARY.value, None,
-                               False, content_mode="opaque", tokens=None,
-                               content_ref=f"openai:compaction/{cid}"),
-                     _HISTORY_POINT, SEG_HISTORY), None
+        return make_block(f"compaction:{cid}", _K_COMPUTED_SUMMARY, None,
+                          False, _HISTORY_POINT, SEG_HISTORY, content_mode="opaque",
+                          tokens=None, content_ref=f"openai:compaction/{cid}"), None
     if itype == "item_reference":
         ref = str(_get(it, "id"))
-        return Block(make_item(f"item:{ref}", ContextKind.SESSION_HISTORY.value, None, False,
-                               content_mode="ref", tokens=None,
-                               content_ref=f"openai:items/{ref}"),
-                     _HISTORY_POINT, SEG_HISTORY), None
+        return make_block(f"item:{ref}", _K_SESSION_HISTORY, None, False,
+                          _HISTORY_POINT, SEG_HISTORY, content_mode="ref", tokens=None,
+                          content_ref=f"openai:items/{ref}"), None
     # reasoning and other items: history, by their text if any
     text = text_of(_get(it, "content") or _get(it, "summary"))
     iid = _get(it, "id") or short_digest(itype, text)
-    return Block(make_item(f"{itype}:{iid}", ContextKind.SESSION_HISTORY.value, text, capture),
-                 _HISTORY_POINT, SEG_HISTORY), None
+    return make_block(f"{itype}:{iid}", _K_SESSION_HISTORY, text, capture,
+                      _HISTORY_POINT, SEG_HISTORY), None
 
 
 def responses_response(result: Any, capture: bool) -> Outcome:
