@@ -34,7 +34,7 @@ def _counts(counter: Mapping[str, int]) -> str:
 def _header(bundle: Mapping[str, Any]) -> str:
     env = bundle.get("context_envelope") or {}
     rebuild = bundle.get("rebuild") or {}
-    agent = (env.get("metadata") or {}).get(S.GEN_AI_AGENT_NAME, "unknown agent")
+    agent = (env.get("metadata") or {}).get(S.GEN_AI_AGENT_NAME, "unknown")
     refs = env.get("telemetry_refs") or [{}]
     status = rebuild.get("status", "?")
     reasons = rebuild.get("partial_reasons") or []
