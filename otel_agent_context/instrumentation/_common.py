@@ -35,7 +35,7 @@ from typing import Any
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
-from .._api import AgentContext, current_envelope
+from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._records import ContextItem, ContextSourceRef
@@ -156,8 +156,9 @@ class Block:
                 mappings["model_api.tool_call_id"] = self.tool_call_id
             if self.response_id:
                 mappings["model_api.response_id"] = self.response_id
-            item = self._item = ContextItem(
-                item_id=self.item_id, context_kind=self.kind, content_mode=self.content_mode,
+            item = self._item = ContextItem(  # kind and mode are checked enum values
+                item_id=self.item_id, context_kind=self.kind,  # type: ignore[arg-type]
+                content_mode=self.content_mode,  # type: ignore[arg-type]
                 content=self.content, content_ref=self.content_ref, token_estimate=self.tokens,
                 digest=self.digest,
                 source_refs=[ContextSourceRef(external_mappings=mappings)] if mappings else [])
@@ -287,6 +288,8 @@ class Call:
         self.req = req
         self.tel = tel
         self.done = False
+        self.env: Envelope | None = None
+        self.budget: Budget | None = None
         inv = tel.handler.inference(req.provider, request_model=req.model,
                                     server_address=address, server_port=port,
                                     operation_name=req.operation)
@@ -427,8 +430,9 @@ class Call:
 
     def _provider_compaction(self, out: Outcome) -> None:
         """OpenAI server-side compaction: the input so far replaced by an encrypted item."""
-        req = self.req
-        with self.env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
+        req, env = self.req, self.env
+        assert env is not None  # only called once the stages have begun
+        with env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
                                  trigger="compact_threshold", scope="input",
                                  replacement_policy="replace_sources") as cmp:
             for b in req.blocks:
@@ -445,15 +449,17 @@ class Call:
         """Anthropic context editing: tool results (or thinking) cleared before the call."""
         req = self.req
         tool_results = [b for b in req.blocks if b.kind == "tool_result"]
+        env = self.env
+        assert env is not None  # only called once the stages have begun
         for edit in out.applied_edits:
             etype = str(edit.get("type") or "unknown")
             config = next((e for e in req.edits if e.get("type") == etype), {})
             excluded = set(config.get("exclude_tools") or ())
             cleared_n = int(edit.get("cleared_tool_uses") or 0)
             cleared_tokens = edit.get("cleared_input_tokens")
-            with self.env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
-                                     trigger=etype, scope="input",
-                                     replacement_policy="clear") as cmp:
+            with env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
+                                trigger=etype, scope="input",
+                                replacement_policy="clear") as cmp:
                 candidates = [b for b in tool_results
                               if req.tool_names.get(b.tool_call_id or "") not in excluded]
                 for b in candidates[:cleared_n]:  # the oldest tool results are cleared first

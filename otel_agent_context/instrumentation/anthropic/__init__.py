@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
 from wrapt import ObjectProxy
 
 from .._common import (

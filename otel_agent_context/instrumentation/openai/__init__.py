@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
 
 from .._common import Api, ClientTelemetry, async_wrapper, sync_wrapper, unwrap_all, wrap_all
 from . import _extract as X
