@@ -193,7 +193,9 @@ class AgentContext:
             blocked_sensitivities = (
                 [s.strip() for s in raw.split(",") if s.strip()] if raw is not None
                 else _env.DEFAULT_BLOCKED_SENSITIVITIES)
-        self.blocked_sensitivities: frozenset[str] = frozenset(blocked_sensitivities)
+        # lower-case: "Secret" from a document's metadata is as secret as "secret"
+        self.blocked_sensitivities: frozenset[str] = frozenset(
+            s.lower() for s in blocked_sensitivities)
         self.producer = producer
         self._ids = _Ids()
 

@@ -54,7 +54,8 @@ def source_attributes(src: ContextSourceRef, out: dict[str, Any]) -> None:
 def item_attributes(item: ContextItem, capture_content: bool,
                     blocked_sensitivities: frozenset[str]) -> tuple[dict[str, Any], bool]:
     """Attributes of an item event, and whether content was withheld by the sensitivity
-    policy (the caller then records a ``context.redaction.applied`` event)."""
+    policy (the caller then records a ``context.redaction.applied`` event).
+    ``blocked_sensitivities`` holds lower-case names; matching ignores case."""
     out: dict[str, Any] = {S.ITEM_ID: item.item_id}
     if item.context_kind is not None:
         out[S.ITEM_KIND] = item.context_kind._value_  # _value_: no descriptor call
@@ -62,7 +63,7 @@ def item_attributes(item: ContextItem, capture_content: bool,
         out[S.ITEM_CONTENT_MODE] = item.content_mode._value_
     withheld = False
     if capture_content:
-        if item.sensitivity is not None and item.sensitivity in blocked_sensitivities:
+        if item.sensitivity is not None and item.sensitivity.lower() in blocked_sensitivities:
             withheld = item.content is not None or item.title is not None
         else:
             if item.title is not None:

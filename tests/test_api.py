@@ -122,7 +122,7 @@ def test_content_capture_follows_the_genai_switch(monkeypatch) -> None:
 
 def test_blocked_sensitivity_never_captured_and_gets_a_redaction_event() -> None:
     tel = CapturedTelemetry(capture_content=True)
-    secret = ContextItem(item_id="k", content="api key 123", sensitivity="secret")
+    secret = ContextItem(item_id="k", content="api key 123", sensitivity="Secret")
     with tel.agent_context.envelope() as env, env.surface() as srf:
         srf.add(secret)
         srf.add(secret)

@@ -28,7 +28,7 @@ import functools
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -525,9 +525,13 @@ class _StreamMixin:
         if self._self_acc.terminal:
             self._finalize_success()  # type: ignore[attr-defined]
 
+    # Guarded: these run inside the application's iteration; a failure here must not
+    # replace its StopIteration or its own error.
+    @guarded
     def _on_stream_end(self) -> None:
         self._self_call.finish(self._self_acc.result())
 
+    @guarded
     def _on_stream_error(self, error: BaseException) -> None:
         # a stream cut short (or abandoned): record what was read, then the error
         self._self_call.fail(error, self._self_acc.result())
@@ -601,9 +605,25 @@ def _server(instance: Any) -> tuple[str | None, int | None]:
         return None, None
 
 
+def _materialize(kwargs: dict[str, Any]) -> None:
+    """Turn one-shot iterators in the request into lists, in place, before we read it.
+
+    The SDKs type ``messages``, ``system``, ``tools`` and ``input`` as ``Iterable``, so a
+    generator is valid: reading it first would send the provider an empty request. The
+    lists are written back into the kwargs the SDK receives, so both see the same data."""
+    for key, value in kwargs.items():
+        if isinstance(value, Iterator):
+            value = kwargs[key] = list(value)
+        if isinstance(value, list):
+            for part in value:
+                if isinstance(part, dict) and isinstance(part.get("content"), Iterator):
+                    part["content"] = list(part["content"])
+
+
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
            kwargs: dict[str, Any]) -> Call | None:
     try:
+        _materialize(kwargs)
         req = api.parse_request(args, kwargs, tel.capture)
     except Exception:
         if _strict_now():
