@@ -290,6 +290,7 @@ class Call:
         self.done = False
         self.env: Envelope | None = None
         self.budget: Budget | None = None
+        self.own_env = False
         inv = tel.handler.inference(req.provider, request_model=req.model,
                                     server_address=address, server_port=port,
                                     operation_name=req.operation)
@@ -302,6 +303,8 @@ class Call:
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
                 raise
             _log.warning("otel_agent_context: context stages failed", exc_info=True)
+            # end what _begin started (not as failed: the error is ours, not the call's)
+            self._end_stages(None)
             self.env = self.budget = None
             self.own_env = False
 
