@@ -28,13 +28,9 @@ from otel_agent_context import _enums as E
 from otel_agent_context import _semconv as S
 from otel_agent_context._demo_agent import run_demo
 from otel_agent_context._records import ContextItem, ContextSourceRef
+from otel_agent_context.adapters import _abi as abi  # writes the context.runtime.* names
 from otel_agent_context.processor import _types as wire
 from otel_agent_context.testing import CapturedTelemetry
-
-try:  # the runtimes adapters write the context.runtime.* names
-    from otel_agent_context.adapters import _abi as abi
-except ImportError:  # pragma: no cover - adapters not installed in this tree
-    abi = None
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_PATH = ROOT / "semconv" / "registry.yaml"
@@ -220,9 +216,7 @@ def test_processor_wire_types_match_the_registry() -> None:
 
 
 def test_processor_required_event_ids_are_required_in_the_registry() -> None:
-    required = getattr(wire, "REQUIRED_EVENT_ATTRIBUTES", None)
-    if required is None:
-        pytest.skip("this processor does not check event ids")
+    required = wire.REQUIRED_EVENT_ATTRIBUTES
     for event, needs in required.items():
         levels = {a["name"]: a.get("requirement_level")
                   for a in REG.group_attributes(REG_EVENTS[event])}
@@ -276,8 +270,6 @@ def test_spec_event_classes_and_rebuild_status() -> None:
 
 
 def test_runtime_rules_are_listed() -> None:
-    if abi is None:  # pragma: no cover
-        pytest.skip("no runtimes adapters")
     rule = REG.attributes["context.runtime.rule"]
     assert re.findall(r"`([a-z_]+)`", rule["note"]) == list(abi.RULES)
     assert {level for level, _ in abi.RULES.values()} <= set(
@@ -536,10 +528,9 @@ def _exercise_everything(tel: CapturedTelemetry) -> None:
             asm.inject(injection_point="message_history", span=chat, native_id="msg_1",
                        final_ref="request:r1", visibility=["model"])
             env.mark_compacted(chat)
-    if abi is not None:
-        breaches = [abi.RuleBreach(rule, "messages.jsonl", f"{rule} breached")
-                    for rule in abi.RULES]
-        abi.emit_rule_breaches("/nonexistent/session", "agent", "sess_1", breaches, ac)
+    breaches = [abi.RuleBreach(rule, "messages.jsonl", f"{rule} breached")
+                for rule in abi.RULES]
+    abi.emit_rule_breaches("/nonexistent/session", "agent", "sess_1", breaches, ac)
 
 
 @pytest.fixture(scope="module")
@@ -557,10 +548,6 @@ def test_full_run_writes_exactly_the_registry(full_run: Any) -> None:
     problems, seen, events, names = _check(spans)
     assert not problems, "\n".join(problems)
     expected_attrs, expected_events = set(REG.attributes), set(REG_EVENTS)
-    if abi is None:  # pragma: no cover
-        breach = REG_EVENTS["context.runtime.rule_breach"]
-        expected_events.discard(breach["name"])
-        expected_attrs -= {a["ref"] for a in breach["attributes"]}
     assert not (expected_attrs - seen), "registered but never written"
     assert not (expected_events - events), "events registered but never written"
     assert not (set(REG_SPANS) - names), "spans registered but never written"
