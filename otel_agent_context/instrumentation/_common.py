@@ -28,6 +28,7 @@ import functools
 import hashlib
 import logging
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -657,9 +658,12 @@ def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: b
     if not streaming:
         _complete(call, api, result)
         return result
+    if hasattr(result, "http_response") and callable(getattr(result, "parse", None)):
+        # a raw response (the official instrumentor's proxy of one, too: it has __iter__)
+        _follow_raw_stream(call, api, result, is_async)
+        return result
     if not hasattr(result, "__iter__") and not hasattr(result, "__aiter__"):
-        # a raw-response object around a stream: nothing we can follow safely
-        call.finish(None)
+        call.finish(None)  # nothing we know how to follow
         return result
     try:
         acc = api.accumulator(call.tel.capture)
@@ -670,6 +674,53 @@ def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: b
         _log.warning("otel_agent_context: could not wrap the stream", exc_info=True)
         call.finish(None)
         return result
+
+
+def _follow_raw_stream(call: Call, api: Api, raw: Any, is_async: bool) -> None:
+    """``with_raw_response.create(stream=True)``: the stream comes from ``raw.parse()``
+    (LangChain's ChatOpenAI streams this way with ``include_response_headers``). Follow the
+    stream the first plain ``parse()`` returns (the SDKs cache it, so every call gets the same
+    object); a response dropped unparsed finishes the call without response data."""
+    parse = getattr(raw, "parse", None)
+    if not callable(parse):
+        call.finish(None)
+        return
+    call.invocation.suspend()  # control goes back to the application
+    followed: list[Any] = []
+
+    @functools.wraps(parse)
+    def parsed(*args: Any, **kwargs: Any) -> Any:
+        result = parse(*args, **kwargs)
+        if args or kwargs:  # parse(to=...): another view, not the stream we follow
+            return result
+        if not followed:
+            stream = result
+            try:
+                if hasattr(result, "__iter__") or hasattr(result, "__aiter__"):
+                    acc = api.accumulator(call.tel.capture)
+                    stream = (OurAsyncStream if is_async else OurSyncStream)(result, call, acc)
+                else:
+                    call.finish(None)
+            except Exception:
+                if _strict_now():
+                    raise
+                _log.warning("otel_agent_context: could not wrap the stream", exc_info=True)
+                call.finish(None)
+            followed.append(stream)
+        return followed[0]
+
+    try:
+        weakref.finalize(raw, _unparsed, call, followed)
+        raw.parse = parsed
+    except Exception:
+        if _strict_now():
+            raise
+        call.finish(None)
+
+
+def _unparsed(call: Call, followed: list[Any]) -> None:
+    if not followed:
+        guarded(call.finish)(None)
 
 
 def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:

@@ -1,0 +1,95 @@
+"""Streams behind ``with_raw_response`` (LangChain's ChatOpenAI streams this way when it keeps
+response headers): the call is followed through ``raw.parse()`` to the end of the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import anthropic
+import openai
+from llm_helpers import assert_genai, inference_spans, named, one_inference
+from stub_server import REPLY
+
+from otel_agent_context import _semconv as S
+
+MESSAGES = [{"role": "system", "content": "You are ACME's support agent."},
+            {"role": "user", "content": "Where is my order 1234?"}]
+
+
+def _check(tel, provider: str, model: str) -> None:
+    spans = tel.spans()
+    inf = one_inference(spans)
+    assert_genai(inf, provider, model)  # response id, model and usage: read from the stream
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    assert budget.attributes[S.BUDGET_ACTUAL_TOKENS] == inf.attributes[
+        S.GEN_AI_USAGE_INPUT_TOKENS]
+    (bundle,) = tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert bundle["context_budgets"][0]["actual_tokens"] > 0
+
+
+def test_openai_raw_response_stream(setup, stub) -> None:
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    raw = oc.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True,
+        stream_options={"include_usage": True})
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    assert inference_spans(setup.tel.spans()) == []  # not finished while the stream is unread
+    stream = raw.parse()
+    assert raw.parse() is stream  # the SDK's cache still holds
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.strip() == REPLY
+    _check(setup.tel, "openai", "gpt-4o-mini")
+
+
+def test_openai_async_raw_response_stream(setup, stub) -> None:
+    async def run() -> str:
+        oc = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test",
+                                max_retries=0)
+        raw = await oc.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=MESSAGES, stream=True,
+            stream_options={"include_usage": True})
+        stream = raw.parse()
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    assert asyncio.run(run()).strip() == REPLY
+    _check(setup.tel, "openai", "gpt-4o-mini")
+
+
+def test_anthropic_raw_response_stream(setup, stub) -> None:
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test",
+                             max_retries=0)
+    raw = ac.messages.with_raw_response.create(
+        model="claude-sonnet-4-6", max_tokens=200, system="You are ACME's support agent.",
+        messages=MESSAGES[1:], stream=True)
+    kinds = [event.type for event in raw.parse()]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    _check(setup.tel, "anthropic", "claude-sonnet-4-6")
+
+
+def test_raw_response_dropped_unparsed_still_ends_the_call(alone, stub) -> None:
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    raw = oc.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True)
+    raw.http_response.close()
+    assert inference_spans(alone.tel.spans()) == []
+    del raw
+    gc.collect()
+    spans = alone.tel.spans()
+    inf = one_inference(spans)
+    assert S.GEN_AI_USAGE_INPUT_TOKENS not in inf.attributes  # nothing was read
+    assert {s.name for s in spans} == {inf.name, S.SPAN_BUDGET, S.SPAN_ASSEMBLY}
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+def test_langchain_chat_openai_streaming_with_response_headers(alone, stub) -> None:
+    # ChatOpenAI(include_response_headers=True) streams through with_raw_response
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url, api_key="sk-test",
+                     include_response_headers=True, stream_usage=True, max_retries=0)
+    chunks = list(llm.stream("Where is my order 1234?"))
+    assert "".join(str(c.content) for c in chunks).strip() == REPLY
+    assert any("headers" in (c.response_metadata or {}) for c in chunks)
+    _check(alone.tel, "openai", "gpt-4o-mini")
