@@ -245,6 +245,32 @@ def _time(fn: Callable[[], Any], n: int) -> tuple[list[int], list[int]]:
     return wall, cpu
 
 
+def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],
+               rounds: int, per_block: int) -> dict[str, tuple[list[int], list[int]]]:
+    """Wall and CPU nanoseconds of ``fn`` per mode (a list of instrumentors to turn on):
+    each mode warmed up, then one block a round, the order rotating so none always follows
+    another."""
+    names = list(modes)
+    times: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n in names}
+    for name in names:  # warm up connections, caches and first-call costs
+        for i in modes[name]:
+            i.instrument(**settings)
+        _time(fn, 20)
+        for i in modes[name]:
+            i.uninstrument()
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(k + r) % len(names)]
+            for i in modes[name]:
+                i.instrument(**settings)
+            _time(fn, 3)
+            for total, part in zip(times[name], _time(fn, per_block), strict=True):
+                total += part
+            for i in modes[name]:
+                i.uninstrument()
+    return times
+
+
 def _load_copy(path: str) -> list[Any]:
     """The instrumentors of another checkout's ``otel_agent_context`` (``path`` holds the
     package directory), imported under another name so both run in this process."""
@@ -298,24 +324,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     med = statistics.median
     with _Remote() as stub:
         for scenario, fn in scenarios(stub).items():
-            times: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n in names}
-            for name in names:  # warm up connections, caches and first-call costs
-                for i in modes[name]:
-                    i.instrument(**settings)
-                _time(fn, 20)
-                for i in modes[name]:
-                    i.uninstrument()
-            for r in range(args.rounds):
-                # every mode once a round, the order rotating so none always follows another
-                for k in range(len(names)):
-                    name = names[(k + r) % len(names)]
-                    for i in modes[name]:
-                        i.instrument(**settings)
-                    _time(fn, 3)
-                    for total, part in zip(times[name], _time(fn, per_block), strict=True):
-                        total += part
-                    for i in modes[name]:
-                        i.uninstrument()
+            times = time_modes(fn, modes, settings, args.rounds, per_block)
             wall = {n: med(t[0]) / 1e3 for n, t in times.items()}  # µs
             cpu = {n: med(t[1]) / 1e3 for n, t in times.items()}
             rows.append((scenario, wall, cpu))

@@ -32,3 +32,15 @@ def test_benchmark_reports_every_scenario_and_mode() -> None:
         # uninstrumented ms, one "µs (%)" cell per mode, then the CPU column
         assert len(re.findall(r"-?\d+ \(-?\d+\.\d%\)", line)) == len(MODES)
         assert float(line.split("|")[2]) > 0
+
+
+def test_folded_stages_probe_reports_its_three_scenarios() -> None:
+    probe = BENCH.parent / "probes" / "folded_stages.py"
+    proc = subprocess.run([sys.executable, str(probe), "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines()
+            if line.startswith("| openai") or line.startswith("| anthropic")]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "openai chat.completions", "openai responses", "anthropic messages"]
+    assert all(len(re.findall(r"-?\d+ \(-?\d+\.\d%\)", r)) == 4 for r in rows)
