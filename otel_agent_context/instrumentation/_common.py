@@ -662,18 +662,24 @@ def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: b
         # a raw response (the official instrumentor's proxy of one, too: it has __iter__)
         _follow_raw_stream(call, api, result, is_async)
         return result
-    if not hasattr(result, "__iter__") and not hasattr(result, "__aiter__"):
-        call.finish(None)  # nothing we know how to follow
-        return result
+    return _follow_stream(call, api, result, is_async)
+
+
+def _follow_stream(call: Call, api: Api, stream: Any, is_async: bool) -> Any:
+    """The SDK stream wrapped so the call finishes with it (or ``stream`` itself, the call
+    finished, when it is nothing we know how to follow)."""
+    if not hasattr(stream, "__iter__") and not hasattr(stream, "__aiter__"):
+        call.finish(None)
+        return stream
     try:
         acc = api.accumulator(call.tel.capture)
-        return (OurAsyncStream if is_async else OurSyncStream)(result, call, acc)
+        return (OurAsyncStream if is_async else OurSyncStream)(stream, call, acc)
     except Exception:
         if _strict_now():
             raise
         _log.warning("otel_agent_context: could not wrap the stream", exc_info=True)
         call.finish(None)
-        return result
+        return stream
 
 
 def _follow_raw_stream(call: Call, api: Api, raw: Any, is_async: bool) -> None:
@@ -681,10 +687,7 @@ def _follow_raw_stream(call: Call, api: Api, raw: Any, is_async: bool) -> None:
     (LangChain's ChatOpenAI streams this way with ``include_response_headers``). Follow the
     stream the first plain ``parse()`` returns (the SDKs cache it, so every call gets the same
     object); a response dropped unparsed finishes the call without response data."""
-    parse = getattr(raw, "parse", None)
-    if not callable(parse):
-        call.finish(None)
-        return
+    parse = raw.parse
     call.invocation.suspend()  # control goes back to the application
     followed: list[Any] = []
 
@@ -694,19 +697,7 @@ def _follow_raw_stream(call: Call, api: Api, raw: Any, is_async: bool) -> None:
         if args or kwargs:  # parse(to=...): another view, not the stream we follow
             return result
         if not followed:
-            stream = result
-            try:
-                if hasattr(result, "__iter__") or hasattr(result, "__aiter__"):
-                    acc = api.accumulator(call.tel.capture)
-                    stream = (OurAsyncStream if is_async else OurSyncStream)(result, call, acc)
-                else:
-                    call.finish(None)
-            except Exception:
-                if _strict_now():
-                    raise
-                _log.warning("otel_agent_context: could not wrap the stream", exc_info=True)
-                call.finish(None)
-            followed.append(stream)
+            followed.append(_follow_stream(call, api, result, is_async))
         return followed[0]
 
     try:
