@@ -57,6 +57,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
@@ -294,13 +295,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating blocks")
     parser.add_argument("--metrics", action="store_true",
                         help="also an SDK MeterProvider, as opentelemetry-instrument sets up")
+    parser.add_argument("--sampled-out", action="store_true",
+                        help="a sampler that records nothing (ALWAYS_OFF): the cost of a call "
+                             "whose trace is not sampled")
     parser.add_argument("--compare", metavar="DIR",
                         help="also time the instrumentors of another checkout (DIR holds its "
                              "otel_agent_context package, e.g. a git worktree of the last "
                              "commit), in the same rounds")
     args = parser.parse_args(argv)
     os.sched_setaffinity(0, _CORES[:1])
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=ALWAYS_OFF if args.sampled_out else None)
     provider.add_span_processor(BatchSpanProcessor(_Drop()))
     settings: dict[str, Any] = {"tracer_provider": provider}
     meters = None
@@ -336,7 +340,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"Python {platform.python_version()}; openai {version('openai')}, anthropic "
           f"{version('anthropic')}, opentelemetry-sdk {version('opentelemetry-sdk')}, "
           f"opentelemetry-util-genai {version('opentelemetry-util-genai')}; "
-          f"{'traces and metrics' if args.metrics else 'traces'}; "
+          f"{'traces and metrics' if args.metrics else 'traces'}"
+          f"{', sampled out (ALWAYS_OFF)' if args.sampled_out else ''}; "
           f"{per_block * args.rounds} calls per scenario and mode.\n")
     others = names[1:]
     print("| scenario | uninstrumented (ms) | "

@@ -276,28 +276,44 @@ class ClientTelemetry:
         self.genai_capture: bool = self.handler.should_capture_content()
 
     @guarded
-    def start(self, request: Request, server_address: str | None = None,
-              server_port: int | None = None) -> Call:
-        return Call(self, request, server_address, server_port)
+    def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
+              server_address: str | None = None, server_port: int | None = None) -> Call:
+        return Call(self, api, args, kwargs, server_address, server_port)
 
 
 class Call:
     """One model call: the inference invocation and its context stages."""
 
-    def __init__(self, tel: ClientTelemetry, req: Request, address: str | None,
-                 port: int | None) -> None:
-        self.req = req
+    def __init__(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
+                 kwargs: dict[str, Any], address: str | None, port: int | None) -> None:
         self.tel = tel
         self.done = False
         self.env: Envelope | None = None
         self.budget: Budget | None = None
         self.own_env = False
-        inv = tel.handler.inference(req.provider, request_model=req.model,
+        model = kwargs.get("model")
+        inv = tel.handler.inference(api.provider,
+                                    request_model=model if isinstance(model, str) else None,
                                     server_address=address, server_port=port,
-                                    operation_name=req.operation)
+                                    operation_name="chat")
         self.invocation = inv
+        # A span that does not record (sampled out, no SDK) gets nothing from the request,
+        # unless content capture sends the messages elsewhere (util-genai's log events):
+        # then reading it is skipped, about 40% of what such a call costs us.
+        self.req: Request | None = None
+        if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
+            return
         try:
-            self._begin(inv)
+            _materialize(kwargs)
+            self.req = api.parse_request(args, kwargs, tel.capture)
+        except Exception:
+            if _strict_now():
+                inv.fail(RuntimeError("otel_agent_context instrumentation error"))
+                raise
+            _log.warning("otel_agent_context: could not read the request", exc_info=True)
+            return
+        try:
+            self._begin(inv, self.req)
         except Exception:
             # our stages failed: the invocation must still end with the call
             if _strict_now():
@@ -309,8 +325,8 @@ class Call:
             self.env = self.budget = None
             self.own_env = False
 
-    def _begin(self, inv: Any) -> None:
-        req, tel = self.req, self.tel
+    def _begin(self, inv: Any, req: Request) -> None:
+        tel = self.tel
         for name, value in req.genai.items():
             if value is not None:
                 setattr(inv, name, value)
@@ -416,7 +432,7 @@ class Call:
         if out.output_messages is not None and self.tel.genai_capture:
             inv.output_messages = out.output_messages
         budget, env, req = self.budget, self.env, self.req
-        if budget is None or env is None:
+        if budget is None or env is None or req is None:
             return
         if out.input_tokens is not None:
             budget.actual(tokens=out.input_tokens, items=len(req.blocks))
@@ -435,7 +451,7 @@ class Call:
     def _provider_compaction(self, out: Outcome) -> None:
         """OpenAI server-side compaction: the input so far replaced by an encrypted item."""
         req, env = self.req, self.env
-        assert env is not None  # only called once the stages have begun
+        assert env is not None and req is not None  # only called once the stages have begun
         with env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
                                  trigger="compact_threshold", scope="input",
                                  replacement_policy="replace_sources") as cmp:
@@ -451,10 +467,9 @@ class Call:
 
     def _context_edits(self, out: Outcome) -> None:
         """Anthropic context editing: tool results (or thinking) cleared before the call."""
-        req = self.req
+        req, env = self.req, self.env
+        assert env is not None and req is not None  # only called once the stages have begun
         tool_results = [b for b in req.blocks if b.kind == "tool_result"]
-        env = self.env
-        assert env is not None  # only called once the stages have begun
         for edit in out.applied_edits:
             etype = str(edit.get("type") or "unknown")
             config = next((e for e in req.edits if e.get("type") == etype), {})
@@ -599,6 +614,7 @@ class Api:
     parse_response: Callable[[Any, bool], Outcome]
     accumulator: Callable[[bool], Accumulator]
     is_stream_call: Callable[[dict[str, Any]], bool]
+    provider: str
 
 
 def _server(instance: Any) -> tuple[str | None, int | None]:
@@ -626,16 +642,8 @@ def _materialize(kwargs: dict[str, Any]) -> None:
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
            kwargs: dict[str, Any]) -> Call | None:
-    try:
-        _materialize(kwargs)
-        req = api.parse_request(args, kwargs, tel.capture)
-    except Exception:
-        if _strict_now():
-            raise
-        _log.warning("otel_agent_context: could not read the request", exc_info=True)
-        return None
     host, port = _server(instance)
-    return tel.start(req, host, port)
+    return tel.start(api, args, kwargs, host, port)
 
 
 @guarded

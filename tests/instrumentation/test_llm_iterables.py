@@ -33,3 +33,17 @@ def test_generators_reach_the_provider_unconsumed(alone, stub) -> None:
     assert len(bundles) == 4
     counts = [b["context_assemblies"][0]["block_count"] for b in bundles]
     assert counts[:2] == counts[2:]  # the telemetry saw the same messages both ways
+
+
+def test_generators_reach_the_provider_through_the_stream_helper(alone, stub) -> None:
+    # messages.stream() keeps the kwargs and sends them on __enter__, after we read them
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test", max_retries=0)
+
+    def input_tokens(one_shot: bool) -> int:
+        with ac.messages.stream(model="claude-3-haiku", max_tokens=50,
+                                messages=_messages(one_shot)) as stream:
+            return stream.get_final_message().usage.input_tokens
+
+    assert input_tokens(one_shot=True) == input_tokens(one_shot=False)
+    counts = [b["context_assemblies"][0]["block_count"] for b in alone.tel.bundles()]
+    assert counts[0] == counts[1] > 0

@@ -29,6 +29,7 @@ from .._common import (
     Api,
     ClientTelemetry,
     _begin,
+    _materialize,
     async_wrapper,
     guarded,
     sync_wrapper,
@@ -111,6 +112,9 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
 def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
+        # The manager keeps these kwargs for the request it sends on __enter__, and we read
+        # them then too: one-shot iterators become lists now, so both see the same data.
+        guarded(_materialize)(kwargs)
         manager = wrapped(*args, **kwargs)
         try:
             return _StreamManager(manager, tel, api, instance, args, kwargs)
@@ -135,7 +139,7 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         tel = ClientTelemetry(__name__, **kwargs)
         api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
-                  X.messages_is_stream)
+                  X.messages_is_stream, X.PROVIDER)
         targets = []
         for module in (_MESSAGES, _BETA):
             targets += [

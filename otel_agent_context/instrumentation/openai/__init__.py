@@ -49,10 +49,10 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         tel = ClientTelemetry(__name__, **kwargs)
-        chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator,
-                           X.chat_is_stream)
+        chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator, X.chat_is_stream,
+                   X.PROVIDER)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
-                        X.responses_is_stream)
+                        X.responses_is_stream, X.PROVIDER)
         self._wrapped = wrap_all((
             (_CHAT, "Completions.create", sync_wrapper(tel, chat)),
             (_CHAT, "AsyncCompletions.create", async_wrapper(tel, chat)),

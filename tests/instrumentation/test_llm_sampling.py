@@ -1,0 +1,47 @@
+"""A call whose span does not record (sampled out) is not read for context: nothing would
+be recorded from it. Content capture still reads it (util-genai's log events carry it)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+from stub_server import REPLY
+
+import otel_agent_context.instrumentation.openai._extract as OX
+from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+
+
+@pytest.mark.parametrize(("sampler", "capture", "reads", "spans"), [
+    (ALWAYS_OFF, False, 0, 0),
+    (ALWAYS_OFF, True, 1, 0),
+    (ALWAYS_ON, False, 1, 3),
+], ids=["sampled_out", "sampled_out_capture", "sampled_in"])
+def test_the_request_is_read_only_when_something_records_it(
+        stub, monkeypatch, sampler, capture, reads, spans) -> None:
+    seen: list[int] = []
+    real = OX.chat_request
+
+    def counting(*args):
+        seen.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(OX, "chat_request", counting)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = OpenAIContextInstrumentor()
+    inst.instrument(tracer_provider=provider, capture_content=capture)
+    try:
+        oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+        messages = (m for m in [{"role": "user", "content": "Where is my order 1234?"}])
+        reply = oc.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    finally:
+        inst.uninstrument()
+    assert reply.choices[0].message.content == REPLY
+    assert reply.usage.prompt_tokens > 3  # the generator reached the provider either way
+    assert len(seen) == reads
+    assert len(exporter.get_finished_spans()) == spans
