@@ -298,8 +298,8 @@ class Call:
                                     operation_name="chat")
         self.invocation = inv
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
-        # unless content capture sends the messages elsewhere (util-genai's log events):
-        # then reading it is skipped, about 40% of what such a call costs us.
+        # unless content capture sends the messages elsewhere (util-genai's log events).
+        # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
         self.req: Request | None = None
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
