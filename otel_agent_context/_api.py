@@ -15,6 +15,7 @@ blocks unchanged.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
@@ -266,10 +267,21 @@ class AgentContext:
             return _NOOP_ENVELOPE
 
 
+#: The envelope of a framework run whose start and end callbacks may run in different
+#: contexts (LangChain's async callbacks): set without touching the OpenTelemetry context,
+#: so a reset that cannot happen leaves nothing but an ended envelope, which is ignored.
+_RUN_ENVELOPE: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
+    "otel_agent_context.run_envelope", default=None)
+
+
 def current_envelope() -> Envelope | None:
-    """The envelope made current by ``with ctx.envelope(...)``, if any."""
+    """The envelope made current by ``with ctx.envelope(...)`` (or by an instrumented
+    framework run), if any."""
     env = otel_context.get_value(_ENVELOPE_KEY)
-    return env if isinstance(env, Envelope) and not env._ended else None
+    if isinstance(env, Envelope) and not env._ended:
+        return env
+    env = _RUN_ENVELOPE.get()
+    return env if env is not None and not env._ended else None
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ sync and async alike, which is what makes the envelope current for the run.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -26,7 +29,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ... import _api
-from ..._api import Envelope, current_envelope
+from ..._api import _RUN_ENVELOPE, Envelope, current_envelope
 from ..._enums import Scope
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
@@ -43,12 +46,22 @@ def _is_control_flow(error: BaseException) -> bool:
 
 
 class _Root:
-    __slots__ = ("env", "owned", "run_id")
+    __slots__ = ("env", "owned", "run_id", "token")
 
     def __init__(self, run_id: UUID, env: Envelope, owned: bool) -> None:
         self.run_id = run_id
         self.env = env
         self.owned = owned
+        #: set when the envelope was made current through the run variable (async runs)
+        self.token: contextvars.Token[Any] | None = None
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _name(serialized: Any, kwargs: Mapping[str, Any]) -> str | None:
@@ -119,17 +132,35 @@ class ContextCallbackHandler(BaseCallbackHandler):
         env = ctx.envelope(scope=Scope.TURN, agent_name=name,
                            conversation_id=str(thread) if thread is not None else None,
                            model=model)
-        env.__enter__()
-        return _Root(run_id, env, owned=True)
+        root = _Root(run_id, env, owned=True)
+        if _in_event_loop():
+            # Async runs end their callbacks in another task (LangChain shields them): a
+            # context attached here could not be detached and would stay in the caller's.
+            # Nested model calls still join the envelope; their spans keep the app's parent.
+            root.token = _RUN_ENVELOPE.set(env)
+        else:
+            env.__enter__()  # the envelope span is the parent of what runs inside
+        return root
 
     def _end(self, run_id: UUID, error: BaseException | None) -> None:
         root = self._roots.pop(run_id, None)
         if root is None or root.run_id != run_id or not root.owned:
             return
-        if error is None or _is_control_flow(error):
-            root.env.__exit__(None, None, None)
+        failed = error is not None and not _is_control_flow(error)
+        if root.token is None:
+            if failed:
+                assert error is not None
+                root.env.__exit__(type(error), error, error.__traceback__)
+            else:
+                root.env.__exit__(None, None, None)
+            return
+        with contextlib.suppress(ValueError):  # ended in another context: nothing to undo
+            _RUN_ENVELOPE.reset(root.token)
+        if failed:
+            assert error is not None
+            root.env.fail(error)
         else:
-            root.env.__exit__(type(error), error, error.__traceback__)
+            root.env.stop()
 
     # -- chains, tools, models -----------------------------------------------------------
 
@@ -205,6 +236,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         retrieval = self._retrievals.pop(run_id, None)
         if retrieval is None:
             return
+        retrieval.done = True
         try:
             ACTIVE_RETRIEVAL.reset(retrieval.token)
         except ValueError:  # ended in another context than it started in

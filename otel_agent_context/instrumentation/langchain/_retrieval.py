@@ -20,7 +20,7 @@ from typing import Any
 from ..._api import Envelope
 from ..._enums import OmissionReason
 from ._items import DocIndex, doc_item, doc_scores
-from ._state import ACTIVE_RETRIEVAL, guarded, recording, stage_envelope
+from ._state import ACTIVE_RETRIEVAL, active_retrieval, guarded, recording, stage_envelope
 
 __all__ = ["FILTERS", "PIPELINES", "Retrieval", "describe_filter", "wrap_filter"]
 
@@ -99,6 +99,8 @@ class Retrieval:
         self.drops: dict[str, tuple[OmissionReason, str]] = {}
         self.scores: dict[str, dict[str, float]] = {}
         self.token: Any = None
+        #: ended: a context that could not be reset (async callbacks) may still hold it
+        self.done = False
 
     def add_candidates(self, docs: Sequence[Any]) -> None:
         for doc in docs:
@@ -206,6 +208,8 @@ def _start_standalone(instance: Any, args: tuple[Any, ...],
 
 
 def _end_standalone(retrieval: Retrieval | None) -> None:
+    if retrieval is not None:
+        retrieval.done = True
     if retrieval is not None and retrieval.token is not None:
         # reset from another context: leave that context alone
         with contextlib.suppress(ValueError):
@@ -227,7 +231,7 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         docs = _documents(args, kwargs)
         if not STATE.active or docs is None:
             return wrapped(*args, **kwargs)
-        active = ACTIVE_RETRIEVAL.get()
+        active = active_retrieval()
         if active is not None:
             out = wrapped(*args, **kwargs)
             _record(active, instance, docs, out, pipeline)
@@ -248,7 +252,7 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         docs = _documents(args, kwargs)
         if not STATE.active or docs is None:
             return await wrapped(*args, **kwargs)
-        active = ACTIVE_RETRIEVAL.get()
+        active = active_retrieval()
         if active is not None:
             out = await wrapped(*args, **kwargs)
             _record(active, instance, docs, out, pipeline)

@@ -14,7 +14,8 @@ from ... import _api
 from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 
-__all__ = ["ACTIVE_COMPACTION", "ACTIVE_RETRIEVAL", "STATE", "guarded", "recording",
+__all__ = ["ACTIVE_COMPACTION", "ACTIVE_RETRIEVAL", "STATE", "active_retrieval", "guarded",
+           "recording",
            "stage_envelope"]
 
 _log = logging.getLogger("otel_agent_context")
@@ -38,6 +39,12 @@ STATE = _State()
 #: filtering steps are being collected; compressors and filters report into it.
 ACTIVE_RETRIEVAL: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "otel_agent_context.langchain.retrieval", default=None)
+def active_retrieval() -> Any:
+    """The retrieval in progress in this context (one that has ended does not count)."""
+    retrieval = ACTIVE_RETRIEVAL.get()
+    return None if retrieval is None or retrieval.done else retrieval
+
+
 #: The summarization in progress: ``trim_messages`` reports what it kept for the summary.
 ACTIVE_COMPACTION: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "otel_agent_context.langchain.compaction", default=None)

@@ -3,6 +3,7 @@ inference span, assembly and budget into the run's envelope (one envelope, one b
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,3 +82,41 @@ def test_chat_model_outside_any_run_is_an_implicit_envelope(both) -> None:
     (bundle,) = both.bundles()
     assert bundle["rebuild"]["status"] == "complete"
     assert len(bundle["context_assemblies"]) == 1
+
+
+def test_async_graph_leaves_the_callers_context_as_it_found_it(both, caplog) -> None:
+    # LangChain ends async runs in another task: nothing we attach at the start may stay
+    # behind in the caller's context, and the model call still joins the run's envelope.
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    from otel_agent_context import current_envelope
+
+    app = both.tracer_provider.get_tracer("app")
+    with OpenAIStub() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.url, api_key="sk-offline",
+                           max_retries=0)
+
+        async def respond(state: MessagesState) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("respond", respond)
+        graph.add_edge(START, "respond")
+        compiled = graph.compile(name="async_agent")
+
+        async def run() -> tuple[bool, bool, bool]:
+            with app.start_as_current_span("app-request") as span:
+                before = otel_context.get_current()
+                await compiled.ainvoke({"messages": [HumanMessage("refunds?", id="q")]})
+                after = trace.get_current_span()
+                return (otel_context.get_current() == before, after is span,
+                        current_envelope() is None)
+
+        assert asyncio.run(run()) == (True, True, True)
+    assert "Failed to detach context" not in caplog.text
+    (bundle,) = both.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert len(bundle["context_injections"]) == 1  # the model call joined the run envelope
+    inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+    assert inference.attributes[S.CONTEXT_ID] == bundle["context_envelope"]["context_id"]

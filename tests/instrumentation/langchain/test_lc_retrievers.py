@@ -244,3 +244,23 @@ def test_retriever_inside_a_chain_joins_the_chain_envelope(tel) -> None:
     env = one(tel, "context.envelope")
     assert env.attributes[S.GEN_AI_AGENT_NAME] == "RunnableSequence"
     assert env.attributes[S.CONTEXT_SPAN_COUNT] == 2
+
+
+def test_a_finished_async_retrieval_does_not_swallow_later_filtering(tel) -> None:
+    # An async retriever run ends in another task, so its "active retrieval" marker may stay
+    # in the caller's context; a compressor used afterwards must still get its own record.
+    import asyncio
+
+    docs = [Document(QUERY, metadata={"source": "kb/refunds.md"}),
+            Document(ABOUT, metadata={"source": "kb/about.md"})]
+
+    async def run() -> list[Document]:
+        await knowledge_base().as_retriever(search_kwargs={"k": 1}).ainvoke(QUERY)
+        return EmbeddingsFilter(embeddings=embeddings(), similarity_threshold=0.9,
+                                k=3).compress_documents(docs, QUERY)
+
+    assert [d.page_content for d in asyncio.run(run())] == [QUERY]
+    bundles = tel.bundles()
+    assert len(bundles) == 2  # the retrieval, then the filter on its own
+    assert bundles[1]["context_selections"][0]["selection_policy"] == "EmbeddingsFilter"
+    assert len(bundles[1]["context_selections"][0]["omitted_item_refs"]) == 1
