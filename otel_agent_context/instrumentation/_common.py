@@ -303,8 +303,9 @@ class Call:
         self.req: Request | None = None
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
+        if not _materialize(kwargs):
+            return  # the application's iterable raised: the SDK will raise it, unchanged
         try:
-            _materialize(kwargs)
             self.req = api.parse_request(args, kwargs, tel.capture)
         except Exception:
             if _strict_now():
@@ -625,19 +626,65 @@ def _server(instance: Any) -> tuple[str | None, int | None]:
         return None, None
 
 
-def _materialize(kwargs: dict[str, Any]) -> None:
-    """Turn one-shot iterators in the request into lists, in place, before we read it.
+def _materialize(kwargs: dict[str, Any]) -> bool:
+    """Turn one-shot iterators in the request into lists, in place, before we read it;
+    False if one of them raised (then the request must not be read).
 
-    The SDKs type ``messages``, ``system``, ``tools`` and ``input`` as ``Iterable``, so a
-    generator is valid: reading it first would send the provider an empty request. The
-    lists are written back into the kwargs the SDK receives, so both see the same data."""
+    The SDKs type ``messages``, ``system``, ``tools``, ``input``, message ``content``,
+    ``tool_calls``, tool-result ``content`` and more as ``Iterable``, so a generator is
+    valid anywhere in there: reading it first would send the provider an empty request. The
+    lists are written back into the request the SDK receives, so both see the same data. An
+    iterator that raises is handed on as one that yields what it yielded and then raises the
+    same exception, so the SDK meets the application's error where it would have."""
+    failed: list[BaseException] = []
     for key, value in kwargs.items():
-        if isinstance(value, Iterator):
-            value = kwargs[key] = list(value)
-        if isinstance(value, list):
-            for part in value:
-                if isinstance(part, dict) and isinstance(part.get("content"), Iterator):
-                    part["content"] = list(part["content"])
+        settled = _settle(value, 0, failed)
+        if settled is not value:
+            kwargs[key] = settled
+    return not failed
+
+
+#: How deep a request is searched for iterators (messages > message > content > block >
+#: tool-result content > block), and the keys never searched (JSON schemas are plain data).
+_SETTLE_DEPTH = 6
+_PLAIN_KEYS = frozenset({"parameters", "input_schema", "schema", "json_schema", "metadata"})
+_LEAVES = (str, bytes, int, float, bool)
+
+
+def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
+    if value is None or isinstance(value, _LEAVES) or depth > _SETTLE_DEPTH:
+        return value
+    if isinstance(value, Iterator):
+        items: list[Any] = []
+        try:
+            for item in value:
+                items.append(item)
+        except Exception as exc:  # the application's own error: the SDK must meet it
+            failed.append(exc)
+            return _replay(items, exc)
+        value = items
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            settled = _settle(item, depth + 1, failed)
+            if settled is not item:
+                value[i] = settled
+    elif isinstance(value, tuple):
+        settled_items = tuple(_settle(item, depth + 1, failed) for item in value)
+        if any(a is not b for a, b in zip(settled_items, value, strict=True)):
+            return settled_items
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key in _PLAIN_KEYS:
+                continue
+            settled = _settle(item, depth + 1, failed)
+            if settled is not item:
+                value[key] = settled
+    return value
+
+
+def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
+    yield from items
+    raise exc
 
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import anthropic
 import openai
+import pytest
+
+from otel_agent_context._api import set_strict
 
 SYSTEM = "You are a careful support agent. " * 20
 
@@ -47,3 +50,76 @@ def test_generators_reach_the_provider_through_the_stream_helper(alone, stub) ->
     assert input_tokens(one_shot=True) == input_tokens(one_shot=False)
     counts = [b["context_assemblies"][0]["block_count"] for b in alone.tel.bundles()]
     assert counts[0] == counts[1] > 0
+
+
+def _nested_requests(one_shot: bool) -> list[tuple[str, dict]]:
+    """Iterables deeper in the request: (API, kwargs), as iterators or as lists."""
+    def it(items: list) -> object:
+        return iter(items) if one_shot else items
+
+    return [
+        ("openai", {"model": "gpt-4o", "messages": [
+            {"role": "user", "content": "where is my order"},
+            {"role": "assistant", "tool_calls": it([{
+                "id": "call_1", "type": "function",
+                "function": {"name": "lookup", "arguments": '{"q": "order 42"}'}}])},
+            {"role": "tool", "tool_call_id": "call_1", "content": "shipped"}]}),
+        ("anthropic", {"model": "claude-3-haiku", "max_tokens": 10, "messages": (
+            {"role": "user", "content": it([{"type": "text", "text": "hello there " * 20}])},)}),
+        ("anthropic", {"model": "claude-3-haiku", "max_tokens": 10, "messages": [
+            {"role": "user", "content": "where is my order"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "tu1", "name": "lookup", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1",
+                                          "content": it([{"type": "text",
+                                                          "text": "shipped " * 10}])}]}]}),
+        ("anthropic-beta", {"model": "claude-3-haiku", "max_tokens": 10,
+                            "messages": [{"role": "user", "content": "hi"}],
+                            "context_management": {"edits": it([
+                                {"type": "clear_tool_uses_20250919"}])}}),
+    ]
+
+
+def test_nested_iterators_reach_the_provider_unconsumed(alone, stub) -> None:
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test", max_retries=0)
+    send = {"openai": oc.chat.completions.create, "anthropic": ac.messages.create,
+            "anthropic-beta": ac.beta.messages.create}
+    for one_shot in (True, False):
+        for api, kwargs in _nested_requests(one_shot):
+            send[api](**kwargs)
+    bodies = [body for _, body in stub.requests]
+    assert len(bodies) == 8
+    assert bodies[:4] == bodies[4:]  # the provider got the same requests both ways
+    assert len(alone.tel.bundles()) == 8
+
+
+def test_an_iterable_that_raises_reaches_the_application_unchanged(alone, stub) -> None:
+    # Uninstrumented, the SDK meets the application's error while building the request and
+    # sends nothing; reading the request first must not swallow it or send half of it.
+    error = ValueError("the application's generator failed")
+
+    def messages():
+        yield {"role": "user", "content": "hello there " * 20}
+        raise error
+
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test", max_retries=0)
+
+    def stream() -> None:
+        with ac.messages.stream(model="claude-3-haiku", max_tokens=10,
+                                messages=messages()) as s:
+            s.get_final_message()
+
+    set_strict(False)  # production behaviour: our own errors are logged, not raised
+    try:
+        for call in (lambda: oc.chat.completions.create(model="gpt-4o", messages=messages()),
+                     lambda: ac.messages.create(model="claude-3-haiku", max_tokens=10,
+                                                messages=messages()),
+                     stream):
+            with pytest.raises(ValueError) as raised:
+                call()
+            assert raised.value is error
+    finally:
+        set_strict(True)
+    assert stub.requests == []

@@ -114,8 +114,10 @@ def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
                 kwargs: dict[str, Any]) -> Any:
         # The manager keeps these kwargs for the request it sends on __enter__, and we read
         # them then too: one-shot iterators become lists now, so both see the same data.
-        guarded(_materialize)(kwargs)
+        readable = guarded(_materialize)(kwargs)
         manager = wrapped(*args, **kwargs)
+        if not readable:  # the application's iterable raised: the SDK raises it on enter
+            return manager
         try:
             return _StreamManager(manager, tel, api, instance, args, kwargs)
         except Exception:  # pragma: no cover - proxying cannot fail in practice
