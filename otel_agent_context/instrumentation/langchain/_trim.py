@@ -72,27 +72,65 @@ def _match_cut(result: Sequence[Any], messages: Sequence[Any]) -> list[tuple[Any
     return pairs
 
 
+def _key(messages: Sequence[Any]) -> tuple[int, ...]:
+    # which messages, not their order: _last_max_tokens counts the reversed list
+    return tuple(sorted(map(id, messages)))
+
+
+class _SeenCounts:
+    """The application's token counter, remembering what it returned for which messages."""
+
+    __slots__ = ("counter", "seen")
+
+    def __init__(self, counter: Callable[[list[Any]], int]) -> None:
+        self.counter = counter
+        self.seen: dict[tuple[int, ...], tuple[int, list[Any]]] = {}
+
+    def __call__(self, messages: list[Any]) -> int:
+        count = self.counter(messages)
+        if isinstance(count, int):
+            self.seen[_key(messages)] = (count, list(messages))
+        return count
+
+
 @guarded
 def _record(env: Envelope | None, strategy: str, start: int, messages: Sequence[Any],
             result: Any, kwargs: dict[str, Any]) -> None:
     if not recording(env) or not isinstance(result, list):
         return
-    counter: Callable[[list[Any]], int] = kwargs["token_counter"]
+    counter = kwargs["token_counter"]
     max_tokens = kwargs["max_tokens"]
     include_system = bool(kwargs.get("include_system", False))
     by_items = counter is len
     mapped = _strategy(strategy, messages, result, include_system)
-    tokens: Callable[[list[Any]], int]
+
+    def estimate(ms: Sequence[Any]) -> int:
+        return sum(estimate_tokens(message_text(m)) for m in ms)
+
+    tokens: Callable[[Sequence[Any]], int] = estimate  # per message: never the app's counter
     if by_items:
         budget = env.budget(max_items=max_tokens, overflow_strategy=mapped, start_time=start)
         before, after = len(messages), len(result)
-
-        def tokens(ms: list[Any]) -> int:  # estimated: ``len`` counts messages
-            return sum(estimate_tokens(message_text(m)) for m in ms)
     else:
+        # The counter may be a paid API (a chat model's count-tokens call): the totals are
+        # what the trim itself counted (the whole list first, then the prefixes it tried),
+        # counted here only if it did not; a message's size is our estimate in the
+        # counter's units (scaled by its largest count), never another call.
         budget = env.budget(max_tokens=max_tokens, overflow_strategy=mapped, start_time=start)
-        before, after = counter(list(messages)), counter(list(result))
-        tokens = counter
+        seen = counter.seen if isinstance(counter, _SeenCounts) else {}
+        scale = 1.0
+        if seen:  # the counter's units per estimated token, from its largest count
+            count, counted = max(seen.values(), key=lambda entry: entry[0])
+            scale = count / (estimate(counted) or 1) if count else 1.0
+
+        def tokens(ms: Sequence[Any]) -> int:
+            return round(estimate(ms) * scale)
+
+        def total(ms: Sequence[Any]) -> int:
+            entry = seen.get(_key(ms))
+            return entry[0] if entry is not None else int(counter(list(ms)))
+
+        before, after = total(messages), total(result)
     cut = _match_cut(result, messages)
     cut_ids = {id(orig) for orig, _ in cut}
     kept = {id(r) for r in result}
@@ -127,6 +165,8 @@ def wrap_trim(strategy: str) -> Any:
                 or "max_tokens" not in kwargs:
             return wrapped(*args, **kwargs)
         messages = list(messages)
+        if kwargs["token_counter"] is not len:
+            kwargs["token_counter"] = _SeenCounts(kwargs["token_counter"])
         token = _IN_TRIM.set(True)
         try:
             with stage_envelope() as env:
