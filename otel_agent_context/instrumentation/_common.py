@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import logging
 import re
 import weakref
@@ -710,12 +711,18 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
 
 
 def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: bool) -> Any:
+    raw = hasattr(result, "http_response") and callable(getattr(result, "parse", None))
     if not streaming:
+        if raw and not getattr(result.http_response, "is_stream_consumed", True):
+            # with_streaming_response: the body is the application's to read (parse(),
+            # iter_bytes(), ...); reading it first would take it away
+            _follow_raw(call, api, result, is_async, streaming=False)
+            return result
         _complete(call, api, result)
         return result
-    if hasattr(result, "http_response") and callable(getattr(result, "parse", None)):
+    if raw:
         # a raw response (the official instrumentor's proxy of one, too: it has __iter__)
-        _follow_raw_stream(call, api, result, is_async)
+        _follow_raw(call, api, result, is_async, streaming=True)
         return result
     return _follow_stream(call, api, result, is_async)
 
@@ -737,23 +744,36 @@ def _follow_stream(call: Call, api: Api, stream: Any, is_async: bool) -> Any:
         return stream
 
 
-def _follow_raw_stream(call: Call, api: Api, raw: Any, is_async: bool) -> None:
-    """``with_raw_response.create(stream=True)``: the stream comes from ``raw.parse()``
-    (LangChain's ChatOpenAI streams this way with ``include_response_headers``). Follow the
-    stream the first plain ``parse()`` returns (the SDKs cache it, so every call gets the same
-    object); a response dropped unparsed finishes the call without response data."""
+def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bool) -> None:
+    """A raw response (``with_raw_response`` / ``with_streaming_response``): the call is
+    read from what the application's first plain ``raw.parse()`` returns (the SDKs cache it,
+    so every call gets the same object): the stream, followed to its end (LangChain's
+    ChatOpenAI streams this way with ``include_response_headers``), or the response. A raw
+    response dropped unparsed finishes the call without response data."""
     parse = raw.parse
     call.invocation.suspend()  # control goes back to the application
     followed: list[Any] = []
 
+    def follow(result: Any) -> Any:
+        if not followed:
+            if streaming:
+                followed.append(_follow_stream(call, api, result, is_async))
+            else:
+                _complete(call, api, result)
+                followed.append(result)
+        return followed[0]
+
+    async def follow_awaited(pending: Any) -> Any:
+        return follow(await pending)
+
     @functools.wraps(parse)
     def parsed(*args: Any, **kwargs: Any) -> Any:
         result = parse(*args, **kwargs)
-        if args or kwargs:  # parse(to=...): another view, not the stream we follow
+        if args or kwargs:  # parse(to=...): another view, not what we follow
             return result
-        if not followed:
-            followed.append(_follow_stream(call, api, result, is_async))
-        return followed[0]
+        if inspect.isawaitable(result):  # the async with_streaming_response
+            return follow_awaited(result)
+        return follow(result)
 
     try:
         weakref.finalize(raw, _unparsed, call, followed)

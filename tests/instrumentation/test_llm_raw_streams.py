@@ -93,3 +93,40 @@ def test_langchain_chat_openai_streaming_with_response_headers(alone, stub) -> N
     assert "".join(str(c.content) for c in chunks).strip() == REPLY
     assert any("headers" in (c.response_metadata or {}) for c in chunks)
     _check(alone.tel, "openai", "gpt-4o-mini")
+
+
+def test_streaming_response_body_stays_the_applications(setup, stub) -> None:
+    # with_streaming_response leaves the body unread: reading it for telemetry would take it
+    # from the application. The call is read from the application's own parse().
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with oc.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=MESSAGES) as response:
+        completion = response.parse()
+    assert completion.choices[0].message.content == REPLY
+    _check(setup.tel, "openai", "gpt-4o-mini")
+
+
+def test_streaming_response_read_as_bytes_is_untouched(alone, stub) -> None:
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test",
+                             max_retries=0)
+    with ac.messages.with_streaming_response.create(
+            model="claude-sonnet-4-6", max_tokens=50, messages=MESSAGES[1:]) as response:
+        body = b"".join(response.iter_bytes())
+    assert REPLY.encode() in body  # all of it reached the application
+    del response
+    gc.collect()
+    inf = one_inference(alone.tel.spans())  # the call still ended, without response data
+    assert S.GEN_AI_USAGE_INPUT_TOKENS not in inf.attributes
+
+
+def test_async_streaming_response_is_read_from_the_awaited_parse(alone, stub) -> None:
+    async def run() -> str:
+        oc = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test",
+                                max_retries=0)
+        async with oc.chat.completions.with_streaming_response.create(
+                model="gpt-4o-mini", messages=MESSAGES) as response:
+            completion = await response.parse()
+        return completion.choices[0].message.content
+
+    assert asyncio.run(run()) == REPLY
+    _check(alone.tel, "openai", "gpt-4o-mini")
