@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _env
@@ -272,6 +273,18 @@ class AgentContext:
 #: so a reset that cannot happen leaves nothing but an ended envelope, which is ignored.
 _RUN_ENVELOPE: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
     "otel_agent_context.run_envelope", default=None)
+
+
+def _run_envelope_parent() -> Context | None:
+    """The context to parent a span to when the current envelope is a framework run's (set
+    through ``_RUN_ENVELOPE``, so its span is not the current one): its span. None when the
+    current context already parents spans where they belong."""
+    if isinstance(otel_context.get_value(_ENVELOPE_KEY), Envelope):
+        return None
+    env = _RUN_ENVELOPE.get()
+    if env is None or env._ended:
+        return None
+    return trace.set_span_in_context(env._span)
 
 
 def current_envelope() -> Envelope | None:

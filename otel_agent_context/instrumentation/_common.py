@@ -37,7 +37,7 @@ from typing import Any
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
-from .._api import AgentContext, Budget, Envelope, current_envelope
+from .._api import AgentContext, Budget, Envelope, _run_envelope_parent, current_envelope
 from .._attributes import digest_text
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._records import ContextItem, ContextSourceRef
@@ -296,7 +296,7 @@ class Call:
         inv = tel.handler.inference(api.provider,
                                     request_model=model if isinstance(model, str) else None,
                                     server_address=address, server_port=port,
-                                    operation_name="chat")
+                                    operation_name="chat", context=_run_envelope_parent())
         self.invocation = inv
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).

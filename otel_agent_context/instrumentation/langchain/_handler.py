@@ -19,7 +19,6 @@ sync and async alike, which is what makes the envelope current for the run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 from collections.abc import Mapping
@@ -52,16 +51,8 @@ class _Root:
         self.run_id = run_id
         self.env = env
         self.owned = owned
-        #: set when the envelope was made current through the run variable (async runs)
+        #: the run variable's token (None for an envelope the run joined)
         self.token: contextvars.Token[Any] | None = None
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _name(serialized: Any, kwargs: Mapping[str, Any]) -> str | None:
@@ -133,13 +124,11 @@ class ContextCallbackHandler(BaseCallbackHandler):
                            conversation_id=str(thread) if thread is not None else None,
                            model=model)
         root = _Root(run_id, env, owned=True)
-        if _in_event_loop():
-            # Async runs end their callbacks in another task (LangChain shields them): a
-            # context attached here could not be detached and would stay in the caller's.
-            # Nested model calls still join the envelope; their spans keep the app's parent.
-            root.token = _RUN_ENVELOPE.set(env)
-        else:
-            env.__enter__()  # the envelope span is the parent of what runs inside
+        # Not an attached OpenTelemetry context: async runs end their callbacks in another
+        # task (LangChain shields them), where it could not be detached, and a sync stream
+        # runs the caller's code between chunks. Nested model calls find the envelope through
+        # this variable and parent their spans to it; nothing else is changed.
+        root.token = _RUN_ENVELOPE.set(env)
         return root
 
     def _end(self, run_id: UUID, error: BaseException | None) -> None:
@@ -147,15 +136,9 @@ class ContextCallbackHandler(BaseCallbackHandler):
         if root is None or root.run_id != run_id or not root.owned:
             return
         failed = error is not None and not _is_control_flow(error)
-        if root.token is None:
-            if failed:
-                assert error is not None
-                root.env.__exit__(type(error), error, error.__traceback__)
-            else:
-                root.env.__exit__(None, None, None)
-            return
-        with contextlib.suppress(ValueError):  # ended in another context: nothing to undo
-            _RUN_ENVELOPE.reset(root.token)
+        if root.token is not None:
+            with contextlib.suppress(ValueError):  # ended in another context: nothing to undo
+                _RUN_ENVELOPE.reset(root.token)
         if failed:
             assert error is not None
             root.env.fail(error)

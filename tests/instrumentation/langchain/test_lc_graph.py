@@ -190,3 +190,22 @@ def test_interrupt_ends_the_envelope_normally(tel) -> None:
     assert S.ERROR_TYPE not in envelope.attributes
     (bundle,) = tel.bundles()
     assert bundle["rebuild"]["status"] == "complete"
+
+
+def test_a_sync_stream_leaves_the_callers_context_between_chunks(tel) -> None:
+    # The caller's code runs between the chunks of a stream: it must see its own span, not
+    # the run's envelope, while it reads and after it abandons the stream.
+    from opentelemetry import trace
+
+    app = tel.tracer_provider.get_tracer("app")
+    model = FakeListChatModel(responses=["one two three"])
+    with app.start_as_current_span("app-request") as span:
+        seen = [trace.get_current_span() is span for _ in model.stream("hi")]
+        abandoned = model.stream("hi again")
+        next(abandoned)
+        after_abandoning = trace.get_current_span() is span
+    assert len(seen) > 1 and all(seen)
+    assert after_abandoning
+    abandoned.close()
+    envelopes = [s for s in tel.spans() if s.name == "context.envelope"]
+    assert len(envelopes) == 2  # both runs were still recorded
