@@ -711,16 +711,17 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
 
 
 def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: bool) -> Any:
-    raw = hasattr(result, "http_response") and callable(getattr(result, "parse", None))
     if not streaming:
-        if raw and not getattr(result.http_response, "is_stream_consumed", True):
+        if (not hasattr(result, "usage") and hasattr(result, "http_response")
+                and not getattr(result.http_response, "is_stream_consumed", True)
+                and callable(getattr(result, "parse", None))):
             # with_streaming_response: the body is the application's to read (parse(),
             # iter_bytes(), ...); reading it first would take it away
             _follow_raw(call, api, result, is_async, streaming=False)
             return result
         _complete(call, api, result)
         return result
-    if raw:
+    if hasattr(result, "http_response") and callable(getattr(result, "parse", None)):
         # a raw response (the official instrumentor's proxy of one, too: it has __iter__)
         _follow_raw(call, api, result, is_async, streaming=True)
         return result

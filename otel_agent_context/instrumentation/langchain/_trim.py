@@ -89,7 +89,7 @@ class _SeenCounts:
     def __call__(self, messages: list[Any]) -> int:
         count = self.counter(messages)
         if isinstance(count, int):
-            self.seen[_key(messages)] = (count, list(messages))
+            self.seen[_key(messages)] = (count, messages)  # the trim's own slices
         return count
 
 
