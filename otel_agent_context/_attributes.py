@@ -1,16 +1,21 @@
 """Records to span/event attributes: the emitter half of the one mapping.
 
-The rebuild (``rebuild/_rebuild.py``) reads back exactly what these functions write.
+Which field goes to which attribute is the table's (``_table``, generated from the
+registry); the rebuild (``rebuild/_rebuild.py``) reads the same table back.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import types
+import typing
 from collections.abc import Iterable
 from typing import Any
 
 from . import _semconv as S
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
+from ._table import ATTRIBUTES, EVENTS
 
 __all__ = ["digest_text", "item_attributes", "source_attributes"]
 
@@ -26,27 +31,54 @@ def _value(v: Any) -> Any:
     return v.value if hasattr(v, "value") else v
 
 
+_PLAIN, _ENUM, _ENUMS, _LIST = range(4)
+
+
+def _plan(record: type, name: str) -> tuple[tuple[str, str, int], ...]:
+    """(field, attribute, how to write it) for each field an item event carries of
+    ``record``, from the table; content fields and the item id are the caller's."""
+    hints = typing.get_type_hints(record)
+    rows = []
+    for f in _ITEM_EVENT[name]:
+        spec = ATTRIBUTES[f.attribute]
+        if f.field == "item_id" or spec.content:
+            continue
+        hint = hints[f.field]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        if typing.get_origin(hint) is list:
+            (inner,) = typing.get_args(hint)
+            how = _ENUMS if issubclass(inner, enum.Enum) else _LIST
+        else:
+            how = _ENUM if isinstance(hint, type) and issubclass(hint, enum.Enum) else _PLAIN
+        rows.append((f.field, f.attribute, how))
+    return tuple(rows)
+
+
+_ITEM_EVENT = EVENTS[S.EVENT_ITEM_ADDED].records
+_ITEM_PLAN = _plan(ContextItem, "ContextItem")
+_SOURCE_PLAN = _plan(ContextSourceRef, "ContextSourceRef")
+_CONTENT = tuple((f.field, f.attribute) for f in _ITEM_EVENT["ContextItem"]
+                 if ATTRIBUTES[f.attribute].content)
+
+
+def _write(record: Any, plan: tuple[tuple[str, str, int], ...], out: dict[str, Any]) -> None:
+    for field, attribute, how in plan:
+        value = getattr(record, field)
+        if value is None or value == []:
+            continue
+        if how == _ENUM:
+            out[attribute] = value._value_  # _value_: no descriptor call
+        elif how == _ENUMS:
+            out[attribute] = tuple(v._value_ for v in value)
+        elif how == _LIST:
+            out[attribute] = tuple(value)
+        else:
+            out[attribute] = value
+
+
 def source_attributes(src: ContextSourceRef, out: dict[str, Any]) -> None:
-    if src.source_id is not None:
-        out[S.SOURCE_ID] = src.source_id
-    if src.uri is not None:
-        out[S.SOURCE_URI] = src.uri
-    if src.source_kind is not None:
-        out[S.SOURCE_KIND] = src.source_kind
-    if src.selector is not None:
-        out[S.SOURCE_SELECTOR] = src.selector
-    if src.digest is not None:
-        out[S.SOURCE_DIGEST] = src.digest
-    if src.authority is not None:
-        out[S.SOURCE_AUTHORITY] = src.authority
-    if src.license is not None:
-        out[S.SOURCE_LICENSE] = src.license
-    if src.retrieved_at is not None:
-        out[S.SOURCE_RETRIEVED_AT] = src.retrieved_at
-    if src.modified_at is not None:
-        out[S.SOURCE_MODIFIED_AT] = src.modified_at
-    if src.provenance_refs:
-        out[S.SOURCE_PROVENANCE_REFS] = tuple(src.provenance_refs)
+    _write(src, _SOURCE_PLAN, out)
     for key, native in src.external_mappings.items():
         out[S.NATIVE_REUSED.get(key) or S.SOURCE_NATIVE_PREFIX + key] = native
 
@@ -57,47 +89,18 @@ def item_attributes(item: ContextItem, capture_content: bool,
     policy (the caller then records a ``context.redaction.applied`` event).
     ``blocked_sensitivities`` holds lower-case names; matching ignores case."""
     out: dict[str, Any] = {S.ITEM_ID: item.item_id}
-    if item.context_kind is not None:
-        out[S.ITEM_KIND] = item.context_kind._value_  # _value_: no descriptor call
-    if item.content_mode is not None:
-        out[S.ITEM_CONTENT_MODE] = item.content_mode._value_
+    _write(item, _ITEM_PLAN, out)
     withheld = False
     if capture_content:
         if item.sensitivity is not None and item.sensitivity.lower() in blocked_sensitivities:
             withheld = item.content is not None or item.title is not None
         else:
-            if item.title is not None:
-                out[S.ITEM_TITLE] = item.title
-            if item.content is not None:
-                out[S.ITEM_CONTENT] = item.content
-    if item.content_ref is not None:
-        out[S.ITEM_CONTENT_REF] = item.content_ref
-    if item.mime_type is not None:
-        out[S.ITEM_MIME_TYPE] = item.mime_type
-    if item.language is not None:
-        out[S.ITEM_LANGUAGE] = item.language
-    if item.token_estimate is not None:
-        out[S.ITEM_TOKEN_ESTIMATE] = item.token_estimate
-    if item.byte_size is not None:
-        out[S.ITEM_BYTE_SIZE] = item.byte_size
-    if item.freshness is not None:
-        out[S.ITEM_FRESHNESS] = item.freshness
-    if item.trust_level is not None:
-        out[S.ITEM_TRUST_LEVEL] = item.trust_level
-    if item.sensitivity is not None:
-        out[S.ITEM_SENSITIVITY] = item.sensitivity
-    if item.redaction_state is not None:
-        out[S.ITEM_REDACTION_STATE] = item.redaction_state._value_
-    if item.visibility:
-        out[S.ITEM_VISIBILITY] = tuple(v._value_ for v in item.visibility)
-    if item.priority is not None:
-        out[S.ITEM_PRIORITY] = item.priority
-    if item.digest is not None:
-        out[S.ITEM_DIGEST] = item.digest
-    elif item.content is not None:
+            for field, attribute in _CONTENT:
+                value = getattr(item, field)
+                if value is not None:
+                    out[attribute] = value
+    if item.digest is None and item.content is not None:
         out[S.ITEM_DIGEST] = digest_text(item.content)
-    if item.created_at is not None:
-        out[S.ITEM_CREATED_AT] = item.created_at
     if item.source_refs:
         # The contract carries one source ref per item event: the first, the item's origin.
         source_attributes(item.source_refs[0], out)

@@ -5,16 +5,20 @@ measurements of the contract's metrics here, so an agent that only sends traces 
 its metrics. The function is pure: a bundle dict in (the shape of ``Bundle.to_dict()``),
 a list of :class:`Measurement` out; aggregation and exposition are the caller's business.
 
-Labels follow ``_semconv.METRIC_LABELS`` exactly and are always strings; a missing value is
-``"unknown"``, never an id (contract section 3 keeps labels low in cardinality).
+Labels follow the table's metrics (``_table.METRICS``) exactly and are always strings; a
+missing value is ``"unknown"``, never an id (contract section 3 keeps labels low in
+cardinality). A label taken from an enum attribute only ever carries one of the enum's values,
+``custom`` or ``unknown``; a value that is not a finite number is never measured.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from . import _semconv as S
+from ._table import ATTRIBUTES, METRICS
 
 __all__ = ["HISTOGRAMS", "UNKNOWN", "Measurement", "measure", "prometheus_name"]
 
@@ -22,7 +26,8 @@ __all__ = ["HISTOGRAMS", "UNKNOWN", "Measurement", "measure", "prometheus_name"]
 UNKNOWN = "unknown"
 
 #: Metrics of contract section 3 that are histograms; every other one is a counter.
-HISTOGRAMS = frozenset({S.METRIC_BUDGET_UTILIZATION, S.METRIC_COMPACTION_COVERAGE})
+HISTOGRAMS = frozenset(name for name, spec in METRICS.items() if spec.instrument == "histogram")
+_CUSTOM = "custom"
 
 _RESOLVED = "resolved"
 
@@ -52,10 +57,38 @@ def _label(value: Any) -> str:
     return str(value)
 
 
+def _enum_label(attribute: str) -> Any:
+    """A label function for values of an enum attribute: its members, else custom/unknown."""
+    spec = ATTRIBUTES[attribute]
+    members = frozenset(spec.members)
+    other = _CUSTOM if spec.has_custom else UNKNOWN
+
+    def label(value: Any) -> str:
+        if value is None or value == "":
+            return UNKNOWN
+        return value if value in members else other  # type: ignore[no-any-return]
+
+    return label
+
+
+_scope = _enum_label(S.CONTEXT_SCOPE)
+_target = _enum_label(S.BUDGET_TARGET)
+_strategy = _enum_label(S.BUDGET_OVERFLOW_STRATEGY)
+_kind = _enum_label(S.ITEM_KIND)
+_reason = _enum_label(S.OMISSION_REASON)
+_injection_target = _enum_label(S.INJECTION_TARGET)
+_point = _enum_label(S.INJECTION_POINT)
+_method = _enum_label(S.COMPACTION_METHOD)
+_trigger = _label  # free-form in the standard, like the agent name
+_severity = _enum_label(S.MISSING_SEVERITY)
+_REBUILD_STATUSES = frozenset({"complete", "partial"})
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _list(bundle: Mapping[str, Any], key: str) -> list[Any]:
@@ -78,13 +111,14 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
 
     yield Measurement(
         S.METRIC_ENVELOPES,
-        (_label(envelope.get("scope")), agent, _label(rebuild.get("status"))),
+        (_scope(envelope.get("scope")), agent,
+         rebuild["status"] if rebuild.get("status") in _REBUILD_STATUSES else UNKNOWN),
         1.0,
     )
 
     # -- budgets, overflow, truncation ------------------------------------------------------
     for budget in _list(bundle, "context_budgets"):
-        target = _label(budget.get("target"))
+        target = _target(budget.get("target"))
         utilization = _number(budget.get("utilization"))
         if utilization is None:
             actual = _number(budget.get("actual_tokens"))
@@ -96,13 +130,13 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
         if budget.get("overflow") is True:
             yield Measurement(
                 S.METRIC_BUDGET_OVERFLOWS,
-                (target, agent, _label(budget.get("overflow_strategy"))),
+                (target, agent, _strategy(budget.get("overflow_strategy"))),
                 1.0,
             )
         truncated_tokens = 0.0
         for record in budget.get("truncation_records") or []:
             strategy = record.get("strategy") or budget.get("overflow_strategy")
-            yield Measurement(S.METRIC_TRUNCATIONS, (target, agent, _label(strategy)), 1.0)
+            yield Measurement(S.METRIC_TRUNCATIONS, (target, agent, _strategy(strategy)), 1.0)
             before = _number(record.get("tokens_before"))
             after = _number(record.get("tokens_after"))
             if before is not None and after is not None and before > after:
@@ -122,12 +156,12 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
     omitted_tokens: dict[str, float] = {}
     for selection in _list(bundle, "context_selections"):
         for item_id in selection.get("selected_item_refs") or []:
-            kind = _label((items.get(item_id) or {}).get("context_kind"))
+            kind = _kind((items.get(item_id) or {}).get("context_kind"))
             selected[kind] = selected.get(kind, 0) + 1
         for ref in selection.get("omitted_item_refs") or []:
             item = items.get(ref.get("item_id")) or {}
-            reason = _label(ref.get("reason"))
-            labels = (_label(item.get("context_kind")), reason)
+            reason = _reason(ref.get("reason"))
+            labels = (_kind(item.get("context_kind")), reason)
             omitted[labels] = omitted.get(labels, 0) + 1
             tokens = _number(item.get("token_estimate"))
             if tokens:
@@ -143,15 +177,15 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
     for injection in _list(bundle, "context_injections"):
         yield Measurement(
             S.METRIC_INJECTIONS,
-            (_label(injection.get("target")), _label(injection.get("injection_point"))),
+            (_injection_target(injection.get("target")), _point(injection.get("injection_point"))),
             1.0,
         )
 
     # -- compaction ---------------------------------------------------------------------------
     for compaction in _list(bundle, "context_compactions"):
-        method = _label(compaction.get("method"))
+        method = _method(compaction.get("method"))
         yield Measurement(
-            S.METRIC_COMPACTIONS, (agent, method, _label(compaction.get("trigger"))), 1.0
+            S.METRIC_COMPACTIONS, (agent, method, _trigger(compaction.get("trigger"))), 1.0
         )
         coverage = _number(compaction.get("coverage"))
         if coverage is not None:
@@ -166,7 +200,7 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
 
     # -- missing context ------------------------------------------------------------------------
     for missing in _list(bundle, "missing_context"):
-        severity = _label(missing.get("severity"))
+        severity = _severity(missing.get("severity"))
         yield Measurement(S.METRIC_MISSING_DETECTED, (agent, severity), 1.0)
         if (
             missing.get("status") == _RESOLVED

@@ -61,6 +61,7 @@ __all__ = [
     "OmittedRef",
     "RankingSignal",
     "RebuildInfo",
+    "RebuildRepair",
     "TelemetryRef",
     "TruncationRecord",
     "WindowSegment",
@@ -613,6 +614,17 @@ class ContextEnvelope(_Record):
     metadata: dict[str, str] = {}  # reused GenAI attributes: gen_ai.agent.name, user.id, ...
 
 
+class RebuildRepair(_Record):
+    """One change the boundary made to what an emitter sent (``rebuild.repairs``)."""
+
+    kind: str
+    field: str
+    received: str
+    action: str
+    span_id: str | None = None
+    event: str | None = None
+
+
 class RebuildInfo(_Record):
     """How complete the rebuild is (contract section 5)."""
 
@@ -623,6 +635,7 @@ class RebuildInfo(_Record):
     dropped_attributes: int = 0
     partial_reasons: list[str] = []
     notes: list[str] = []
+    repairs: list[RebuildRepair] = []
 
 
 class Bundle(_Record):

@@ -16,6 +16,7 @@ from . import _semconv as S
 from ._api import AgentContext, Envelope, _NoOp
 from ._enums import EventClass
 from ._records import Bundle, ContextBudget, ContextItem
+from ._table import SPANS
 
 __all__ = ["emit_bundle"]
 
@@ -24,9 +25,13 @@ def _val(v: Any) -> Any:
     return v.value if hasattr(v, "value") else v
 
 
-def _overrides(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+def _overrides(record: Any, span: str, *fields: str) -> dict[str, Any]:
+    """Span attributes a record states as it is (not derived by the recorder): ``fields``
+    of ``record``, through the table's mapping of the record on ``span``."""
+    mapping = SPANS[span].records[type(record).__name__]
+    attribute = {f.field: f.attribute for f in mapping}
     out = {}
-    for key, value in pairs:
+    for key, value in ((attribute[name], getattr(record, name)) for name in fields):
         if value is None or value == []:
             continue
         out[key] = tuple(_val(v) for v in value) if isinstance(value, list) else _val(value)
@@ -64,8 +69,7 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
     for surface in bundle.context_surfaces:
         srf = env.surface(surface_id=surface.surface_id, start_time=surface.created_at)
         srf._derive = False
-        srf._overrides = _overrides(((S.SURFACE_ITEM_COUNT, surface.item_count),
-                                     (S.SURFACE_TOKEN_ESTIMATE, surface.token_estimate)))
+        srf._overrides = _overrides(surface, S.SPAN_SURFACE, "item_count", "token_estimate")
         for item_id in [*surface.item_refs, *surface.removed_item_refs]:
             srf.add(item(item_id), timestamp=surface.created_at)
         for item_id in surface.removed_item_refs:
@@ -79,10 +83,9 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
             budget_id=rec.budget_ref, actor_ref=rec.actor_ref, model_ref=rec.model_ref,
             start_time=rec.created_at)
         sel._derive = False
-        sel._overrides = _overrides((
-            (S.SELECTION_CANDIDATE_COUNT, rec.candidate_count),
-            (S.SELECTION_SELECTED_COUNT, len(rec.selected_item_refs)),
-            (S.SELECTION_OMITTED_COUNT, len(rec.omitted_item_refs))))
+        sel._overrides = _overrides(rec, S.SPAN_SELECTION, "candidate_count")
+        sel._overrides[S.SELECTION_SELECTED_COUNT] = len(rec.selected_item_refs)
+        sel._overrides[S.SELECTION_OMITTED_COUNT] = len(rec.omitted_item_refs)
         selected = set(rec.selected_item_refs)
         omitted = {o.item_id: o for o in rec.omitted_item_refs}
         signals = {r.item_id: r for r in rec.ranking_signals}
@@ -110,9 +113,8 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
             redaction_state=asm_rec.redaction_state, visibility=asm_rec.visibility,
             start_time=asm_rec.created_at)
         asm._derive = False
-        asm._overrides = _overrides(((S.ASSEMBLY_BLOCK_COUNT, asm_rec.block_count),
-                                     (S.ASSEMBLY_TOKEN_COUNT, asm_rec.token_count),
-                                     (S.ASSEMBLY_HASH, asm_rec.hash)))
+        asm._overrides = _overrides(asm_rec, S.SPAN_ASSEMBLY, "block_count", "token_count",
+                                    "hash")
         for block in asm_rec.ordered_blocks:
             asm.block(block.item_id or "", tokens=block.tokens,
                       injection_point=block.injection_point, kind=block.context_kind,
@@ -132,13 +134,9 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
             trigger=comp_rec.trigger, scope=comp_rec.scope, validation=comp_rec.validation,
             replacement_policy=comp_rec.replacement_policy, start_time=comp_rec.created_at)
         comp._derive = False
-        comp._overrides = _overrides((
-            (S.COMPACTION_SOURCE_COUNT, comp_rec.source_count),
-            (S.COMPACTION_TOKENS_BEFORE, comp_rec.tokens_before),
-            (S.COMPACTION_TOKENS_AFTER, comp_rec.tokens_after),
-            (S.COMPACTION_COVERAGE, comp_rec.coverage),
-            (S.COMPACTION_LOSS_NOTES, comp_rec.loss_notes),
-            (S.SUMMARY_ID, comp_rec.summary_ref)))
+        comp._overrides = _overrides(comp_rec, S.SPAN_COMPACTION, "source_count",
+                                     "tokens_before", "tokens_after", "coverage", "loss_notes",
+                                     "summary_ref")
         coverage = {c.item_id: c for c in comp_rec.source_coverage}
         for item_id in comp_rec.source_item_refs:
             cov = coverage.get(item_id)
@@ -187,11 +185,8 @@ def _emit_budget(env: Envelope, rec: ContextBudget, windows: dict[str, Any]) -> 
                      max_items=rec.max_items, overflow_strategy=rec.overflow_strategy,
                      window_id=rec.window_ref, start_time=rec.created_at)
     bud._derive = False
-    bud._overrides = _overrides((
-        (S.BUDGET_ACTUAL_TOKENS, rec.actual_tokens), (S.BUDGET_ACTUAL_BYTES, rec.actual_bytes),
-        (S.BUDGET_ACTUAL_ITEMS, rec.actual_items), (S.BUDGET_OVERFLOW, rec.overflow),
-        (S.BUDGET_OVERFLOW_TOKENS, rec.overflow_tokens),
-        (S.BUDGET_UTILIZATION, rec.utilization)))
+    bud._overrides = _overrides(rec, S.SPAN_BUDGET, "actual_tokens", "actual_bytes",
+                                "actual_items", "overflow", "overflow_tokens", "utilization")
     segments = rec.window_segments
     if not segments and rec.window_ref in windows:
         segments = windows[rec.window_ref].segments

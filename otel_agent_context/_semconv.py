@@ -9,6 +9,8 @@ the registry and the docs table in agreement.
 
 from __future__ import annotations
 
+from ._table import METRICS as _METRICS
+
 SCHEMA_VERSION = "0.1"
 SCHEMA_URL = "https://otel-agent-context.dev/schemas/0.1"
 
@@ -265,43 +267,12 @@ METRIC_COMPACTION_LOSS_NOTES = "context.compaction.loss_notes"
 METRIC_MISSING_DETECTED = "context.missing.detected"
 METRIC_MISSING_RESOLVED = "context.missing.resolved"
 
-#: OpenTelemetry metric name -> Prometheus exposition name of contract section 3.
-PROMETHEUS_NAMES = {
-    METRIC_ENVELOPES: "context_envelopes_total",
-    METRIC_BUDGET_UTILIZATION: "context_budget_utilization_ratio",
-    METRIC_BUDGET_OVERFLOWS: "context_budget_overflows_total",
-    METRIC_TRUNCATIONS: "context_truncations_total",
-    METRIC_TRUNCATED_TOKENS: "context_truncated_tokens_total",
-    METRIC_ITEMS_SELECTED: "context_items_selected_total",
-    METRIC_ITEMS_OMITTED: "context_items_omitted_total",
-    METRIC_OMITTED_TOKENS: "context_omitted_tokens_total",
-    METRIC_INJECTIONS: "context_injections_total",
-    METRIC_COMPACTIONS: "context_compactions_total",
-    METRIC_COMPACTION_COVERAGE: "context_compaction_coverage_ratio",
-    METRIC_COMPACTION_UNCOVERED_SOURCES: "context_compaction_uncovered_sources_total",
-    METRIC_COMPACTION_LOSS_NOTES: "context_compaction_loss_notes_total",
-    METRIC_MISSING_DETECTED: "context_missing_detected_total",
-    METRIC_MISSING_RESOLVED: "context_missing_resolved_total",
-}
+#: OpenTelemetry metric name -> Prometheus exposition name of contract section 3 (the table).
+PROMETHEUS_NAMES = {name: spec.prometheus_name for name, spec in _METRICS.items()}
 
 #: Label names of each metric (contract section 3). Never an id of any kind.
-METRIC_LABELS = {
-    METRIC_ENVELOPES: ("scope", "agent", "status"),
-    METRIC_BUDGET_UTILIZATION: ("target", "agent"),
-    METRIC_BUDGET_OVERFLOWS: ("target", "agent", "overflow_strategy"),
-    METRIC_TRUNCATIONS: ("target", "agent", "strategy"),
-    METRIC_TRUNCATED_TOKENS: ("target", "agent"),
-    METRIC_ITEMS_SELECTED: ("agent", "kind"),
-    METRIC_ITEMS_OMITTED: ("agent", "kind", "reason"),
-    METRIC_OMITTED_TOKENS: ("agent", "reason"),
-    METRIC_INJECTIONS: ("target", "injection_point"),
-    METRIC_COMPACTIONS: ("agent", "method", "trigger"),
-    METRIC_COMPACTION_COVERAGE: ("agent", "method"),
-    METRIC_COMPACTION_UNCOVERED_SOURCES: ("agent", "method"),
-    METRIC_COMPACTION_LOSS_NOTES: ("agent", "method"),
-    METRIC_MISSING_DETECTED: ("agent", "severity"),
-    METRIC_MISSING_RESOLVED: ("agent", "severity"),
-}
+METRIC_LABELS = {name: tuple(label for label, _ in spec.labels)
+                 for name, spec in _METRICS.items()}
 
 ALERT_NAMES = (
     "AgentContextTruncation",

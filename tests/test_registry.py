@@ -29,7 +29,7 @@ from otel_agent_context import _semconv as S
 from otel_agent_context._demo_agent import run_demo
 from otel_agent_context._records import ContextItem, ContextSourceRef
 from otel_agent_context.adapters import _abi as abi  # writes the context.runtime.* names
-from otel_agent_context.processor import _types as wire
+from otel_agent_context import _table as T
 from otel_agent_context.testing import CapturedTelemetry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,34 +198,51 @@ def test_added_names_are_exactly_those_beyond_the_v01_document() -> None:
     assert all(a.spec_field and a.why for a in placements)
 
 
-def test_processor_wire_types_match_the_registry() -> None:
-    """The processor checks types at the door: its table must agree with the registry, and
-    know every attribute that is not a plain string."""
-    to_wire = {"int": wire.INT, "double": wire.DOUBLE, "boolean": wire.BOOL,
-               "string[]": wire.STRING_ARRAY, "template[double]": wire.DOUBLE}
+def test_table_is_generated_from_the_registry() -> None:
+    """The one table (otel_agent_context/_table.py) is what scripts/gen_table.py makes now."""
+    spec = importlib.util.spec_from_file_location("gen_table", ROOT / "scripts" / "gen_table.py")
+    assert spec is not None and spec.loader is not None
+    gen_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_table)
+    assert (ROOT / "otel_agent_context" / "_table.py").read_text(encoding="utf-8") == \
+        gen_table.render(), "otel_agent_context/_table.py is stale: run scripts/gen_table.py"
+
+
+def test_table_types_are_the_registry_types() -> None:
     for name, a in REG.attributes.items():
         t = a["type"]
-        probe = name + ".x" if _is_template(a) else name
-        got = wire.expected_type(probe)
-        if isinstance(t, str) and t in to_wire:
-            assert got == to_wire[t], f"{name}: registry {t}, processor {got}"
-        else:
-            assert got in (None, wire.STRING), f"{name}: registry {t}, processor {got}"
-    unknown = {n for n in wire.EXPECTED if n not in REG.attributes and n not in REG_REUSED}
-    assert not unknown
+        spec = T.TEMPLATES[name + "."] if _is_template(a) else T.ATTRIBUTES[name]
+        want = "string" if isinstance(t, dict) else (t[len("template["):-1] if _is_template(a)
+                                                      else t)
+        assert spec.type == want, name
+        assert spec.members == tuple(GEN.enum_values(a) or ()), name
+        assert spec.content == GEN.is_content(a), name
+    assert set(T.ATTRIBUTES) == (REG_ATTRS | REG_REUSED)
 
 
-def test_processor_required_event_ids_are_required_in_the_registry() -> None:
-    required = wire.REQUIRED_EVENT_ATTRIBUTES
-    for event, needs in required.items():
+def test_every_record_field_names_a_registered_attribute_of_its_record() -> None:
+    from otel_agent_context import _records as R
+
+    for record, fields in T.RECORDS.items():
+        cls_name = record.split(".")[0]
+        cls = getattr(R, cls_name)
+        for f in fields:
+            assert f.attribute in T.ATTRIBUTES, (record, f)
+            if "." not in record:  # ContextEvent.metadata holds strings by name
+                assert f.field in cls.__struct_fields__, (record, f.field)
+
+
+def test_event_required_attributes_are_required_in_the_registry() -> None:
+    for event, spec in T.EVENTS.items():
         levels = {a["name"]: a.get("requirement_level")
                   for a in REG.group_attributes(REG_EVENTS[event])}
-        for name in needs:
-            level = levels.get(name)
-            if len(needs) == 1:
-                assert level == "required", f"{event}: {name} is {level}"
-            else:
-                assert isinstance(level, dict) and "conditionally_required" in level, event
+        for needs in spec.required:
+            for name in needs:
+                level = levels.get(name)
+                if len(needs) == 1:
+                    assert level == "required", f"{event}: {name} is {level}"
+                else:
+                    assert isinstance(level, dict) and "conditionally_required" in level, event
 
 
 # ---------------------------------------------------------------------------------------

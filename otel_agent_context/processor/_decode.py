@@ -10,16 +10,18 @@ span, but walking 20 attributes through the generated classes about 15 µs. So:
 * otherwise the request is re-read through the lite types of ``_wire`` (each span's
   bytes, for free), a span is walked only if its own bytes contain one of the two
   prefixes, and its attributes are decoded by hand (``_wire.decode_key_value``);
-* walked spans become :class:`~otel_agent_context.rebuild._view.SpanView` and are checked
-  against the contract's wire types (``_types``); a span that cannot be used is rejected
-  with a message (OTLP partial success), never silently dropped.
+* walked spans become :class:`~otel_agent_context.rebuild._view.SpanView` after the
+  boundary (``rebuild._boundary``, the one the in-process rebuild uses too): a value it
+  can repair is repaired, one it cannot is dropped alone (an attribute, an event), and each
+  repair is listed in the bundle and told to the sender in the partial-success message;
+* only a span that cannot join an envelope at all (undecodable, bad ids, ``context.*``
+  attributes without a usable ``context.id``) is rejected, with a message.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,18 +31,17 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .. import _semconv as S
-from ..rebuild._view import EventView, SpanView
-from ._types import EXPECTED, REQUIRED_EVENT_ATTRIBUTES, STRING_ARRAY, expected_type
-from ._wire import (
-    BOOL,
-    DOUBLE,
-    INT,
-    STRING,
-    LiteRequest,
-    LiteResource,
-    LiteSpan,
-    decode_key_value,
+from .._table import ATTRIBUTES
+from ..rebuild._boundary import (
+    DROP,
+    Repair,
+    check_attribute,
+    check_event,
+    dropped_event,
+    undated_event,
 )
+from ..rebuild._view import EventView, SpanView
+from ._wire import LiteRequest, LiteResource, LiteSpan, decode_key_value
 
 __all__ = [
     "Accepted",
@@ -54,8 +55,9 @@ __all__ = [
 _NEEDLES = (b"context.", b"gen_ai.")
 _CONTEXT_PREFIX = "context."
 _GENAI_PREFIX = "gen_ai."
-#: At most this many rejection reasons go into the partial-success message.
+#: At most this many rejections, and as many repairs, are named in the partial-success message.
 _MAX_MESSAGES = 5
+_SERVICE_NAME = "service.name"
 
 
 class InvalidRequest(ValueError):
@@ -82,20 +84,49 @@ class Decoded:
     accepted: list[Accepted] = dataclasses.field(default_factory=list)
     rejected: int = 0
     messages: list[str] = dataclasses.field(default_factory=list)
+    #: what the boundary changed in the accepted spans
+    repairs: list[Repair] = dataclasses.field(default_factory=list)
+    #: (service.name, reason) -> count, for the operator's log: a repair kind or "rejected"
+    problems: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     #: The request to make durable: the original bytes when every span in it is an
     #: accepted context span, a smaller request holding only those when it is mixed,
     #: None when there is nothing to keep.
     wal_payload: bytes | None = None
 
-    def reject(self, message: str) -> None:
+    def reject(self, message: str, service: str = "") -> None:
         self.rejected += 1
+        key = (service, "rejected")
+        self.problems[key] = self.problems.get(key, 0) + 1
         if len(self.messages) < _MAX_MESSAGES:
             self.messages.append(message)
 
+    def repaired(self, repairs: list[Repair], service: str) -> None:
+        self.repairs.extend(repairs)
+        for repair in repairs:
+            key = (service, repair.kind)
+            self.problems[key] = self.problems.get(key, 0) + 1
+
     def error_message(self) -> str:
+        """Rejections first, then repairs, each naming span, event and attribute."""
+        parts = list(self.messages)
         more = self.rejected - len(self.messages)
-        text = "; ".join(self.messages)
-        return f"{text}; and {more} more" if more > 0 else text
+        if more > 0:
+            parts.append(f"and {more} more spans rejected")
+        parts += [describe(r) for r in self.repairs[:_MAX_MESSAGES]]
+        more = len(self.repairs) - _MAX_MESSAGES
+        if more > 0:
+            parts.append(f"and {more} more repairs")
+        return "; ".join(parts)
+
+
+def describe(repair: Repair) -> str:
+    """A repair in words for the sender: span, event, attribute, value, what was done."""
+    where = f"span {repair.span_id}"
+    if repair.event:
+        where += f" event {repair.event}"
+    if repair.kind in ("event_dropped", "event_time"):
+        return f"{where} event {repair.field}: {repair.action}"
+    return f"{where} attribute {repair.field}={repair.received}: {repair.action}"
 
 
 def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
@@ -168,51 +199,33 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 
 # -- attribute decoding -----------------------------------------------------------------------
 
-_TYPE_WORDS = {
-    STRING: "a string", INT: "an int", DOUBLE: "a double", BOOL: "a bool",
-    STRING_ARRAY: "a string array", "array_value": "an array", "kvlist_value": "a kvlist",
-    "bytes_value": "bytes",
-}
-_MISMATCH = object()
-#: attribute name -> (expected wire type or None, the name to store: interned if known).
-#: Filled as names are seen, up to _MAX_KEYS (beyond that, looked up each time).
-_KEYS: dict[str, tuple[str | None, str]] = {
-    sys.intern(name): (kind, name) for name, kind in EXPECTED.items()
-}
-_MAX_KEYS = 20_000
-
-
-def _key_info(key: str) -> tuple[str | None, str]:
-    info = (expected_type(key) if key.startswith(_CONTEXT_PREFIX) else None, key)
-    if len(_KEYS) < _MAX_KEYS:
-        _KEYS[key] = info
-    return info
-
-
-#: Encoded KeyValue -> what it decodes to: (stored key, value, error). Agents repeat most
-#: attribute encodings byte for byte (kinds, reasons, targets, agent names), so a hit
-#: skips decoding and type checking and shares the value objects; bounded, cleared when full.
-_DECODED: dict[bytes, tuple[str | None, Any, str | None]] = {}
+#: Encoded KeyValue -> what it is after the boundary: (key, value, (kind, action, shown) or
+#: None); key None when the attribute is empty or dropped. Agents repeat most attribute
+#: encodings byte for byte (kinds, reasons, targets, agent names), so a hit skips decoding
+#: and checking and shares the value objects; bounded, cleared when full.
+_DECODED: dict[bytes, tuple[str | None, Any, tuple[str, str, str] | None]] = {}
 _MAX_DECODED = 65_536
+_INTERNED = {name: name for name in ATTRIBUTES}
 
 
-def _decode_checked(buf: bytes) -> tuple[str | None, Any, str | None]:
+def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] | None]:
     key, value, kind = decode_key_value(buf)
     if kind is None:
         return None, None, None
-    info = _KEYS.get(key) or _key_info(key)
-    want = info[0]
-    if want is None or want == kind:
-        return info[1], value, None
-    converted = _convert(value, kind, want)
-    if converted is _MISMATCH:
-        return None, None, (f"attribute {key} must be {_TYPE_WORDS[want]}, got "
-                            f"{_TYPE_WORDS.get(kind, kind)}")
-    return info[1], converted, None
+    key = _INTERNED.get(key, key)
+    checked, repair = check_attribute(key, value, kind)
+    noted = None if repair is None else (repair[0], repair[1], _shown(value))
+    return (None if checked is DROP else key), checked, noted
 
 
-def _attributes(encoded: Iterable[bytes], errors: list[str]) -> dict[str, Any]:
-    """Encoded OTLP KeyValues -> a dict, checking contract attributes' types."""
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 120 else text[:120] + "…"
+
+
+def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id: str = "",
+                event: str = "") -> dict[str, Any]:
+    """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
     out: dict[str, Any] = {}
     cache = _DECODED
     for buf in encoded:
@@ -222,44 +235,40 @@ def _attributes(encoded: Iterable[bytes], errors: list[str]) -> dict[str, Any]:
             if len(cache) >= _MAX_DECODED:
                 cache.clear()
             cache[buf] = decoded
-        key, value, error = decoded
+        key, value, noted = decoded
+        if noted is not None and repairs is not None:
+            key_name = key or decode_key_value(buf)[0]
+            repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id, event))
         if key is not None:
             out[key] = value
-        elif error is not None:
-            errors.append(error)
     return out
 
 
-def _convert(value: Any, kind: str, want: str) -> Any:
-    if want == STRING_ARRAY:
-        if kind == "array_value" and all(isinstance(x, str) for x in value):
-            return value
-        return _MISMATCH
-    if want == DOUBLE and kind == INT:
-        return float(value)
-    if want == INT and kind == DOUBLE and value.is_integer():
-        return int(value)
-    return _MISMATCH
-
-
-def _view(span: Any, resource: dict[str, Any], errors: list[str]) -> SpanView:
+def _view(span: Any, resource: dict[str, Any]) -> SpanView:
+    span_id = span.span_id.hex()
+    repairs: list[Repair] = []
     events = []
-    required = REQUIRED_EVENT_ATTRIBUTES
+    start = span.start_time_unix_nano
     for event in span.events:
         name = event.name
-        attributes = _attributes(event.attributes, errors)
-        needs = required.get(name)
-        if needs is not None and not any(attributes.get(key) for key in needs):
-            errors.append(f"event {name} lacks {' or '.join(needs)}")
-        events.append(EventView(name, event.time_unix_nano, attributes))
+        attributes = _attributes(event.attributes, repairs, span_id, name)
+        lacking = check_event(name, attributes)
+        if lacking is not None:
+            repairs.append(dropped_event(name, lacking, span_id))
+            continue
+        time = event.time_unix_nano
+        if not time:
+            repairs.append(undated_event(name, span_id))
+            time = start
+        events.append(EventView(name, time, attributes))
     parent = span.parent_span_id
     return SpanView(
         trace_id=span.trace_id.hex(),
-        span_id=span.span_id.hex(),
+        span_id=span_id,
         name=span.name,
-        start_time_unix_nano=span.start_time_unix_nano,
+        start_time_unix_nano=start,
         end_time_unix_nano=span.end_time_unix_nano,
-        attributes=_attributes(span.attributes, errors),
+        attributes=_attributes(span.attributes, repairs, span_id),
         events=events,
         parent_span_id=parent.hex() if parent else None,
         dropped_attributes_count=span.dropped_attributes_count,
@@ -267,6 +276,8 @@ def _view(span: Any, resource: dict[str, Any], errors: list[str]) -> SpanView:
         links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
         status_code=span.status.code,
         resource=resource,
+        repairs=repairs,
+        checked=True,
     )
 
 
@@ -303,7 +314,8 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
                     out.fast_path += 1
                     continue
                 if resource is None:
-                    resource = _attributes(LiteResource.FromString(rs.resource).attributes, [])
+                    resource = _attributes(LiteResource.FromString(rs.resource).attributes,
+                                           None)
                 accepted = _accept(raw, resource, out)
                 if accepted is not None:
                     out.accepted.append(accepted)
@@ -314,28 +326,29 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
 
 
 def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | None:
+    service = str(resource.get(_SERVICE_NAME, ""))
     try:
         span = LiteSpan.FromString(raw)
     except DecodeError as exc:
-        out.reject(f"a span cannot be decoded: {exc}")
+        out.reject(f"a span cannot be decoded: {exc}", service)
         return None
     if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id):
-        out.reject(f"{_describe(span)}: trace id must be 16 bytes and span id 8 bytes")
+        out.reject(f"{_describe(span)}: trace id must be 16 bytes and span id 8 bytes",
+                   service)
         return None
-    errors: list[str] = []
     try:
-        view = _view(span, resource, errors)
+        view = _view(span, resource)
     except DecodeError as exc:
-        out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}")
-        return None
-    if errors:
-        out.reject(f"{_describe(span)}: {errors[0]}")
+        out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}", service)
         return None
     attributes = view.attributes
     context_id = attributes.get(S.CONTEXT_ID)
     if context_id is None:
         if any(key.startswith(_CONTEXT_PREFIX) for key in attributes):
-            out.reject(f"{_describe(span)}: has context.* attributes but no {S.CONTEXT_ID}")
+            why = next((r.action for r in view.repairs if r.field == S.CONTEXT_ID),
+                       f"no {S.CONTEXT_ID}")
+            out.reject(f"{_describe(span)}: has context.* attributes but {S.CONTEXT_ID} "
+                       f"is unusable ({why})", service)
         elif any(key.startswith(_GENAI_PREFIX) for key in attributes) or any(
             event.name.startswith(_CONTEXT_PREFIX) for event in view.events
         ):
@@ -344,16 +357,15 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
             out.fast_path += 1  # the prefix was in a value, not a name
         return None
     if not context_id:
-        out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty")
+        out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
-    # The type table (_types) made context.id a string and context.span_count an int.
+    # The boundary made context.id a string and context.span_count an int.
     assert isinstance(context_id, str)
     is_envelope = S.CONTEXT_SCOPE in attributes
     span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
     assert span_count is None or isinstance(span_count, int)
-    if span_count is not None and span_count < 0:
-        out.reject(f"{_describe(span)}: {S.CONTEXT_SPAN_COUNT} must not be negative")
-        return None
+    if view.repairs:
+        out.repaired(view.repairs, service)
     return Accepted(view, context_id, is_envelope, span_count)
 
 

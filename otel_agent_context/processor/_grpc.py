@@ -144,7 +144,7 @@ class GrpcReceiver:
             count("context_processor_requests_total", ("grpc", "unavailable"))
             context.abort_with_status(retry_status(str(exc), exc.retry_after))
         response = ExportTraceServiceResponse()
-        if result.rejected:
+        if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
             response.partial_success.rejected_spans = result.rejected
             response.partial_success.error_message = result.message
         return response.SerializeToString()

@@ -214,7 +214,7 @@ class OtlpHttpReceiver:
             self._unavailable(h, exc, as_json)
             return
         response = ExportTraceServiceResponse()
-        if result.rejected:
+        if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
             response.partial_success.rejected_spans = result.rejected
             response.partial_success.error_message = result.message
         if as_json:

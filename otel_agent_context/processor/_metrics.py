@@ -30,6 +30,7 @@ from prometheus_client.samples import Exemplar
 
 from .. import _semconv as S
 from .._measure import HISTOGRAMS, Measurement
+from .._table import METRICS
 from ._config import Target
 
 __all__ = [
@@ -44,33 +45,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Bucket upper bounds of the contract's histograms (both are ratios; utilization can
-#: exceed 1 when a budget overflows).
+#: Bucket upper bounds of the contract's histograms: the table's, as the agent-side
+#: instruments use them.
 BUCKETS: dict[str, tuple[float, ...]] = {
-    S.METRIC_BUDGET_UTILIZATION: (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1, 1.25,
-                                  1.5, 2.0),
-    S.METRIC_COMPACTION_COVERAGE: (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0),
-}
+    name: spec.buckets for name, spec in METRICS.items() if spec.buckets is not None}
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0)
 
-_HELP = {
-    S.METRIC_ENVELOPES: "Envelopes rebuilt, by scope, agent and status (complete, partial).",
-    S.METRIC_BUDGET_UTILIZATION: "Budget utilization (actual/max tokens) per envelope budget.",
-    S.METRIC_BUDGET_OVERFLOWS: "Budgets that overflowed, by overflow strategy.",
-    S.METRIC_TRUNCATIONS: "Items or window segments truncated to fit a budget.",
-    S.METRIC_TRUNCATED_TOKENS: "Tokens removed by truncation.",
-    S.METRIC_ITEMS_SELECTED: "Context items selected, by kind.",
-    S.METRIC_ITEMS_OMITTED: "Context items omitted, by kind and reason.",
-    S.METRIC_OMITTED_TOKENS: "Estimated tokens of omitted items, by reason.",
-    S.METRIC_INJECTIONS: "Context injections, by target and injection point.",
-    S.METRIC_COMPACTIONS: "Compactions, by method and trigger.",
-    S.METRIC_COMPACTION_COVERAGE: "Share of source tokens a compaction's summary accounts for.",
-    S.METRIC_COMPACTION_UNCOVERED_SOURCES: "Compaction sources the summary does not cover.",
-    S.METRIC_COMPACTION_LOSS_NOTES: "Loss notes recorded by compactions.",
-    S.METRIC_MISSING_DETECTED: "Missing context detected, by severity.",
-    S.METRIC_MISSING_RESOLVED: "Missing context resolved, by severity.",
-}
+_HELP = {name: spec.description for name, spec in METRICS.items()}
 
 
 class _Histogram:
@@ -179,8 +161,13 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "gen_ai.* spans without context.id (no envelope to put them in).",
                "0 when every model call runs inside an envelope"),
     SelfMetric("context_processor_spans_rejected_total", "counter", ("transport",),
-               "Spans refused at the door (OTLP partial success): bad ids, wrong contract "
-               "attribute types, context.* without context.id.", "0"),
+               "Spans refused at the door (OTLP partial success): undecodable, bad ids, "
+               "context.* without a usable context.id.", "0"),
+    SelfMetric("context_processor_repairs_total", "counter", ("kind",),
+               "Values the boundary repaired or dropped alone (type, enum_case, enum_custom, "
+               "enum_dropped, non_finite, event_dropped, event_time, foreign_trace); each is "
+               "listed in its bundle's rebuild.repairs and told to the sender.",
+               "0 for emitters that follow the contract"),
     SelfMetric("context_processor_spans_duplicate_total", "counter", (),
                "Spans received again (client retries); dropped, idempotently.",
                "small; grows with export retries"),
@@ -190,7 +177,8 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_partial_envelopes_total", "counter", ("reason",),
                "Envelopes emitted partial, by reason: the processor's (timeout, evicted, "
                "shutdown) and the rebuild's (no_envelope_span, missing_spans, no_span_count, "
-               "dropped_data, uncounted_items); one envelope may count under several.",
+               "dropped_data, uncounted_items, repaired); one envelope may count under "
+               "several.",
                "0, or rare timeouts"),
     SelfMetric("context_processor_bundles_written_total", "counter", ("sink",),
                "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",

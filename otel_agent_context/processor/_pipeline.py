@@ -60,11 +60,44 @@ class Backpressure(Exception):
 
 @dataclass(slots=True)
 class IngestResult:
-    """What an export request amounted to: for the OTLP response."""
+    """What an export request amounted to: for the OTLP response.
+
+    ``message`` names rejected spans and repaired values; it is sent (as partial success)
+    whenever it is not empty, with ``rejected`` 0 when nothing was refused: a warning.
+    """
 
     spans: int
     rejected: int
     message: str
+
+
+class _ProblemLog:
+    """Tells the operator what senders get wrong: one WARNING at most every ``every``
+    seconds, with the counts per ``service.name`` and reason since the last one."""
+
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.every = every
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._example: str = ""
+        self._next = 0.0
+
+    def add(self, problems: dict[tuple[str, str], int], example: str) -> None:
+        with self._lock:
+            for key, count in problems.items():
+                self._counts[key] = self._counts.get(key, 0) + count
+            self._example = self._example or example
+            now = self.clock()
+            if now < self._next:
+                return
+            counts, self._counts = self._counts, {}
+            example, self._example = self._example, ""
+            self._next = now + self.every
+        summary = ", ".join(f"{service or '(no service.name)'}: {count} {reason}"
+                            for (service, reason), count in sorted(counts.items()))
+        log.warning("off-spec telemetry received (%s); for example: %s", summary, example)
 
 
 def _default_rebuild() -> RebuildFunction:
@@ -128,6 +161,7 @@ class Pipeline:
         self._emitter_stop = False
         self._give_up_at: float | None = None
         self.accepting = False
+        self.problems = _ProblemLog()
         self._marked_position: tuple[int, int] | None = None
         self._threads: list[threading.Thread] = []
         self._register_gauges()
@@ -245,7 +279,10 @@ class Pipeline:
         if self.forwarder is not None:
             self.forwarder.put(body)
         self._count(decoded, transport, duplicates, late)
-        return IngestResult(decoded.spans, decoded.rejected, decoded.error_message())
+        message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
+        if decoded.problems:
+            self.problems.add(decoded.problems, message)
+        return IngestResult(decoded.spans, decoded.rejected, message)
 
     def _count(self, decoded: Decoded, transport: str, duplicates: int, late: int) -> None:
         inc = self.metrics.self.inc
@@ -261,6 +298,12 @@ class Pipeline:
             inc("context_processor_spans_unattributed_total", (), decoded.unattributed)
         if decoded.rejected:
             inc("context_processor_spans_rejected_total", (transport,), decoded.rejected)
+        if decoded.repairs:
+            kinds: dict[str, int] = {}
+            for repair in decoded.repairs:
+                kinds[repair.kind] = kinds.get(repair.kind, 0) + 1
+            for kind, count in kinds.items():
+                inc("context_processor_repairs_total", (kind,), count)
         if duplicates:
             inc("context_processor_spans_duplicate_total", (), duplicates)
         if late:

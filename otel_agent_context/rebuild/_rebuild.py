@@ -12,6 +12,8 @@ from typing import Any
 
 from .. import _semconv as S
 from .._records import ns_to_rfc3339
+from .._table import ATTRIBUTES, EVENTS, SPANS, FieldSpec
+from ._boundary import REPAIRED, collect, foreign_trace, normalize_view, repair_json
 from ._view import EventView, SpanView
 
 __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
@@ -23,94 +25,56 @@ _STAGE_ORDER = {name: i for i, name in enumerate((
     S.SPAN_ENVELOPE, S.SPAN_SURFACE, S.SPAN_SELECTION, S.SPAN_BUDGET, S.SPAN_ASSEMBLY,
     S.SPAN_COMPACTION))}  # the order emit_bundle writes them in
 
-# (attribute, field) pairs for the flat parts of each record
-_ITEM_FIELDS = (
-    (S.ITEM_KIND, "context_kind"), (S.ITEM_TITLE, "title"),
-    (S.ITEM_CONTENT_MODE, "content_mode"), (S.ITEM_CONTENT, "content"),
-    (S.ITEM_CONTENT_REF, "content_ref"), (S.ITEM_MIME_TYPE, "mime_type"),
-    (S.ITEM_LANGUAGE, "language"), (S.ITEM_TOKEN_ESTIMATE, "token_estimate"),
-    (S.ITEM_BYTE_SIZE, "byte_size"), (S.ITEM_FRESHNESS, "freshness"),
-    (S.ITEM_TRUST_LEVEL, "trust_level"), (S.ITEM_SENSITIVITY, "sensitivity"),
-    (S.ITEM_REDACTION_STATE, "redaction_state"), (S.ITEM_VISIBILITY, "visibility"),
-    (S.ITEM_PRIORITY, "priority"), (S.ITEM_DIGEST, "digest"),
-    (S.ITEM_CREATED_AT, "created_at"),
-)
-_SOURCE_FIELDS = (
-    (S.SOURCE_ID, "source_id"), (S.SOURCE_URI, "uri"), (S.SOURCE_KIND, "source_kind"),
-    (S.SOURCE_SELECTOR, "selector"), (S.SOURCE_DIGEST, "digest"),
-    (S.SOURCE_AUTHORITY, "authority"), (S.SOURCE_PROVENANCE_REFS, "provenance_refs"),
-    (S.SOURCE_LICENSE, "license"), (S.SOURCE_RETRIEVED_AT, "retrieved_at"),
-    (S.SOURCE_MODIFIED_AT, "modified_at"),
-)
+def _pairs(records: dict[str, tuple[FieldSpec, ...]], record: str,
+           *skip: str) -> tuple[tuple[str, str], ...]:
+    """(attribute, field) pairs of one record as a span or event carries it (the table)."""
+    return tuple((f.attribute, f.field) for f in records[record] if f.field not in skip)
+
+
+def _span(name: str, record: str, *skip: str) -> tuple[tuple[str, str], ...]:
+    return _pairs(SPANS[name].records, record, *skip)
+
+
+def _event(name: str, record: str, *skip: str) -> tuple[tuple[str, str], ...]:
+    return _pairs(EVENTS[name].records, record, *skip)
+
+
+_ITEM_EVENT = EVENTS[S.EVENT_ITEM_ADDED].records
+_ITEM_FIELDS = _pairs(_ITEM_EVENT, "ContextItem", "item_id")
+_SOURCE_FIELDS = _pairs(_ITEM_EVENT, "ContextSourceRef")
 _NATIVE_BY_ATTR = {attr: key for key, attr in S.NATIVE_REUSED.items()}
-_BUDGET_FIELDS = (
-    (S.BUDGET_TARGET, "target"), (S.BUDGET_MAX_TOKENS, "max_tokens"),
-    (S.BUDGET_RESERVED_TOKENS, "reserved_tokens"), (S.BUDGET_MAX_BYTES, "max_bytes"),
-    (S.BUDGET_MAX_ITEMS, "max_items"), (S.BUDGET_ACTUAL_TOKENS, "actual_tokens"),
-    (S.BUDGET_ACTUAL_BYTES, "actual_bytes"), (S.BUDGET_ACTUAL_ITEMS, "actual_items"),
-    (S.BUDGET_OVERFLOW_STRATEGY, "overflow_strategy"), (S.BUDGET_OVERFLOW, "overflow"),
-    (S.BUDGET_OVERFLOW_TOKENS, "overflow_tokens"), (S.BUDGET_UTILIZATION, "utilization"),
-    (S.WINDOW_ID, "window_ref"),
-)
-_SELECTION_FIELDS = (
-    (S.SURFACE_ID, "surface_id"), (S.SELECTION_QUERY, "query"),
-    (S.SELECTION_INTENT, "intent"), (S.SELECTION_POLICY, "selection_policy"),
-    (S.BUDGET_ID, "budget_ref"), (S.SELECTION_RATIONALE, "rationale"),
-    (S.SELECTION_ACTOR_REF, "actor_ref"), (S.SELECTION_MODEL_REF, "model_ref"),
-    (S.SELECTION_CANDIDATE_COUNT, "candidate_count"),
-)
-_ASSEMBLY_FIELDS = (
-    (S.ASSEMBLY_TARGET, "target"), (S.ASSEMBLY_WRAPPING_POLICY, "wrapping_policy"),
-    (S.ASSEMBLY_SEPARATOR_POLICY, "separator_policy"),
-    (S.ASSEMBLY_VISIBILITY, "visibility"), (S.BUDGET_ID, "budget_ref"),
-    (S.ASSEMBLY_REDACTION_STATE, "redaction_state"),
-    (S.ASSEMBLY_BLOCK_COUNT, "block_count"), (S.ASSEMBLY_TOKEN_COUNT, "token_count"),
-    (S.ASSEMBLY_HASH, "hash"),
-)
-_BLOCK_FIELDS = (
-    (S.ITEM_ID, "item_id"), (S.ITEM_KIND, "context_kind"), (S.BLOCK_TOKENS, "tokens"),
-    (S.INJECTION_POINT, "injection_point"), (S.BLOCK_DIGEST, "digest"),
-)
-_INJECTION_FIELDS = (
-    (S.ASSEMBLY_ID, "assembly_id"), (S.INJECTION_TARGET, "target"),
-    (S.INJECTION_POINT, "injection_point"), (S.INJECTION_NATIVE_ID, "native_id"),
-    (S.INJECTION_VISIBILITY, "visibility"), (S.INJECTION_FINAL_REF, "final_ref"),
-    (S.INJECTION_HASH, "hash"),
-)
-_COMPACTION_FIELDS = (
-    (S.COMPACTION_SCOPE, "scope"), (S.SUMMARY_ID, "summary_ref"),
-    (S.COMPACTION_METHOD, "method"), (S.COMPACTION_TRIGGER, "trigger"),
-    (S.COMPACTION_COVERAGE, "coverage"), (S.COMPACTION_LOSS_NOTES, "loss_notes"),
-    (S.COMPACTION_VALIDATION, "validation"),
-    (S.COMPACTION_REPLACEMENT_POLICY, "replacement_policy"),
-    (S.COMPACTION_SOURCE_COUNT, "source_count"),
-    (S.COMPACTION_TOKENS_BEFORE, "tokens_before"), (S.COMPACTION_TOKENS_AFTER, "tokens_after"),
-)
-_MISSING_FIELDS = (
-    (S.MISSING_SCOPE, "scope"), (S.MISSING_QUESTION, "question"),
-    (S.MISSING_NEEDED_FOR, "needed_for"), (S.MISSING_SEVERITY, "severity"),
-    (S.MISSING_CANDIDATE_SOURCES, "candidate_sources"),
-    (S.MISSING_BLOCKED_ACTIONS, "blocked_actions"),
-    (S.MISSING_REQUESTED_FROM, "requested_from"), (S.MISSING_STATUS, "status"),
-)
-_ENVELOPE_REFS = (
-    (S.CONTEXT_ACTOR_REFS, "actor_refs"), (S.CONTEXT_RUNTIME_REFS, "runtime_refs"),
-    (S.CONTEXT_POLICY_REFS, "policy_refs"), (S.CONTEXT_EVIDENCE_REFS, "evidence_refs"),
-)
+_ENVELOPE_FIELDS = _span(S.SPAN_ENVELOPE, "ContextEnvelope", "context_id", "scope")
+_SURFACE_FIELDS = _span(S.SPAN_SURFACE, "ContextSurface", "surface_id")
+_SELECTION_FIELDS = _span(S.SPAN_SELECTION, "ContextSelection", "selection_id")
+_BUDGET_FIELDS = _span(S.SPAN_BUDGET, "ContextBudget", "budget_id")
+_WINDOW_FIELDS = _span(S.SPAN_BUDGET, "ContextWindow", "window_id", "budget_ref")
+_ASSEMBLY_FIELDS = _span(S.SPAN_ASSEMBLY, "ContextAssembly", "assembly_id")
+_COMPACTION_FIELDS = _span(S.SPAN_COMPACTION, "ContextCompaction", "compaction_id")
+_SIGNAL_FIELDS = _event(S.EVENT_ITEM_SELECTED, "RankingSignal", "item_id")
+_OMITTED_FIELDS = _event(S.EVENT_ITEM_OMITTED, "OmittedRef", "item_id")
+_TRUNCATION_FIELDS = _event(S.EVENT_BUDGET_TRUNCATED, "TruncationRecord")
+_SEGMENT_FIELDS = _event(S.EVENT_WINDOW_SEGMENT, "WindowSegment")
+_BLOCK_FIELDS = _event(S.EVENT_ASSEMBLY_BLOCK, "AssemblyBlock", "index")
+_INJECTION_FIELDS = _event(S.EVENT_INJECTION_APPLIED, "ContextInjection", "injection_id")
+_COVERAGE_FIELDS = _event(S.EVENT_COMPACTION_SOURCE, "CompactionSource", "item_id")
+_SUMMARY_FIELDS = _event(S.EVENT_SUMMARY_CREATED, "ContextSummary", "summary_id")
+_SUMMARY_FROM_COMPACTION = tuple(
+    pair for pair in _COMPACTION_FIELDS if pair[1] in ("coverage", "loss_notes", "validation"))
+_MISSING_FIELDS = _event(S.EVENT_MISSING_DETECTED, "MissingContext", "missing_id")
+_REQUESTED_FIELDS = _event(S.EVENT_MISSING_REQUESTED, "MissingContext", "missing_id")
+_RESOLVED_FIELDS = _event(S.EVENT_MISSING_RESOLVED, "MissingContext", "missing_id")
+_REDACTION_FIELDS = _event(S.EVENT_REDACTION_APPLIED, "ContextEvent.metadata")
 
-
-#: Record fields whose attribute is an array (OTLP gives tuples or lists; JSON wants lists).
-_ARRAY_FIELDS = frozenset({
-    "visibility", "provenance_refs", "loss_notes", "candidate_sources", "blocked_actions",
-    "resolution_refs", "actor_refs", "runtime_refs", "policy_refs", "evidence_refs"})
+#: Attributes whose value is an array (OTLP gives tuples or lists; JSON wants lists).
+_ARRAYS = frozenset(name for name, spec in ATTRIBUTES.items() if spec.type == "string[]")
 
 
 def _pick(attrs: Any, fields: Sequence[tuple[str, str]], out: dict[str, Any]) -> dict[str, Any]:
     get = attrs.get
-    found = {name: v for attr, name in fields if (v := get(attr)) is not None}
-    for name in _ARRAY_FIELDS.intersection(found):
-        found[name] = list(found[name])
-    out.update(found)
+    for attr, name in fields:
+        value = get(attr)
+        if value is not None:
+            out[name] = list(value) if attr in _ARRAYS else value
     return out
 
 
@@ -129,8 +93,8 @@ def _t(ns: int) -> str:
 
 # attribute -> (field, where): 0 item field, 1 item list, 2 source field, 3 source list
 _ITEM_ATTRS: dict[str, tuple[str, int]] = {
-    **{attr: (name, 1 if name == "visibility" else 0) for attr, name in _ITEM_FIELDS},
-    **{attr: (name, 3 if name == "provenance_refs" else 2) for attr, name in _SOURCE_FIELDS},
+    **{attr: (name, 1 if attr in _ARRAYS else 0) for attr, name in _ITEM_FIELDS},
+    **{attr: (name, 3 if attr in _ARRAYS else 2) for attr, name in _SOURCE_FIELDS},
 }
 _NATIVE_PREFIX_LEN = len(S.SOURCE_NATIVE_PREFIX)
 
@@ -170,6 +134,8 @@ class _Builder:
     def __init__(self, context_id: str) -> None:
         self.context_id = context_id
         self.items: dict[str, dict[str, Any]] = {}
+        #: item id -> field -> time of the update event that set it
+        self.updated: dict[str, dict[str, int]] = {}
         self.surfaces: list[dict[str, Any]] = []
         self.selections: list[dict[str, Any]] = []
         self.budgets: list[dict[str, Any]] = []
@@ -183,15 +149,39 @@ class _Builder:
         self.notes: list[str] = []
         self._seq = 0
 
-    def item(self, attrs: Any) -> str:
+    def item(self, attrs: Any, updated_at: int | None = None) -> str:
+        """Record the item an event describes. A sighting fills what earlier ones lacked; a
+        ``context.item.updated`` event (``updated_at``) sets each field it carries, unless
+        a later update set that field already."""
         item_id = attrs[S.ITEM_ID]
         seen = self.items.get(item_id)
         if seen is None:
-            self.items[item_id] = _item_from(attrs)
-        else:  # a later sighting fills what an earlier one lacked
+            seen = self.items[item_id] = _item_from(attrs)
+            if updated_at is not None:
+                self._set_by_update(item_id, seen, updated_at)
+        elif updated_at is None:
             for key, value in _item_from(attrs).items():
                 seen.setdefault(key, value)
+        else:
+            times = self.updated.setdefault(item_id, {})
+            for key, value in _item_from(attrs).items():
+                if key == "source_refs" and "source_refs" in seen:
+                    source = seen["source_refs"][0]
+                    for name, part in value[0].items():
+                        if times.get(f"source.{name}", -1) <= updated_at:
+                            source[name] = part
+                            times[f"source.{name}"] = updated_at
+                elif times.get(key, -1) <= updated_at:
+                    seen[key] = value
+                    times[key] = updated_at
         return item_id  # type: ignore[no-any-return]
+
+    def _set_by_update(self, item_id: str, item: dict[str, Any], at: int) -> None:
+        times = self.updated.setdefault(item_id, {})
+        for key in item:
+            times[key] = at
+        for name in (item.get("source_refs") or [{}])[0]:
+            times[f"source.{name}"] = at
 
     def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
               metadata: dict[str, str] | None = None) -> None:
@@ -216,11 +206,14 @@ class _Builder:
         updated = False
         self.event(span.start_time_unix_nano, "context.surface.created", f"surface:{sid}", span)
         for ev in events:
-            if ev.name == S.EVENT_ITEM_ADDED or ev.name == S.EVENT_ITEM_UPDATED:
+            if ev.name == S.EVENT_ITEM_ADDED:
                 item_id = self.item(ev.attributes)
                 current[item_id] = None
                 cls = ev.name
-                updated = updated or cls == S.EVENT_ITEM_UPDATED
+            elif ev.name == S.EVENT_ITEM_UPDATED:
+                item_id = self.item(ev.attributes, ev.time_unix_nano)
+                current[item_id] = None
+                cls, updated = ev.name, True
             elif ev.name == S.EVENT_ITEM_REMOVED:
                 item_id = ev.attributes[S.ITEM_ID]
                 current.pop(item_id, None)
@@ -237,8 +230,7 @@ class _Builder:
             rec["item_refs"] = list(current)
         if removed:
             rec["removed_item_refs"] = removed
-        _pick(a, ((S.SURFACE_ITEM_COUNT, "item_count"),
-                  (S.SURFACE_TOKEN_ESTIMATE, "token_estimate")), rec)
+        _pick(a, _SURFACE_FIELDS, rec)
         rec["created_at"] = _t(span.start_time_unix_nano)
         rec["completed_at"] = _t(span.end_time_unix_nano)
         self.surfaces.append(rec)
@@ -258,7 +250,7 @@ class _Builder:
                 candidates.append(item_id)
                 selected.append(item_id)
                 sig: dict[str, Any] = {"item_id": item_id}
-                _pick(ea, ((S.SELECTION_RANK, "rank"), (S.SELECTION_SCORE, "score")), sig)
+                _pick(ea, _SIGNAL_FIELDS, sig)
                 named = {k[len(S.SELECTION_SIGNAL_PREFIX):]: v for k, v in ea.items()
                          if k.startswith(S.SELECTION_SIGNAL_PREFIX)}
                 if named:
@@ -268,9 +260,7 @@ class _Builder:
             elif ev.name == S.EVENT_ITEM_OMITTED:
                 item_id = self.item(ea)
                 candidates.append(item_id)
-                omitted.append(_pick(ea, ((S.OMISSION_REASON, "reason"),
-                                          (S.OMISSION_DETAIL, "detail"),
-                                          (S.SELECTION_SCORE, "score")), {"item_id": item_id}))
+                omitted.append(_pick(ea, _OMITTED_FIELDS, {"item_id": item_id}))
         for key, value in (("candidate_item_refs", candidates),
                            ("selected_item_refs", selected), ("omitted_item_refs", omitted),
                            ("ranking_signals", signals)):
@@ -299,16 +289,9 @@ class _Builder:
             if ev.name == S.EVENT_BUDGET_TRUNCATED:
                 if S.ITEM_ID in ea:
                     self.item(ea)
-                truncations.append(_pick(ea, (
-                    (S.ITEM_ID, "item_id"), (S.WINDOW_SEGMENT, "segment"),
-                    (S.TRUNCATION_STRATEGY, "strategy"),
-                    (S.TRUNCATION_TOKENS_BEFORE, "tokens_before"),
-                    (S.TRUNCATION_TOKENS_AFTER, "tokens_after")), {}))
+                truncations.append(_pick(ea, _TRUNCATION_FIELDS, {}))
             elif ev.name == S.EVENT_WINDOW_SEGMENT:
-                segments.append(_pick(ea, (
-                    (S.WINDOW_SEGMENT, "segment"), (S.WINDOW_ORDER, "order"),
-                    (S.WINDOW_RESERVED_TOKENS, "reserved_tokens"),
-                    (S.WINDOW_USED_TOKENS, "used_tokens")), {}))
+                segments.append(_pick(ea, _SEGMENT_FIELDS, {}))
         if truncations:
             rec["truncation_records"] = truncations
         if segments:
@@ -319,7 +302,7 @@ class _Builder:
         window_id = a.get(S.WINDOW_ID)
         if window_id is not None:
             window = {"window_id": window_id, "budget_ref": bid}
-            _pick(a, ((S.BUDGET_TARGET, "target"), (S.BUDGET_MAX_TOKENS, "max_tokens")), window)
+            _pick(a, _WINDOW_FIELDS, window)
             if segments:
                 window["segments"] = [dict(s) for s in segments]
             window["created_at"] = rec["created_at"]
@@ -335,7 +318,7 @@ class _Builder:
         for ev in events:
             if ev.name == S.EVENT_ASSEMBLY_BLOCK:
                 ea = ev.attributes
-                block = _pick(ea, _BLOCK_FIELDS, {"index": ea.get(S.BLOCK_INDEX, len(blocks))})
+                block = _pick(ea, _BLOCK_FIELDS, {"index": ea[S.BLOCK_INDEX]})
                 blocks.append(block)
                 if S.ITEM_ID in ea:
                     sources[self.item(ea)] = None
@@ -362,9 +345,7 @@ class _Builder:
             if ev.name == S.EVENT_COMPACTION_SOURCE:
                 item_id = self.item(ea)
                 sources.append(item_id)
-                coverage.append(_pick(ea, ((S.ITEM_TOKEN_ESTIMATE, "token_estimate"),
-                                           (S.COMPACTION_COVERED, "covered")),
-                                      {"item_id": item_id}))
+                coverage.append(_pick(ea, _COVERAGE_FIELDS, {"item_id": item_id}))
             elif ev.name == S.EVENT_SUMMARY_CREATED:
                 summary_events.append(ev)
         if sources:
@@ -379,13 +360,9 @@ class _Builder:
                    f"compaction:{cid}", span)
         for ev in summary_events:
             ea = ev.attributes
-            summary = _pick(ea, ((S.SUMMARY_CONTENT, "content"),
-                                 (S.SUMMARY_TOKEN_ESTIMATE, "token_estimate"),
-                                 (S.SUMMARY_DIGEST, "digest"),
-                                 (S.SUMMARY_REFRESH_POLICY, "refresh_policy")),
+            summary = _pick(ea, _SUMMARY_FIELDS,
                             {"summary_id": ea[S.SUMMARY_ID], "compaction_ref": cid})
-            _pick(a, ((S.COMPACTION_COVERAGE, "coverage"), (S.COMPACTION_LOSS_NOTES, "loss_notes"),
-                      (S.COMPACTION_VALIDATION, "validation")), summary)
+            _pick(a, _SUMMARY_FROM_COMPACTION, summary)
             if sources:
                 summary["source_item_refs"] = list(sources)
             summary["created_at"] = _t(ev.time_unix_nano)
@@ -402,7 +379,7 @@ class _Builder:
             name = ev.name
             ea = ev.attributes
             if name == S.EVENT_INJECTION_APPLIED:
-                iid = ea.get(S.INJECTION_ID, f"{span.span_id}:{len(self.injections)}")
+                iid = ea[S.INJECTION_ID]
                 rec = _pick(ea, _INJECTION_FIELDS, {"injection_id": iid})
                 rec["created_at"] = _t(ev.time_unix_nano)
                 self.injections.append(rec)
@@ -416,19 +393,17 @@ class _Builder:
             elif name == S.EVENT_MISSING_REQUESTED:
                 mid = ea[S.MISSING_ID]
                 rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, ((S.MISSING_REQUESTED_FROM, "requested_from"),), rec)
+                _pick(ea, _REQUESTED_FIELDS, rec)
                 rec["requested_at"] = _t(ev.time_unix_nano)
                 self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
             elif name == S.EVENT_MISSING_RESOLVED:
                 mid = ea[S.MISSING_ID]
                 rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, ((S.MISSING_RESOLUTION_REFS, "resolution_refs"),), rec)
+                _pick(ea, _RESOLVED_FIELDS, rec)
                 rec["resolved_at"] = _t(ev.time_unix_nano)
                 self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
             elif name == S.EVENT_REDACTION_APPLIED:
-                meta = _pick(ea, ((S.REDACTION_STATE, "state"), (S.REDACTION_METHOD, "method"),
-                                  (S.REDACTION_REDACTED_BY, "redacted_by"),
-                                  (S.POLICY_REF, "policy_ref")), {})
+                meta = _pick(ea, _REDACTION_FIELDS, {})
                 self.event(ev.time_unix_nano, name, f"item:{ea.get(S.ITEM_ID)}", span,
                            {k: str(v) for k, v in meta.items()})
 
@@ -474,15 +449,21 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
     # Deterministic whatever the arrival order; duplicates (client retries) count once.
     unique: dict[tuple[str, str], SpanView] = {}
     for span in spans:
-        unique.setdefault((span.trace_id, span.span_id), span)
+        unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
     # Spans that start at the same time (records replayed with one timestamp) keep the
     # lifecycle's order, so records and the event timeline do not depend on random span ids.
     ordered = sorted(unique.values(), key=lambda s: (
         s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id))
     if not ordered:
         raise ValueError("rebuild_envelope needs at least one span")
-    context_id = str(ordered[0].attributes.get(S.CONTEXT_ID))
     envelope_span = next((s for s in ordered if S.CONTEXT_SCOPE in s.attributes), None)
+    # An envelope lives in one trace (contract section 1): its envelope span's, else its
+    # first span's. A span of another trace with the same context.id is left out, and said.
+    trace_id = (envelope_span or ordered[0]).trace_id
+    foreign = [foreign_trace(s, trace_id) for s in ordered if s.trace_id != trace_id]
+    if foreign:
+        ordered = [s for s in ordered if s.trace_id == trace_id]
+    context_id = str(ordered[0].attributes.get(S.CONTEXT_ID))
     b = _Builder(context_id)
 
     items_parts: dict[str, list[SpanView]] = {}
@@ -512,12 +493,9 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
     if envelope_span is not None:
         a = envelope_span.attributes
         env["scope"] = a[S.CONTEXT_SCOPE]
-        _pick(a, ((S.CONTEXT_SCHEMA_VERSION, "schema_version"), (S.CONTEXT_LIFECYCLE, "lifecycle")),
-              env)
         env["created_at"] = _t(envelope_span.start_time_unix_nano)
         env["completed_at"] = _t(envelope_span.end_time_unix_nano)
-        _pick(a, ((S.CONTEXT_PRODUCER, "producer"), (S.CONTEXT_PARENT_ID, "parent_id")), env)
-        _pick(a, _ENVELOPE_REFS, env)
+        _pick(a, _ENVELOPE_FIELDS, env)
         meta = {k: str(a[k]) for k in S.ENVELOPE_REUSED if k in a}
         if meta:
             env["metadata"] = meta
@@ -575,6 +553,9 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
                      "(span limits)")
     if b.notes:
         reasons.append("uncounted_items")
+    repairs = [*collect(ordered), *foreign]
+    if repairs:
+        reasons.append(REPAIRED)
     rebuild_info: dict[str, Any] = {
         "status": "partial" if reasons else "complete",
         "expected_spans": expected,
@@ -588,6 +569,8 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
         rebuild_info["partial_reasons"] = list(dict.fromkeys(reasons))
     if notes:
         rebuild_info["notes"] = notes
+    if repairs:
+        rebuild_info["repairs"] = [repair_json(r) for r in repairs]
 
     bundle: dict[str, Any] = {"context_envelope": env}
     for key, records in (

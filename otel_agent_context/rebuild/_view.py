@@ -42,6 +42,9 @@ class SpanView:
     links: Sequence[tuple[str, str]] = ()  # (trace_id, span_id)
     status_code: int = 0  # 0 unset, 1 ok, 2 error (OTLP numbering)
     resource: Attributes = field(default_factory=dict)
+    #: what the boundary (``_boundary``) changed; ``checked`` once it has run
+    repairs: list[Any] = field(default_factory=list)
+    checked: bool = False
 
 
 def view_from_readable_span(span: Any) -> SpanView:

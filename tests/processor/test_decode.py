@@ -62,30 +62,78 @@ def test_gen_ai_span_without_context_id_is_unattributed() -> None:
     assert decoded.unattributed == 1 and decoded.rejected == 0
 
 
-@pytest.mark.parametrize(("attributes", "events", "message"), [
-    ({"context.id": "c", "context.scope": "turn", "context.span_count": "3"}, (),
-     "attribute context.span_count must be an int, got a string"),
-    ({"context.id": 42}, (), "attribute context.id must be a string, got an int"),
-    ({"context.id": "c", "context.budget.overflow": "yes"}, (),
-     "attribute context.budget.overflow must be a bool"),
-    ({"context.id": "c", "context.compaction.loss_notes": [1, 2]}, (),
-     "attribute context.compaction.loss_notes must be a string array"),
-    ({"context.selection.id": "s"}, (), "has context.* attributes but no context.id"),
-    ({"context.id": ""}, (), "context.id is empty"),
-    ({"context.id": "c"}, [("context.item.selected", {"context.item.kind": "tool_result"})],
-     "event context.item.selected lacks context.item.id"),
-    ({"context.id": "c"}, [("context.item.omitted", {"context.item.id": "x",
-                                                     "context.item.token_estimate": 1.5})],
-     "attribute context.item.token_estimate must be an int, got a double"),
+@pytest.mark.parametrize(("attributes", "message"), [
+    ({"context.selection.id": "s"}, "has context.* attributes but context.id is unusable"),
+    ({"context.selection.id": "s", "context.id": ["a", "b"]},
+     "context.id is unusable (must be a string, got a list: dropped)"),
+    ({"context.id": ""}, "context.id is empty"),
 ])
-def test_unusable_spans_are_rejected_with_a_message(attributes, events, message) -> None:
+def test_spans_that_cannot_join_an_envelope_are_rejected(attributes, message) -> None:
     good = envelope_spans(9, "ctx-good", stages=1)
-    bad = span(9, 77, "context.selection", attributes, events=events)
+    bad = span(9, 77, "context.selection", attributes)
     decoded, _ = decode(request([*good, bad]))
     assert decoded.rejected == 1
     assert len(decoded.accepted) == 2  # nothing else lost
     assert message in decoded.error_message()
     assert f"span {77:016x} 'context.selection'" in decoded.error_message()
+
+
+@pytest.mark.parametrize(("attributes", "events", "kept", "message"), [
+    # a value that converts without loss is converted
+    ({"context.id": "c", "context.scope": "turn", "context.span_count": "3"}, (),
+     {"context.span_count": 3},
+     "attribute context.span_count=3: a numeric string: converted to an int"),
+    ({"context.id": 42}, (), {"context.id": "42"},
+     "attribute context.id=42: must be a string, got int: converted to text"),
+    # one that cannot is dropped alone
+    ({"context.id": "c", "context.budget.overflow": "yes"}, (), {"context.id": "c"},
+     "attribute context.budget.overflow=yes: must be a bool, got str: dropped"),
+    ({"context.id": "c", "context.compaction.loss_notes": [1, 2]}, (),
+     {"context.compaction.loss_notes": ["1", "2"]},
+     "non-string elements: converted to text"),
+    ({"context.id": "c", "context.budget.utilization": float("nan")}, (), {"context.id": "c"},
+     "attribute context.budget.utilization=nan: not a finite number: dropped"),
+    # enums: case folded, unknown values become custom, or are dropped where there is none
+    ({"context.id": "c", "context.scope": "TURN", "context.span_count": 0}, (),
+     {"context.scope": "turn"}, "matched ignoring case: turn"),
+    ({"context.id": "c", "context.scope": "conversation", "context.span_count": 0}, (),
+     {"context.scope": "custom"}, "attribute context.scope=conversation: not a value of"),
+    ({"context.id": "c", "context.missing.severity": "critical"}, (), {"context.id": "c"},
+     "attribute context.missing.severity=critical: not a value of the enum: dropped"),
+    # an event lacking its id is dropped alone, never its span
+    ({"context.id": "c"}, [("context.item.selected", {"context.item.kind": "tool_result"})],
+     {"context.id": "c"}, "event context.item.selected: lacks context.item.id: event dropped"),
+    ({"context.id": "c"}, [("context.item.omitted", {"context.item.id": "x",
+                                                     "context.item.token_estimate": 1.5})],
+     {"context.id": "c"},
+     "attribute context.item.token_estimate=1.5: must be an int, got a fraction: dropped"),
+])
+def test_off_spec_values_are_repaired_and_reported(attributes, events, kept, message) -> None:
+    good = envelope_spans(9, "ctx-good", stages=1)
+    odd = span(9, 77, "context.selection", attributes, events=events)
+    decoded, _ = decode(request([*good, odd]))
+    assert decoded.rejected == 0
+    assert len(decoded.accepted) == 3  # the odd span is kept, and nothing else lost
+    view = decoded.accepted[2].view
+    for key, value in kept.items():
+        assert view.attributes[key] == value
+    assert decoded.repairs and view.repairs == decoded.repairs
+    assert message in decoded.error_message()
+    assert f"span {77:016x}" in decoded.error_message()
+    counted = {}
+    for r in decoded.repairs:
+        counted[("third-party-agent", r.kind)] = counted.get(("third-party-agent", r.kind), 0) + 1
+    assert decoded.problems == counted
+
+
+def test_an_event_without_a_time_takes_its_span_start() -> None:
+    s = span(1, 1, "context.budget", {"context.id": "c"},
+             events=[("context.window.segment", {"context.window.segment": "history"})])
+    s.events[0].time_unix_nano = 0
+    decoded, _ = decode(request([s]))
+    view = decoded.accepted[0].view
+    assert view.events[0].time_unix_nano == view.start_time_unix_nano > 0
+    assert [r.kind for r in view.repairs] == ["event_time"]
 
 
 def test_lenient_numbers() -> None:
@@ -107,10 +155,10 @@ def test_bad_ids_are_rejected() -> None:
 
 
 def test_rejection_message_is_bounded() -> None:
-    bad = [span(1, i, "context.surface", {"context.id": 5}) for i in range(1, 40)]
+    bad = [span(1, i, "context.surface", {"context.id": ""}) for i in range(1, 40)]
     decoded, _ = decode(request(bad))
     assert decoded.rejected == 39
-    assert decoded.error_message().endswith("and 34 more")
+    assert decoded.error_message().endswith("and 34 more spans rejected")
 
 
 def test_malformed_protobuf() -> None:

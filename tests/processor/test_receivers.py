@@ -194,13 +194,45 @@ def _post(processor: Any, body: bytes, content_type: str = "application/x-protob
 
 def test_grpc_partial_success_names_the_span_and_keeps_the_rest(start_processor) -> None:
     processor = start_processor()
-    bad = span(5, 50, "context.selection", {"context.id": "ctx-ok", "context.span_count": "2"})
+    bad = span(5, 50, "context.selection", {"context.id": "", "context.selection.id": "s"})
     response = _stub(processor).Export(request([*envelope_spans(5, "ctx-ok", stages=1), bad]),
                                        timeout=10)
     assert response.partial_success.rejected_spans == 1
-    assert "context.span_count must be an int" in response.partial_success.error_message
+    assert f"span {50:016x} 'context.selection': context.id is empty" in \
+        response.partial_success.error_message
     wait_for(lambda: read_bundles(processor.config.out_dir), message="the good envelope")
     assert processor.metrics.self.get("context_processor_spans_rejected_total", ("grpc",)) == 1
+
+
+def test_grpc_repairs_come_back_as_a_warning_and_are_counted(start_processor, caplog) -> None:
+    processor = start_processor()
+    odd = span(6, 60, "context.selection", {"context.id": "ctx-r", "context.span_count": "x",
+                                            "context.selection.intent": "answer"},
+               events=[("context.item.omitted", {"context.item.id": "d1",
+                                                 "context.omission.reason": "BUDGET"}),
+                       ("context.item.omitted", {"context.item.id": "d2"})])
+    with caplog.at_level("WARNING", logger="otel_agent_context.processor._pipeline"):
+        # the odd span first: the envelope completes with it as its one promised stage
+        response = _stub(processor).Export(
+            request([odd, envelope_spans(6, "ctx-r", stages=1)[0]]), timeout=10)
+    assert response.partial_success.rejected_spans == 0
+    message = response.partial_success.error_message
+    assert f"span {60:016x} event context.item.omitted attribute context.omission.reason=BUDGET:"\
+        " matched ignoring case: budget" in message
+    assert f"span {60:016x} event context.item.omitted: lacks context.omission.reason" in message
+    assert f"span {60:016x} attribute context.span_count=x" in message
+    get = processor.metrics.self.get
+    assert get("context_processor_repairs_total", ("enum_case",)) == 1
+    assert get("context_processor_repairs_total", ("event_dropped",)) == 1
+    assert get("context_processor_repairs_total", ("type",)) == 1
+    warned = [r.getMessage() for r in caplog.records if "off-spec telemetry" in r.getMessage()]
+    assert warned and "third-party-agent: 1 enum_case" in warned[0]
+    (bundle,) = wait_for(lambda: read_bundles(processor.config.out_dir), message="bundle")
+    rebuild = bundle["rebuild"]
+    assert rebuild["status"] == "partial" and "repaired" in rebuild["partial_reasons"]
+    assert {r["kind"] for r in rebuild["repairs"]} == {"enum_case", "event_dropped", "type"}
+    omitted = [o for s in bundle["context_selections"] for o in s.get("omitted_item_refs", [])]
+    assert omitted == [{"item_id": "d1", "reason": "budget"}]
 
 
 def test_grpc_full_success_leaves_partial_success_unset(start_processor) -> None:
@@ -270,7 +302,7 @@ def test_http_errors_carry_a_status_message(start_processor) -> None:
     assert status == 413 and b"after decompression" in body
     status, _, _ = _post(processor, b"not gzip", headers={"Content-Encoding": "gzip"})
     assert status == 400
-    bad = span(5, 50, "context.selection", {"context.id": 7})
+    bad = span(5, 50, "context.selection", {"context.id": ""})
     status, _, body = _post(processor, request([bad]).SerializeToString())
     assert status == 200
     response = ExportTraceServiceResponse.FromString(body)

@@ -1,0 +1,298 @@
+"""The boundary: everything that enters a rebuild passes here, whatever carried it.
+
+OTLP spans in the processor, SDK spans in process and hand-built span views alike. After it,
+every value the rebuild reads has the contract's type and, where the contract has an enum,
+one of its values; before it, nothing is trusted. What it cannot keep it drops alone (an
+attribute, an event), never the span around it, and every change is a :class:`Repair` the
+bundle lists in its ``rebuild`` block and the processor counts and reports to the sender.
+
+The rules, all from the one table (``_table``):
+
+- an enum value is matched ignoring case; an unknown one becomes ``custom`` where the enum
+  has it (the original is in the repair), else the attribute is dropped;
+- a number that is not finite is dropped; an int outside 64 bits is dropped; a whole double
+  where an int is due, and an int where a double is due, are taken as they are (JavaScript
+  encoders send whole numbers either way);
+- a value of the wrong type is converted when nothing is lost (a number or bool where a
+  free-form string is due, a numeric string where a number is due, one string where a
+  string array is due), else dropped;
+- an event lacking an attribute it must carry (its id, say) is dropped alone;
+- an event without a time takes its span's start.
+
+Checking one attribute is a pure function of its name and value, so the processor caches it
+by the attribute's encoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from .._table import ATTRIBUTES, EVENTS, TEMPLATES, AttributeSpec
+from ._view import EventView, SpanView
+
+__all__ = [
+    "DROP",
+    "REPAIRED",
+    "REPAIR_KINDS",
+    "Repair",
+    "check_attribute",
+    "check_event",
+    "normalize_attributes",
+    "normalize_view",
+    "repair_json",
+]
+
+#: Kinds of repair: the ``kind`` label of ``context_processor_repairs_total``.
+TYPE = "type"
+ENUM_CASE = "enum_case"
+ENUM_CUSTOM = "enum_custom"
+ENUM_DROPPED = "enum_dropped"
+NON_FINITE = "non_finite"
+EVENT_DROPPED = "event_dropped"
+EVENT_TIME = "event_time"
+FOREIGN_TRACE = "foreign_trace"
+REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
+                EVENT_TIME, FOREIGN_TRACE)
+
+#: The partial reason of a bundle the boundary changed anything of.
+REPAIRED = "repaired"
+
+#: check_attribute's value when the attribute is to be dropped.
+DROP: Any = object()
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_MAX_SHOWN = 120
+_CONTEXT = "context."
+_SPAN_COUNT = "context.span_count"
+
+
+class Repair(NamedTuple):
+    """One change the boundary made: what it received and what it did."""
+
+    kind: str
+    field: str  # the attribute, or the event name for an event dropped or re-dated
+    received: str  # the value received, as text (cut to 120 characters)
+    action: str
+    span_id: str = ""
+    event: str = ""  # the event the attribute was on, if it was on one
+
+
+def repair_json(repair: Repair) -> dict[str, str]:
+    """A repair as the bundle's ``rebuild.repairs`` lists it."""
+    out = {"kind": repair.kind, "field": repair.field, "received": repair.received,
+           "action": repair.action}
+    if repair.span_id:
+        out["span_id"] = repair.span_id
+    if repair.event:
+        out["event"] = repair.event
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
+
+
+def _spec(key: str) -> AttributeSpec | None:
+    spec = ATTRIBUTES.get(key)
+    if spec is None and key.startswith(_CONTEXT):
+        for prefix, template in TEMPLATES.items():
+            if key.startswith(prefix):
+                return template
+    return spec
+
+
+#: enum attribute -> {lowercased member: member}
+_FOLDED = {name: {m.lower(): m for m in spec.members}
+           for name, spec in (*ATTRIBUTES.items(), *TEMPLATES.items()) if spec.members}
+_WORDS = {"string": "a string", "int": "an int", "double": "a double", "boolean": "a bool",
+          "string[]": "a string array"}
+
+#: (value or DROP, (kind, action) or None)
+Checked = tuple[Any, "tuple[str, str] | None"]
+
+
+def _enum(key: str, spec: AttributeSpec, value: str) -> Checked:
+    if value in spec.members:
+        return value, None
+    member = _FOLDED[key].get(value.lower())
+    if member is not None:
+        return member, (ENUM_CASE, f"matched ignoring case: {member}")
+    if spec.has_custom:
+        return "custom", (ENUM_CUSTOM, "not a value of the enum: recorded as custom")
+    return DROP, (ENUM_DROPPED, "not a value of the enum: dropped")
+
+
+def _wrong(spec: AttributeSpec, value: Any) -> Checked:
+    got = "a list" if isinstance(value, (list, tuple)) else type(value).__name__
+    return DROP, (TYPE, f"must be {_WORDS[spec.type]}, got {got}: dropped")
+
+
+def _number(spec: AttributeSpec, value: Any) -> Checked:
+    """An int or double attribute."""
+    as_int = spec.type == "int"
+    converted: tuple[str, str] | None = None
+    if isinstance(value, str):
+        try:
+            value = int(value) if as_int else float(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                return _wrong(spec, value)
+        converted = (TYPE, f"a numeric string: converted to {_WORDS[spec.type]}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _wrong(spec, value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return DROP, (NON_FINITE, "not a finite number: dropped")
+        if as_int:
+            if not value.is_integer():
+                return DROP, (TYPE, "must be an int, got a fraction: dropped")
+            value = int(value)
+    elif not as_int:
+        value = float(value)
+    if as_int and not _INT64[0] <= value <= _INT64[1]:
+        return DROP, (TYPE, "an int beyond 64 bits: dropped")
+    return value, converted
+
+
+def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
+    """A string[] attribute (its elements checked against the enum, if it has one)."""
+    repair: tuple[str, str] | None = None
+    if isinstance(value, str):
+        value, repair = [value], (TYPE, "one string where an array is due: made a list")
+    elif not isinstance(value, (list, tuple)):
+        return _wrong(spec, value)
+    out = []
+    for element in value:
+        if isinstance(element, (bool, int, float)) and not isinstance(element, str):
+            if isinstance(element, float) and not math.isfinite(element):
+                repair = (NON_FINITE, "a non-finite element: dropped")
+                continue
+            element, repair = str(element), (TYPE, "non-string elements: converted to text")
+        elif not isinstance(element, str):
+            return _wrong(spec, value)
+        if spec.members:
+            checked, element_repair = _enum(key, spec, element)
+            if element_repair is not None:
+                repair = element_repair
+            if checked is DROP:
+                continue
+            element = checked
+        out.append(element)
+    if repair is None and isinstance(value, list):
+        return value, None
+    return (out if out or not value else DROP), repair
+
+
+def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Checked:
+    """One attribute against the table: (the value to keep or DROP, (kind, action) or None).
+
+    ``wire_kind`` is the OTLP ``AnyValue`` oneof the value came as, when known: a kvlist or
+    bytes is never a contract attribute's type, whatever text it decoded to.
+    """
+    spec = _spec(key)
+    if spec is None:
+        return value, None
+    if wire_kind in ("kvlist_value", "bytes_value"):
+        return DROP, (TYPE, f"must be {_WORDS[spec.type]}, got {wire_kind[:-6]}: dropped")
+    kind = spec.type
+    if kind == "string":
+        if isinstance(value, str):
+            return _enum(key, spec, value) if spec.members else (value, None)
+        if isinstance(value, (list, tuple)):
+            return _wrong(spec, value)
+        if isinstance(value, float) and not math.isfinite(value):
+            return DROP, (NON_FINITE, "not a finite number: dropped")
+        text = str(value)
+        converted = (TYPE, f"must be a string, got {type(value).__name__}: converted to text")
+        if spec.members:  # an enum with custom takes it as an unknown value
+            checked = _enum(key, spec, text)
+            return checked if checked[1] is not None else (text, converted)
+        return text, converted
+    if kind in ("int", "double"):
+        checked = _number(spec, value)
+        if key == _SPAN_COUNT and checked[0] is not DROP and checked[0] < 0:
+            return DROP, (TYPE, "a negative count: dropped")
+        return checked
+    if kind == "boolean":
+        return (value, None) if isinstance(value, bool) else _wrong(spec, value)
+    return _strings(key, spec, value)
+
+
+def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *,
+                         span_id: str = "", event: str = "") -> dict[str, Any]:
+    """A checked copy of ``attributes``; each change appended to ``repairs``."""
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        checked, repair = check_attribute(key, value)
+        if repair is not None:
+            repairs.append(Repair(repair[0], key, _shown(value), repair[1], span_id, event))
+        if checked is not DROP:
+            out[key] = checked
+    return out
+
+
+def check_event(name: str, attributes: Mapping[str, Any]) -> str | None:
+    """Why an event must be dropped (an attribute it must carry is absent), or None."""
+    spec = EVENTS.get(name)
+    if spec is None:
+        return None
+    for alternatives in spec.required:
+        if not any(attributes.get(key) not in (None, "") for key in alternatives):
+            return " or ".join(alternatives)
+    return None
+
+
+def dropped_event(name: str, lacking: str, span_id: str) -> Repair:
+    return Repair(EVENT_DROPPED, name, "", f"lacks {lacking}: event dropped", span_id)
+
+
+def undated_event(name: str, span_id: str) -> Repair:
+    return Repair(EVENT_TIME, name, "0", "no time: dated at its span's start", span_id)
+
+
+def normalize_events(events: Iterable[EventView], start: int, repairs: list[Repair],
+                     span_id: str) -> list[EventView]:
+    """The events to keep, with checked attributes and a time each."""
+    kept = []
+    for ev in events:
+        attributes = normalize_attributes(ev.attributes, repairs, span_id=span_id,
+                                          event=ev.name)
+        lacking = check_event(ev.name, attributes)
+        if lacking is not None:
+            repairs.append(dropped_event(ev.name, lacking, span_id))
+            continue
+        time = ev.time_unix_nano
+        if not time:
+            repairs.append(undated_event(ev.name, span_id))
+            time = start
+        kept.append(EventView(ev.name, time, attributes))
+    return kept
+
+
+def normalize_view(view: SpanView) -> SpanView:
+    """``view`` after the boundary (the same object, once; later calls do nothing)."""
+    if view.checked:
+        return view
+    repairs: list[Repair] = list(view.repairs)
+    view.attributes = normalize_attributes(view.attributes, repairs, span_id=view.span_id)
+    view.events = normalize_events(view.events, view.start_time_unix_nano, repairs,
+                                   view.span_id)
+    view.repairs = repairs
+    view.checked = True
+    return view
+
+
+def foreign_trace(span: SpanView, trace_id: str) -> Repair:
+    """A span carrying the envelope's ``context.id`` from another trace than the envelope's."""
+    return Repair(FOREIGN_TRACE, "trace_id", span.trace_id,
+                  f"an envelope lives in one trace ({trace_id}): span left out",
+                  span.span_id)
+
+
+def collect(spans: Sequence[SpanView]) -> list[Repair]:
+    return [repair for span in spans for repair in span.repairs]
