@@ -83,6 +83,46 @@ class Registry:
     def metrics(self) -> list[dict[str, Any]]:
         return self.of_type("metric")
 
+    def records_of(self, group: dict[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
+        """record -> [(field, attribute, requirement)] a span/event group carries: its
+        ``annotations.record`` (and its ``extends`` parent's), each attribute checked to be
+        one the group carries."""
+        out: dict[str, list[tuple[str, str, str]]] = {}
+        parent = group.get("extends")
+        if parent:
+            out.update(self.records_of(self.by_id[parent]))
+        levels = {a["name"]: requirement(a.get("requirement_level"))
+                  for a in self.group_attributes(group)}
+        for record, fields in (annotations(group).get("record") or {}).items():
+            rows = []
+            for field, attribute in fields.items():
+                if attribute not in levels:
+                    raise SystemExit(f"{group['id']}: record {record}.{field} names "
+                                     f"{attribute}, which the group does not carry")
+                rows.append((field, attribute, levels[attribute]))
+            out[record] = rows
+        return out
+
+    def records(self) -> dict[str, dict[tuple[str, str], tuple[str, list[str]]]]:
+        """record -> (field, attribute) -> (requirement, where it is carried), over every
+        span and event group, in registry order."""
+        out: dict[str, dict[tuple[str, str], tuple[str, list[str]]]] = {}
+        for group in self.events() + self.spans():
+            where = group.get("name") or span_name(group)
+            for record, rows in self.records_of(group).items():
+                for field, attribute, level in rows:
+                    entry = out.setdefault(record, {}).setdefault((field, attribute),
+                                                                  (level, []))
+                    entry[1].append(where)
+        return out
+
+
+def requirement(level: Any) -> str:
+    """A requirement level's name (conditionally_required without its condition)."""
+    if isinstance(level, dict):
+        return str(next(iter(level)))
+    return str(level or "recommended")
+
 
 def span_name(group: dict[str, Any]) -> str:
     return str(group["id"]).removeprefix("span.")
@@ -205,7 +245,12 @@ def _intro() -> list[str]:
         "- Refs are `string[]` of `kind:id` (e.g. `session:sess_42f1`). Times are RFC 3339 "
         "strings.",
         "- Names the project added beyond the contract v0.1 document are listed in "
-        "[Changes from the contract v0.1 document](#changes-from-the-contract-v01-document).",
+        "[Changes from the contract v0.1 document](#changes-from-the-contract-v01-document); "
+        "changes of behaviour in [Change notes](#change-notes).",
+        "- Which attribute carries which field of the standard's records: "
+        "[Records](#records). The same mapping is generated into "
+        "`otel_agent_context/_table.py` (`python3 scripts/gen_table.py`), which the emitter, "
+        "the rebuild, the processor, the metrics and the dashboards read.",
         "",
     ]
 
@@ -292,12 +337,44 @@ def _ref_notes(group: dict[str, Any], what: str) -> list[str]:
     return [""] + notes if notes else []
 
 
+def _records(reg: Registry) -> list[str]:
+    out = ["## Records", "",
+           "For every record of the standard that telemetry carries: its fields, the "
+           "attribute of each, and where that attribute is carried. A value enters a bundle "
+           "only through the boundary: an enum value is matched ignoring case, an unknown one "
+           "becomes `custom` where the enum has it (else it is dropped), a number that is not "
+           "finite is dropped, an event lacking an attribute it must carry is dropped alone, "
+           "an event without a time takes its span's start; every such change is listed in "
+           "the bundle's `rebuild.repairs` and makes the bundle `partial` (reason "
+           "`repaired`).", ""]
+    for record, fields in reg.records().items():
+        out += [f"### {code(record)}", ""]
+        rows = []
+        for (field, attribute), (level, where) in fields.items():
+            attr = reg.attributes.get(attribute) or reg.reused.get(attribute) or {}
+            values = enum_values(attr)
+            rows.append([code(field), code(attribute), fmt_type(attr) if attr else "string",
+                         ", ".join(code(v) for v in values) if values else "-",
+                         "yes" if is_content(attr) else "", fmt_req(level),
+                         ", ".join(code(w) for w in where)])
+        out += table(("Field", "Attribute", "Type", "Values", "Content", "Requirement",
+                      "On"), rows)
+        out.append("")
+    return out
+
+
 def _metrics(reg: Registry) -> list[str]:
     out = ["## Metrics", "",
-           "The processor derives them from rebuilt envelopes (an agent that only sends traces "
-           "gets them too). Data-point attributes are the short label names below, taken from "
-           "the attribute in parentheses; never an id of any kind. Histograms carry trace-id "
-           "exemplars.", ""]
+           "Two sources serve the same metrics, with the same names, units, buckets and "
+           "labels: the processor derives them from rebuilt envelopes (an agent that only "
+           "sends traces gets them too; scrape its `/metrics`), and the agent-side "
+           "instruments of `AgentContext` record them in process (export them with your "
+           "OpenTelemetry metrics pipeline when no processor runs). Use one source per agent: "
+           "the compose stack scrapes only the processor and its agents export no metrics, so "
+           "nothing is counted twice. Data-point attributes are the short label names below, "
+           "taken from the attribute in parentheses; never an id of any kind; a label taken "
+           "from an enum carries only its values, `custom` or `unknown`. Histograms carry "
+           "trace-id exemplars.", ""]
     rows = []
     for g in reg.metrics():
         prom = annotations(g)["prometheus"]
@@ -309,10 +386,11 @@ def _metrics(reg: Registry) -> list[str]:
             else:
                 values = ", ".join(code(v) for v in lab.get("values", ()))
                 labels.append(f"`{lab['name']}` ({values})")
+        buckets = ", ".join(str(b) for b in annotations(g).get("buckets", ())) or "-"
         rows.append([code(g["metric_name"]), code(prom["name"]), g["instrument"],
-                     code(g["unit"]), ", ".join(labels), g["brief"]])
+                     code(g["unit"]), ", ".join(labels), buckets, g["brief"]])
     out += table(("OpenTelemetry name", "Prometheus name", "Instrument", "Unit", "Labels",
-                  "Brief"), rows)
+                  "Buckets", "Brief"), rows)
     out.append("")
     return out
 
@@ -393,6 +471,17 @@ def _changes(reg: Registry) -> list[str]:
     return out
 
 
+def _change_notes(reg: Registry) -> list[str]:
+    notes = annotations(reg.by_id["registry.context"]).get("change_notes") or []
+    out = ["## Change notes", "",
+           "Changes of the contract's behaviour, newest first (`annotations.change_notes` of "
+           "`registry.context`).", ""]
+    out += table(("Version", "Change", "Why"),
+                 [[n["version"], n["change"], n["why"]] for n in notes])
+    out.append("")
+    return out
+
+
 def _where(reg: Registry, name: str) -> str:
     places = []
     for g in reg.spans() + reg.events():
@@ -403,8 +492,8 @@ def _where(reg: Registry, name: str) -> str:
 
 def render(data: dict[str, Any]) -> str:
     reg = Registry(data)
-    lines = (_intro() + _spans(reg) + _attributes(reg) + _events(reg) + _metrics(reg)
-             + _alerts(reg) + _changes(reg))
+    lines = (_intro() + _spans(reg) + _attributes(reg) + _events(reg) + _records(reg)
+             + _metrics(reg) + _alerts(reg) + _change_notes(reg) + _changes(reg))
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines) + "\n"

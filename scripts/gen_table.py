@@ -35,12 +35,6 @@ def _docs_module() -> Any:
 DOCS = _docs_module()
 
 
-def _requirement(level: Any) -> str:
-    if isinstance(level, dict):
-        return next(iter(level))
-    return str(level or "recommended")
-
-
 def _type(attr: dict[str, Any]) -> str:
     t = attr.get("type")
     if isinstance(t, dict):
@@ -56,25 +50,6 @@ def _attribute(name: str, attr: dict[str, Any]) -> str:
     members = tuple(DOCS.enum_values(attr) or ())
     return (f"AttributeSpec({name!r}, {_type(attr)!r}, {members!r}, {'custom' in members!r}, "
             f"{DOCS.is_content(attr)!r})")
-
-
-def _records_of(reg: Any, group: dict[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
-    """record -> [(field, attribute, requirement)] of a span/event group (with ``extends``)."""
-    out: dict[str, list[tuple[str, str, str]]] = {}
-    parent = group.get("extends")
-    if parent:
-        out.update(_records_of(reg, reg.by_id[parent]))
-    levels = {a["name"]: _requirement(a.get("requirement_level"))
-              for a in reg.group_attributes(group)}
-    for record, fields in (DOCS.annotations(group).get("record") or {}).items():
-        rows = []
-        for field, attribute in fields.items():
-            if attribute not in levels:
-                raise SystemExit(f"{group['id']}: record {record}.{field} names {attribute}, "
-                                 "which the group does not carry")
-            rows.append((field, attribute, levels[attribute]))
-        out[record] = rows
-    return out
 
 
 def _fields(rows: list[tuple[str, str, str]]) -> str:
@@ -102,14 +77,13 @@ def render() -> str:
     for name, ref in reg.reused.items():
         attributes += f"    {name!r}: {_attribute(name, ref)},\n"
 
-    merged: dict[str, dict[tuple[str, str], str]] = {}  # record -> (field, attr) -> requirement
     events = spans = ""
     for group in reg.events():
-        records = _records_of(reg, group)
+        records = reg.records_of(group)
         required: list[tuple[str, ...]] = []
         alternatives: list[str] = []
         for a in reg.group_attributes(group):
-            level = _requirement(a.get("requirement_level"))
+            level = DOCS.requirement(a.get("requirement_level"))
             if level == "required":
                 required.append((a["name"],))
             elif level == "conditionally_required" and DOCS.annotations(a).get("one_of"):
@@ -119,19 +93,13 @@ def render() -> str:
         item_event = bool(DOCS.annotations(group).get("item_event"))
         events += (f"    {group['name']!r}: EventSpec({group['name']!r}, {tuple(required)!r}, "
                    f"{item_event!r}, {_records_literal(records, '    ')}),\n")
-        for record, rows in records.items():
-            for field, attribute, level in rows:
-                merged.setdefault(record, {}).setdefault((field, attribute), level)
     for group in reg.spans():
         name = DOCS.span_name(group)
-        records = _records_of(reg, group)
+        records = reg.records_of(group)
         spans += f"    {name!r}: SpanSpec({name!r}, {_records_literal(records, '    ')}),\n"
-        for record, rows in records.items():
-            for field, attribute, level in rows:
-                merged.setdefault(record, {}).setdefault((field, attribute), level)
     records_text = "".join(
-        f"    {record!r}: {_fields([(f, a, lv) for (f, a), lv in fields.items()])},\n"
-        for record, fields in merged.items())
+        f"    {record!r}: {_fields([(f, a, lv) for (f, a), (lv, _) in fields.items()])},\n"
+        for record, fields in reg.records().items())
 
     metrics = ""
     for group in reg.metrics():

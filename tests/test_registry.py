@@ -26,10 +26,10 @@ import pytest
 
 from otel_agent_context import _enums as E
 from otel_agent_context import _semconv as S
+from otel_agent_context import _table as T
 from otel_agent_context._demo_agent import run_demo
 from otel_agent_context._records import ContextItem, ContextSourceRef
 from otel_agent_context.adapters import _abi as abi  # writes the context.runtime.* names
-from otel_agent_context import _table as T
 from otel_agent_context.testing import CapturedTelemetry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,20 +9,40 @@ is how it is written, so that every panel follows the same conventions (datasour
     python3 dashboards/grafana/generate.py --check  # exit 1 if a committed file is out of date
 
 Metric names are the telemetry contract's (section 3) and the processor's self-metrics
-(``context_processor_*``); ``tests/stack/test_dashboards.py`` checks both, and that the files
-are up to date.
+(``context_processor_*``). The contract's come from the one table
+(``otel_agent_context/_table.py``, loaded by path): a query naming a contract metric the
+table does not have fails the build. ``tests/stack/test_dashboards.py`` checks both, and
+that the files are up to date.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 42
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
+TABLE = Path(__file__).resolve().parents[2] / "otel_agent_context" / "_table.py"
+
+
+def _load_table() -> Any:
+    spec = importlib.util.spec_from_file_location("otel_agent_context_table", TABLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NamedTuple classes look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Prometheus names of the contract's metrics, from the table.
+CONTRACT_METRICS = frozenset(spec.prometheus_name for spec in _load_table().METRICS.values())
+_SERIES = re.compile(r"\bcontext_[a-z_]+")
+_SUFFIXES = ("_bucket", "_count", "_sum")
 TAGS = ["agent-context"]
 
 PROM = {"type": "prometheus", "uid": "${datasource}"}
@@ -692,6 +712,13 @@ def processor_health() -> dict[str, Any]:
         timeseries("Spans rejected by transport", "Spans refused per second.",
                    [per_second("context_processor_spans_rejected_total", "transport",
                                "{{transport}}")], unit="ops", stack=True, w=8),
+        timeseries("Repairs by kind", "Off-spec values per second that the boundary repaired "
+                   "or dropped alone (enum case, unknown enum values, wrong types, non-finite "
+                   "numbers, events without their id or time, spans of another trace). Each is "
+                   "listed in its bundle's rebuild.repairs and told to the sender; serve logs "
+                   "them by service.name.",
+                   [per_second("context_processor_repairs_total", "kind", "{{kind}}")],
+                   unit="ops", stack=True, w=8),
         row("Buffer and durability"),
         timeseries("In flight", "Traces, envelopes and spans held while envelopes are "
                    "assembled; the buffer's caps are buffer.max_traces and buffer.max_spans.",
@@ -766,11 +793,27 @@ def processor_health() -> dict[str, Any]:
 
 def build() -> dict[str, dict[str, Any]]:
     """File name -> dashboard model."""
-    return {
+    models = {
         "context-overview.json": overview(),
         "agent-drilldown.json": agent_drilldown(),
         "processor-health.json": processor_health(),
     }
+    unknown = sorted(unknown_contract_metrics(json.dumps(models)))
+    if unknown:
+        raise SystemExit(f"queries name metrics the contract table lacks: {unknown}")
+    return models
+
+
+def unknown_contract_metrics(text: str) -> set[str]:
+    """Contract metric names (not ``context_processor_*``) in ``text`` that the table lacks."""
+    out = set()
+    for name in _SERIES.findall(text):
+        if name.startswith("context_processor_"):
+            continue
+        base = next((name[:-len(s)] for s in _SUFFIXES if name.endswith(s)), name)
+        if name not in CONTRACT_METRICS and base not in CONTRACT_METRICS:
+            out.add(name)
+    return out
 
 
 def render(model: dict[str, Any]) -> str:

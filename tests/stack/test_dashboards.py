@@ -3,6 +3,7 @@ coverage of the contract, links. ``test_live_prometheus.py`` runs their queries 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -249,3 +250,15 @@ def test_panels_the_runbooks_point_at_exist():
     known |= {d["urlDisplayLabel"] for d in prometheus["jsonData"]["exemplarTraceIdDestinations"]}
     assert len(named) > 20
     assert named <= known, sorted(named - known)
+
+
+def test_the_generator_refuses_a_contract_metric_the_table_lacks() -> None:
+    spec = importlib.util.spec_from_file_location("generate_dashboards", GRAFANA / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    known = 'sum(rate(context_items_omitted_total{reason="budget"}[5m]))'
+    assert generate.unknown_contract_metrics(known) == set()
+    assert generate.unknown_contract_metrics(
+        "rate(context_budget_utilization_ratio_bucket[5m]) + context_itemz_omitted_total"
+        " + context_processor_anything_total") == {"context_itemz_omitted_total"}
