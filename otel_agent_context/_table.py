@@ -82,6 +82,7 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'context.producer': AttributeSpec('context.producer', 'string', (), False, False),
     'context.parent_id': AttributeSpec('context.parent_id', 'string', (), False, False),
     'context.span_count': AttributeSpec('context.span_count', 'int', (), False, False),
+    'context.event_count': AttributeSpec('context.event_count', 'int', (), False, False),
     'context.actor_refs': AttributeSpec('context.actor_refs', 'string[]', (), False, False),
     'context.runtime_refs': AttributeSpec('context.runtime_refs', 'string[]', (), False, False),
     'context.policy_refs': AttributeSpec('context.policy_refs', 'string[]', (), False, False),

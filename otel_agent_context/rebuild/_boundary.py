@@ -65,7 +65,7 @@ DROP: Any = object()
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _MAX_SHOWN = 120
 _CONTEXT = "context."
-_SPAN_COUNT = "context.span_count"
+_COUNTS = frozenset({"context.span_count", "context.event_count"})
 
 
 class Repair(NamedTuple):
@@ -215,7 +215,7 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return text, converted
     if kind in ("int", "double"):
         checked = _number(spec, value)
-        if key == _SPAN_COUNT and checked[0] is not DROP and checked[0] < 0:
+        if key in _COUNTS and checked[0] is not DROP and checked[0] < 0:
             return DROP, (TYPE, "a negative count: dropped")
         return checked
     if kind == "boolean":
