@@ -72,6 +72,8 @@ class Accepted:
     context_id: str
     is_envelope: bool
     span_count: int | None
+    #: ``context.event_count`` of an envelope span: log-based events it promised
+    event_count: int | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -363,10 +365,12 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     assert isinstance(context_id, str)
     is_envelope = S.CONTEXT_SCOPE in attributes
     span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
+    event_count = attributes.get(S.CONTEXT_EVENT_COUNT) if is_envelope else None
     assert span_count is None or isinstance(span_count, int)
+    assert event_count is None or isinstance(event_count, int)
     if view.repairs:
         out.repaired(view.repairs, service)
-    return Accepted(view, context_id, is_envelope, span_count)
+    return Accepted(view, context_id, is_envelope, span_count, event_count)
 
 
 def _subset(lite: Any, keep: list[tuple[int, int, int]]) -> bytes:

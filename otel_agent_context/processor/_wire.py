@@ -1,4 +1,4 @@
-"""Cheap access to OTLP trace requests: "lite" message types and a KeyValue decoder.
+"""Cheap access to OTLP trace (and log) requests: "lite" message types and a KeyValue decoder.
 
 Walking attributes through the generated OTLP classes costs about 0.75 µs per attribute
 before any value is read: every ``KeyValue`` and ``AnyValue`` becomes a Python wrapper.
@@ -25,6 +25,8 @@ __all__ = [
     "DOUBLE",
     "INT",
     "STRING",
+    "LiteLogRecord",
+    "LiteLogsRequest",
     "LiteRequest",
     "LiteResource",
     "LiteSpan",
@@ -79,16 +81,34 @@ def _build() -> dict[str, Any]:
     message("Link", (1, "trace_id", _F.TYPE_BYTES, one, None),
             (2, "span_id", _F.TYPE_BYTES, one, None))
     message("Status", (3, "code", _F.TYPE_INT32, one, None))  # an enum on the wire
+    # ExportLogsServiceRequest: log records as bytes, and the few fields of one the
+    # processor reads (log-based context events: the name, the ids, the times, attributes).
+    message("LogsRequest", (1, "resource_logs", _F.TYPE_MESSAGE, many, "ResourceLogs"))
+    message("ResourceLogs", (1, "resource", _F.TYPE_BYTES, one, None),
+            (2, "scope_logs", _F.TYPE_MESSAGE, many, "ScopeLogs"),
+            (3, "schema_url", _F.TYPE_STRING, one, None))
+    message("ScopeLogs", (1, "scope", _F.TYPE_BYTES, one, None),
+            (2, "log_records", _F.TYPE_BYTES, many, None),
+            (3, "schema_url", _F.TYPE_STRING, one, None))
+    message("LogRecord", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
+            (6, "attributes", _F.TYPE_BYTES, many, None),
+            (9, "trace_id", _F.TYPE_BYTES, one, None),
+            (10, "span_id", _F.TYPE_BYTES, one, None),
+            (11, "observed_time_unix_nano", _F.TYPE_FIXED64, one, None),
+            (12, "event_name", _F.TYPE_STRING, one, None))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
-        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span")}
+        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "LogsRequest",
+                                            "LogRecord")}
 
 
 _CLASSES = _build()
 LiteRequest: Any = _CLASSES["Request"]
 LiteResource: Any = _CLASSES["Resource"]
 LiteSpan: Any = _CLASSES["Span"]
+LiteLogsRequest: Any = _CLASSES["LogsRequest"]
+LiteLogRecord: Any = _CLASSES["LogRecord"]
 
 _unpack_double = struct.Struct("<d").unpack_from
 _SIGN = 1 << 63
