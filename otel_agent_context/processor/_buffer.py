@@ -15,6 +15,12 @@ is counted, not turned into a second bundle. To keep that memory small, an envel
 ids are kept as a 128-bit mask, so a late span is now and then counted as a duplicate
 (about 6% of the time for an envelope of 8 spans); either way it is dropped.
 
+Log-based context events (``processor/_events.py`` holds them until their span is here):
+``on_span`` hands a span's waiting events over as it is added, :meth:`TraceBuffer.attach`
+adds later ones, ``on_finish`` tells the event store an envelope is done. An envelope whose
+span carries ``context.event_count`` is complete only once that many events joined too
+(else partial, reason ``missing_events``); events count against ``max_events``.
+
 The buffer is not thread-safe: the pipeline holds its lock around every call.
 """
 
@@ -33,6 +39,7 @@ __all__ = [
     "DUPLICATE",
     "LATE",
     "REASON_EVICTED",
+    "REASON_MISSING_EVENTS",
     "REASON_NO_ENVELOPE_SPAN",
     "REASON_SHUTDOWN",
     "REASON_TIMEOUT",
@@ -46,6 +53,7 @@ REASON_TIMEOUT = "timeout"
 REASON_EVICTED = "evicted"
 REASON_SHUTDOWN = "shutdown"
 REASON_NO_ENVELOPE_SPAN = "no_envelope_span"
+REASON_MISSING_EVENTS = "missing_events"
 
 ADDED = "added"
 
@@ -72,7 +80,8 @@ class Finished:
 
 
 class _Pending:
-    __slots__ = ("expected", "has_envelope", "key", "last", "segments", "spans")
+    __slots__ = ("events", "expected", "expected_events", "has_envelope", "key", "last",
+                 "segments", "spans")
 
     def __init__(self, key: Key, now: float) -> None:
         self.key = key
@@ -81,9 +90,12 @@ class _Pending:
         self.expected: int | None = None
         self.segments: list[int] = []
         self.last = now
+        self.events = 0  # log-based events joined
+        self.expected_events: int | None = None
 
     def complete(self) -> bool:
-        return self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
+        return (self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
+                and self.events >= (self.expected_events or 0))
 
 
 class TraceBuffer:
@@ -100,6 +112,10 @@ class TraceBuffer:
         dedupe_max: int,
         clock: Callable[[], float] = time.monotonic,
         on_pin: Callable[[int], None] = lambda segment: None,
+        max_events: int = 1_000_000,
+        on_span: Callable[[Key, SpanView], tuple[int, Iterable[int]]] = lambda key, view: (
+            0, ()),
+        on_finish: Callable[[Finished], None] = lambda finished: None,
     ) -> None:
         self.envelope_timeout = envelope_timeout
         self.orphan_timeout = orphan_timeout
@@ -109,6 +125,10 @@ class TraceBuffer:
         self.dedupe_max = dedupe_max
         self.clock = clock
         self.on_pin = on_pin
+        self.max_events = max_events
+        self.on_span = on_span
+        self.on_finish = on_finish
+        self.events_in_flight = 0
         # Both ordered by last activity, oldest first: the head is the next to time out.
         self._waiting: OrderedDict[Key, _Pending] = OrderedDict()  # envelope span is in
         self._orphans: OrderedDict[Key, _Pending] = OrderedDict()  # not yet
@@ -150,6 +170,11 @@ class TraceBuffer:
     def is_done(self, key: Key) -> bool:
         return key in self._done
 
+    def pending_span(self, key: Key, span_id: str) -> SpanView | None:
+        """A span of the pending envelope ``key``, if it is there."""
+        pending = self._waiting.get(key) or self._orphans.get(key)
+        return pending.spans.get(span_id) if pending is not None else None
+
     # -- adding spans ----------------------------------------------------------------------------
     def add(self, span: Accepted, segment: int | None, out: list[Finished]) -> str:
         """Buffer one span; finished envelopes are appended to ``out``.
@@ -188,14 +213,46 @@ class TraceBuffer:
         if segment is not None and segment not in pending.segments:
             pending.segments.append(segment)
             self.on_pin(segment)
+        joined, segments = self.on_span(key, view)
+        if joined:
+            self._join(pending, joined, segments)
         if span.is_envelope:
             pending.has_envelope = True
             pending.expected = span.span_count
+            pending.expected_events = span.event_count
         if pending.complete():
             out.append(self._finish(pending, ()))
-        elif self.spans_in_flight > self.max_spans:
+        elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
             self._evict_oldest(out)
         return ADDED
+
+    def attach(self, key: Key, events: int, segments: Iterable[int],
+               out: list[Finished]) -> bool:
+        """Count ``events`` log-based events (already put on their span by the event store)
+        for the pending envelope ``key``; False when it is not pending."""
+        pending = self._waiting.get(key)
+        if pending is not None:
+            self._waiting.move_to_end(key)
+        else:
+            pending = self._orphans.get(key)
+            if pending is None:
+                return False
+            self._orphans.move_to_end(key)
+        pending.last = self.clock()
+        self._join(pending, events, segments)
+        if pending.complete():
+            out.append(self._finish(pending, ()))
+        elif self.events_in_flight > self.max_events:
+            self._evict_oldest(out)
+        return True
+
+    def _join(self, pending: _Pending, events: int, segments: Iterable[int]) -> None:
+        pending.events += events
+        self.events_in_flight += events
+        for segment in segments:
+            if segment not in pending.segments:
+                pending.segments.append(segment)
+                self.on_pin(segment)
 
     def _make_room(self, trace_id: str, out: list[Finished]) -> None:
         while self.envelopes_in_flight and (
@@ -222,16 +279,21 @@ class TraceBuffer:
         else:
             del self._traces[trace_id]
         self.spans_in_flight -= len(pending.spans)
+        self.events_in_flight -= pending.events
         if not pending.has_envelope:
             reasons = (REASON_NO_ENVELOPE_SPAN, *reasons)
+        elif pending.events < (pending.expected_events or 0):
+            reasons = (*reasons, REASON_MISSING_EVENTS)
         now = self.clock()
         mask = 0
         for span_id in pending.spans:
             mask |= _bit(span_id)
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
-        return Finished(key, list(pending.spans.values()), reasons, tuple(pending.segments),
-                        pending.last)
+        finished = Finished(key, list(pending.spans.values()), reasons,
+                            tuple(pending.segments), pending.last)
+        self.on_finish(finished)
+        return finished
 
     def _trim_done(self, now: float) -> None:
         done = self._done

@@ -51,6 +51,10 @@ DEFAULT_ENVELOPE_TIMEOUT = 30.0
 DEFAULT_ORPHAN_TIMEOUT = 120.0
 DEFAULT_MAX_TRACES = 20_000
 DEFAULT_MAX_SPANS = 200_000
+#: Log-based context events held (waiting for their span, or on a buffered one).
+DEFAULT_MAX_EVENTS = 200_000
+#: Encoded bytes of the log-based events waiting for their span.
+DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 #: Rebuilt envelopes waiting for the sinks; beyond this the receivers push back.
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_RETRY_AFTER = 1.0
@@ -210,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("receivers.otlp_grpc.endpoint", DEFAULT_OTLP_GRPC, parse_hostport, "--otlp-grpc",
             "OTLP/gRPC listen address, or 'off'", "HOST:PORT"),
     Setting("receivers.otlp_http.endpoint", DEFAULT_OTLP_HTTP, parse_hostport, "--otlp-http",
-            "OTLP/HTTP listen address (POST /v1/traces), or 'off'", "HOST:PORT"),
+            "OTLP/HTTP listen address (POST /v1/traces, /v1/logs), or 'off'", "HOST:PORT"),
     Setting("receivers.max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, _positive_int, None,
             "largest accepted request, after decompression"),
     Setting("receivers.grpc_workers", DEFAULT_GRPC_WORKERS, _positive_int, None,
@@ -254,6 +258,13 @@ SETTINGS: tuple[Setting, ...] = (
             "traces in flight; beyond it the oldest envelope is emitted 'partial'", "N"),
     Setting("buffer.max_spans", DEFAULT_MAX_SPANS, _positive_int, None,
             "spans in flight; beyond it the oldest envelope is emitted 'partial'"),
+    Setting("buffer.max_events", DEFAULT_MAX_EVENTS, _positive_int, None,
+            "log-based context events held, waiting for their span or on a buffered one; "
+            "beyond it the oldest waiting are dropped, else the oldest envelope is emitted "
+            "'partial'"),
+    Setting("buffer.max_event_bytes", DEFAULT_MAX_EVENT_BYTES, _positive_int, None,
+            "bytes of log-based context events waiting for their span; beyond it the oldest "
+            "are dropped"),
     Setting("buffer.dedupe_window", DEFAULT_DEDUPE_WINDOW, _positive_float, None,
             "seconds an emitted envelope is remembered to drop client retries"),
     Setting("buffer.dedupe_max", DEFAULT_DEDUPE_MAX, _positive_int, None,
@@ -268,7 +279,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sinks.otlp_logs.timeout", DEFAULT_SINK_TIMEOUT, _positive_float, None,
             "seconds one OTLP log export may take"),
     Setting("forward.endpoint", None, parse_target, "--forward",
-            "pass every received span on unchanged to this OTLP/gRPC endpoint", "ENDPOINT"),
+            "pass every received request (traces, logs) on unchanged to this OTLP/gRPC "
+            "endpoint", "ENDPOINT"),
     Setting("forward.queue_size", DEFAULT_FORWARD_QUEUE, _positive_int, None,
             "requests waiting for the next hop before the receivers push back"),
     Setting("log_level", "INFO", _log_level, "--log-level", "debug, info, warning, error",
@@ -304,6 +316,8 @@ class ProcessorConfig:
     orphan_timeout: float
     max_traces: int
     max_spans: int
+    max_events: int
+    max_event_bytes: int
     dedupe_window: float
     dedupe_max: int
     queue_size: int
@@ -400,6 +414,8 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         orphan_timeout=p["buffer.orphan_timeout"],
         max_traces=p["buffer.max_traces"],
         max_spans=p["buffer.max_spans"],
+        max_events=p["buffer.max_events"],
+        max_event_bytes=p["buffer.max_event_bytes"],
         dedupe_window=p["buffer.dedupe_window"],
         dedupe_max=p["buffer.dedupe_max"],
         queue_size=p["pipeline.queue_size"],

@@ -3,6 +3,7 @@
 ::
 
     ingest(request) ── decode ──► WAL append + buffer add (one lock) ──► fsync ──► ack
+    ingest_logs(request) ─ decode ─► WAL append + event store ─┘
                                          │ finished envelopes
                                          ▼
     sweeper (timeouts) ──────────► queue ──► emitter: rebuild → metrics → sinks → DONE record
@@ -12,6 +13,10 @@ Backpressure: a request is refused (UNAVAILABLE / 503, retry after ``retry_after
 before anything is done with it when the queue to the sinks, or the forward queue, is
 full. Everything acknowledged is in the WAL; the emitter writes a DONE record only after
 every sink took the bundle, so a crash at any point replays exactly what is not written.
+
+Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
+WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
+until it comes; replay reads span and event records in the order they were written.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from .._version import __version__
 from ._buffer import DUPLICATE, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
+from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
+from ._events import EventStore
 from ._forward import Forwarder
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
-from ._wal import DONE, SPANS, WriteAheadLog, encode_done
+from ._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
 __all__ = ["Backpressure", "IngestResult", "Pipeline", "RebuildFunction"]
 
@@ -135,6 +142,16 @@ class Pipeline:
         self._lock = threading.Lock()
         self.wal = WriteAheadLog(config.wal_dir, segment_bytes=config.segment_bytes,
                                  fsync=config.wal_fsync)
+        self.events = EventStore(
+            orphan_timeout=config.orphan_timeout,
+            max_events=config.max_events,
+            max_bytes=config.max_event_bytes,
+            remember_for=config.dedupe_window,
+            remember_max=config.max_spans,
+            pin=self.wal.pin,
+            unpin=self.wal.unpin,
+            on_orphaned=self._count_orphaned,
+        )
         self.buffer = TraceBuffer(
             envelope_timeout=config.envelope_timeout,
             orphan_timeout=config.orphan_timeout,
@@ -143,7 +160,11 @@ class Pipeline:
             dedupe_window=config.dedupe_window,
             dedupe_max=config.dedupe_max,
             on_pin=self.wal.pin,
+            max_events=config.max_events,
+            on_span=self.events.on_span,
+            on_finish=self.events.on_finish,
         )
+        self.events.buffer = self.buffer
         self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
                                fsync=config.output_fsync)
         extra: list[Sink] = list(sinks or ())
@@ -192,23 +213,33 @@ class Pipeline:
         # how long they are remembered for retries from now on).
         written = set(replay.done).union(recovered)
         finished: list[Finished] = []
-        replayed = 0
+        replayed = replayed_events = 0
         with self._lock:
-            for segment, payload in replay.spans:
+            for kind, segment, payload in replay.records:
+                if kind == EVENTS:
+                    replayed_events += self._replay_events(segment, payload, finished)
+                    continue
                 try:
                     decoded = decode_request(payload, parse_protobuf(payload))
                 except InvalidRequest:
                     log.error("WAL: an unreadable span record in segment %d skipped", segment)
                     continue
                 for accepted in decoded.accepted:
-                    if (accepted.view.trace_id, accepted.context_id) in written:
+                    view = accepted.view
+                    if (view.trace_id, accepted.context_id) in written:
+                        self.events.forget_written(view.trace_id, view.span_id)
                         continue
                     if self.buffer.add(accepted, segment, finished) not in (DUPLICATE, LATE):
                         replayed += 1
+                    else:
+                        self.events.span_done(view.trace_id, view.span_id)
             self.wal.compact()
         if replayed:
             log.info("recovery: %d spans replayed from the WAL", replayed)
             self.metrics.self.inc("context_processor_wal_replayed_spans_total", (), replayed)
+        if replayed_events:
+            log.info("recovery: %d log-based context events replayed from the WAL",
+                     replayed_events)
         self._enqueue(finished)
         if self.forwarder is not None:
             self.forwarder.start()
@@ -219,6 +250,16 @@ class Pipeline:
                 thread.start()
                 self._threads.append(thread)
         self.accepting = True
+
+    def _replay_events(self, segment: int, payload: bytes, finished: list[Finished]) -> int:
+        try:
+            decoded = decode_logs_request(payload, parse_logs_protobuf(payload))
+        except InvalidRequest:
+            log.error("WAL: an unreadable event record in segment %d skipped", segment)
+            return 0
+        add = self.events.add
+        return sum(add(event, segment, finished) not in (DUPLICATE, LATE)
+                   for event in decoded.events)
 
     def emit_pending(self) -> int:
         """Write everything queued, in this thread (for benchmarks); how many envelopes."""
@@ -260,7 +301,7 @@ class Pipeline:
             body = request.SerializeToString()
         decoded = decode_request(body, request)
         finished: list[Finished] = []
-        duplicates = late = 0
+        duplicates = late = late_events = 0
         if decoded.accepted:
             assert decoded.wal_payload is not None
             with self._lock:
@@ -269,20 +310,79 @@ class Pipeline:
                 add = self.buffer.add
                 for accepted in decoded.accepted:
                     outcome = add(accepted, segment, finished)
-                    if outcome is DUPLICATE:
-                        duplicates += 1
-                    elif outcome is LATE:
-                        late += 1
+                    if outcome is DUPLICATE or outcome is LATE:
+                        if outcome is DUPLICATE:
+                            duplicates += 1
+                        else:
+                            late += 1
+                        view = accepted.view
+                        late_events += self.events.span_done(view.trace_id, view.span_id)
             self.wal.sync(position)
         if finished:
             self._enqueue(finished)
         if self.forwarder is not None:
             self.forwarder.put(body)
         self._count(decoded, transport, duplicates, late)
+        if late_events:
+            self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
         message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)
+
+    def ingest_logs(self, body: bytes | None, transport: str, request: Any = None
+                    ) -> IngestResult:
+        """Take one logs export request (protobuf ``body``, or a parsed ``request``).
+
+        Log records that are context events join their span (or wait for it); the others
+        are ignored. Raises :class:`Backpressure` or :class:`InvalidRequest`; returns once
+        every accepted event is in the WAL. ``IngestResult.spans`` counts log records.
+        """
+        self.admit()
+        if request is None:
+            assert body is not None
+            request = parse_logs_protobuf(body)  # validates the whole request
+        elif body is None:
+            body = request.SerializeToString()
+        decoded = decode_logs_request(body, request)
+        finished: list[Finished] = []
+        outcomes: dict[str, int] = {}
+        if decoded.events:
+            assert decoded.wal_payload is not None
+            with self._lock:
+                position = self.wal.append(EVENTS, decoded.wal_payload)
+                segment = position[0]
+                add = self.events.add
+                for event in decoded.events:
+                    outcome = add(event, segment, finished)
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            self.wal.sync(position)
+        if finished:
+            self._enqueue(finished)
+        if self.forwarder is not None:
+            self.forwarder.put(body, logs=True)
+        self._count_logs(decoded, transport, outcomes)
+        message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
+        if decoded.problems:
+            self.problems.add(decoded.problems, message)
+        return IngestResult(decoded.records, decoded.rejected, message)
+
+    def _count_logs(self, decoded: DecodedLogs, transport: str,
+                    outcomes: dict[str, int]) -> None:
+        inc = self.metrics.self.inc
+        inc("context_processor_requests_total",
+            (transport, "partial" if decoded.rejected else "ok"))
+        inc("context_processor_log_records_received_total", (transport,), decoded.records)
+        if decoded.ignored:
+            inc("context_processor_log_records_ignored_total", (), decoded.ignored)
+        for outcome, count in outcomes.items():
+            inc("context_processor_log_events_total", (outcome,), count)
+        if decoded.rejected:
+            inc("context_processor_log_events_total", ("rejected",), decoded.rejected)
+        self._count_repairs(decoded)
+
+    def _count_orphaned(self, count: int) -> None:
+        self.metrics.self.inc("context_processor_log_events_total", ("orphaned",), count)
 
     def _count(self, decoded: Decoded, transport: str, duplicates: int, late: int) -> None:
         inc = self.metrics.self.inc
@@ -298,16 +398,19 @@ class Pipeline:
             inc("context_processor_spans_unattributed_total", (), decoded.unattributed)
         if decoded.rejected:
             inc("context_processor_spans_rejected_total", (transport,), decoded.rejected)
+        self._count_repairs(decoded)
+        if duplicates:
+            inc("context_processor_spans_duplicate_total", (), duplicates)
+        if late:
+            inc("context_processor_spans_late_total", (), late)
+
+    def _count_repairs(self, decoded: Decoded) -> None:
         if decoded.repairs:
             kinds: dict[str, int] = {}
             for repair in decoded.repairs:
                 kinds[repair.kind] = kinds.get(repair.kind, 0) + 1
             for kind, count in kinds.items():
-                inc("context_processor_repairs_total", (kind,), count)
-        if duplicates:
-            inc("context_processor_spans_duplicate_total", (), duplicates)
-        if late:
-            inc("context_processor_spans_late_total", (), late)
+                self.metrics.self.inc("context_processor_repairs_total", (kind,), count)
 
     # -- the queue -------------------------------------------------------------------------------
     def _enqueue(self, finished: list[Finished]) -> None:
@@ -328,6 +431,7 @@ class Pipeline:
             finished: list[Finished] = []
             with self._lock:
                 self.buffer.expire(finished)
+                self.events.expire()
             self._enqueue(finished)
 
     def _emit_loop(self) -> None:
@@ -496,6 +600,7 @@ class Pipeline:
         gauge("context_processor_traces_in_flight", lambda: self.buffer.traces_in_flight)
         gauge("context_processor_envelopes_in_flight", lambda: self.buffer.envelopes_in_flight)
         gauge("context_processor_spans_in_flight", lambda: self.buffer.spans_in_flight)
+        gauge("context_processor_log_events_waiting", lambda: self.events.held_events)
         gauge("context_processor_queue_size", lambda: self.queue_size)
         gauge("context_processor_queue_capacity", lambda: self.config.queue_size)
         gauge("context_processor_wal_bytes", lambda: self.wal.size_bytes)

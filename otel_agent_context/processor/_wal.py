@@ -5,11 +5,14 @@ Layout: numbered segment files ``wal-00000001.log`` in one directory. A record i
     u32 length | u32 crc32(type + payload) | u8 type | payload
 
 ``SPANS`` records hold an OTLP ``ExportTraceServiceRequest`` (only its context spans);
+``EVENTS`` records an OTLP ``ExportLogsServiceRequest`` (only its log-based context events);
 ``DONE`` records list the envelopes whose bundles the sinks have written, with the JSON
 Lines position after them; every segment starts with a ``CHECKPOINT`` carrying the
 envelopes emitted recently (so a client's retry after a restart stays a duplicate) and the
-sink position. Replay reads everything, truncates a torn tail, and hands back the span
-records and the done keys; appends then go to a fresh segment.
+sink position. Replay reads everything, truncates a torn tail, and hands back the span and
+event records (in the order they were written: an event joins its span whichever came
+first, and an envelope completes as it did) and the done keys; appends then go to a fresh
+segment.
 
 Compaction: the pipeline pins a segment for every open envelope with spans in it. Only the
 oldest segments are deleted, in order, once nothing pins them, so a DONE record is never
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import orjson
 
-__all__ = ["CHECKPOINT", "DONE", "SPANS", "Position", "Replay", "WriteAheadLog"]
+__all__ = ["CHECKPOINT", "DONE", "EVENTS", "SPANS", "Position", "Replay", "WriteAheadLog"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ _fdatasync = getattr(os, "fdatasync", os.fsync)
 SPANS = 1
 DONE = 2
 CHECKPOINT = 3
+EVENTS = 4
 
 _HEADER = struct.Struct("<IIB")
 _NAME = re.compile(r"^wal-(\d{8})\.log$")
@@ -63,6 +67,8 @@ class Replay:
     """What a WAL held when it was opened."""
 
     spans: list[tuple[int, bytes]] = field(default_factory=list)  # (segment, request)
+    #: SPANS and EVENTS records in the order written: (kind, segment, request)
+    records: list[tuple[int, int, bytes]] = field(default_factory=list)
     done: dict[Key, float] = field(default_factory=dict)  # key -> wall time emitted
     sink_position: tuple[int, int] | None = None
     torn_bytes: int = 0
@@ -132,6 +138,9 @@ class WriteAheadLog:
                 end = record_end
                 if kind == SPANS:
                     replay.spans.append((number, payload))
+                    replay.records.append((kind, number, payload))
+                elif kind == EVENTS:
+                    replay.records.append((kind, number, payload))
                 elif kind in (DONE, CHECKPOINT):
                     self._replay_done(payload, replay)
             size = path.stat().st_size
