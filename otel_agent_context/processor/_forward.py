@@ -1,5 +1,8 @@
 """``--forward``: pass every received request on, unchanged, to a next OTLP/gRPC hop.
 
+Trace requests go to ``TraceService/Export``, log requests (``logs=True``) to
+``LogsService/Export``.
+
 The request bytes go out as they came (the JSON ones as their protobuf encoding), from a
 bounded queue drained by one thread. When the queue is full the receivers push back
 (UNAVAILABLE / 503), so a slow next hop slows the senders instead of losing spans. A
@@ -26,6 +29,7 @@ __all__ = ["Forwarder"]
 log = logging.getLogger(__name__)
 
 _METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 _RETRYABLE = frozenset({
     grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
     grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS,
@@ -41,11 +45,12 @@ class Forwarder:
         self.target = target
         self.queue_size = queue_size
         self.timeout = timeout
-        self._queue: collections.deque[bytes] = collections.deque()
+        self._queue: collections.deque[tuple[bool, bytes]] = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._channel = grpc_channel(target)
         self._export = self._channel.unary_unary(_METHOD)  # bytes in, bytes out
+        self._export_logs = self._channel.unary_unary(_LOGS_METHOD)
         self._thread = threading.Thread(target=self._run, name="otel-ac-forward", daemon=True)
         self.sent = 0
         self.errors = 0
@@ -61,9 +66,9 @@ class Forwarder:
     def full(self) -> bool:
         return len(self._queue) >= self.queue_size
 
-    def put(self, body: bytes) -> None:
+    def put(self, body: bytes, *, logs: bool = False) -> None:
         with self._cond:
-            self._queue.append(body)
+            self._queue.append((logs, body))
             self._cond.notify()
 
     def _run(self) -> None:
@@ -74,9 +79,9 @@ class Forwarder:
                     self._cond.wait()
                 if not self._queue:
                     return
-                body = self._queue[0]
+                logs, body = self._queue[0]
             try:
-                self._export(body, timeout=self.timeout)
+                (self._export_logs if logs else self._export)(body, timeout=self.timeout)
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 self.errors += 1

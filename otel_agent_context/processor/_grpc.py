@@ -1,4 +1,4 @@
-"""The OTLP/gRPC receiver: ``TraceService/Export`` on raw bytes.
+"""The OTLP/gRPC receiver: ``TraceService/Export`` and ``LogsService/Export`` on raw bytes.
 
 The handler takes the request undecoded (no deserializer), so the pipeline controls the
 answer to a malformed one (INVALID_ARGUMENT with a message, not grpcio's INTERNAL) and can
@@ -6,7 +6,8 @@ write an all-context request to the WAL exactly as it came. Over the 64 MiB limi
 itself answers RESOURCE_EXHAUSTED (OTLP: not retryable). Under backpressure the answer is
 UNAVAILABLE with a ``google.rpc.RetryInfo`` both in the status details (read by the
 Collector's exporter) and in the ``google.rpc.retryinfo-bin`` trailer (read by the Python
-exporter); never RESOURCE_EXHAUSTED without it, which the Collector would drop.
+exporter); never RESOURCE_EXHAUSTED without it, which the Collector would drop. Logs (for
+log-based context events) are served the same way, by the same server, token and limits.
 """
 
 from __future__ import annotations
@@ -21,18 +22,20 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ..exceptions import ConfigError
 from ._config import Endpoint
 from ._decode import InvalidRequest
-from ._pipeline import Backpressure, Pipeline
+from ._pipeline import Backpressure, IngestResult, Pipeline
 
 __all__ = ["GrpcReceiver", "retry_status"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 RETRY_INFO_TRAILER = "google.rpc.retryinfo-bin"
 STATUS_DETAILS_TRAILER = "grpc-status-details-bin"
 
@@ -62,7 +65,7 @@ def retry_status(message: str, retry_after: float) -> grpc.Status:
 
 
 class GrpcReceiver:
-    """A grpcio server with one generic handler for the trace Export method."""
+    """A grpcio server with generic handlers for the trace and logs Export methods."""
 
     def __init__(
         self,
@@ -86,9 +89,11 @@ class GrpcReceiver:
             ],
         )
         handler = grpc.unary_unary_rpc_method_handler(self._export)
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
-        )
+        logs_handler = grpc.unary_unary_rpc_method_handler(self._export_logs)
+        self._server.add_generic_rpc_handlers((
+            grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),
+            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": logs_handler}),
+        ))
         self._tls = tls
         self.port = 0
 
@@ -131,20 +136,32 @@ class GrpcReceiver:
         return False
 
     def _export(self, request: bytes, context: Any) -> bytes:
+        result = self._ingest(self.pipeline.ingest, request, context)
+        response = ExportTraceServiceResponse()
+        if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
+            response.partial_success.rejected_spans = result.rejected
+            response.partial_success.error_message = result.message
+        return response.SerializeToString()
+
+    def _export_logs(self, request: bytes, context: Any) -> bytes:
+        result = self._ingest(self.pipeline.ingest_logs, request, context)
+        response = ExportLogsServiceResponse()
+        if result.message:  # rejections, or repairs only (a warning: rejected 0)
+            response.partial_success.rejected_log_records = result.rejected
+            response.partial_success.error_message = result.message
+        return response.SerializeToString()
+
+    def _ingest(self, ingest: Any, request: bytes, context: Any) -> IngestResult:
         count = self.pipeline.metrics.self.inc
         if not self._authorized(context):
             count("context_processor_requests_total", ("grpc", "unauthenticated"))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
-            result = self.pipeline.ingest(request, "grpc")
+            result: IngestResult = ingest(request, "grpc")
         except InvalidRequest as exc:
             count("context_processor_requests_total", ("grpc", "invalid"))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Backpressure as exc:
             count("context_processor_requests_total", ("grpc", "unavailable"))
             context.abort_with_status(retry_status(str(exc), exc.retry_after))
-        response = ExportTraceServiceResponse()
-        if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
-            response.partial_success.rejected_spans = result.rejected
-            response.partial_success.error_message = result.message
-        return response.SerializeToString()
+        return result

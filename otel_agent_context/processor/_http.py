@@ -1,4 +1,5 @@
-"""HTTP: the OTLP/HTTP receiver (``POST /v1/traces``) and the metrics/health endpoint.
+"""HTTP: the OTLP/HTTP receiver (``POST /v1/traces``, ``/v1/logs``) and the metrics/health
+endpoint.
 
 Both are the standard library's threading HTTP/1.1 server (keep-alive, one thread a
 connection): the work per request is the pipeline's, not the server's. TLS handshakes run
@@ -7,7 +8,8 @@ in the connection's thread, never in the accept loop.
 OTLP/HTTP rules followed: ``application/x-protobuf`` or ``application/json`` (the reply in
 the request's type), optional gzip, a request limit checked before and after
 decompression (413), 400 with a ``google.rpc.Status`` message for malformed bodies,
-503 with ``Retry-After`` under backpressure, partial success for rejected spans.
+503 with ``Retry-After`` under backpressure, partial success for rejected spans (log
+records on ``/v1/logs``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ..exceptions import ConfigError
 from ._config import Endpoint
 from ._decode import InvalidRequest, json_to_protobuf
+from ._decode_logs import logs_json_to_protobuf
 from ._metrics import MetricsRegistry
 from ._pipeline import Backpressure, Pipeline
 
@@ -43,6 +47,7 @@ log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 TRACES_PATH = "/v1/traces"
+LOGS_PATH = "/v1/logs"
 
 
 class _Server(ThreadingHTTPServer):
@@ -131,7 +136,7 @@ class _OtlpHandler(_Handler):
     def _not_allowed(self) -> None:
         path = self.path.split("?", 1)[0]
         self.close_connection = True
-        if path == TRACES_PATH:
+        if path in (TRACES_PATH, LOGS_PATH):
             self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"use POST\n", "text/plain",
                        (("Allow", "POST"),))
         else:
@@ -141,7 +146,7 @@ class _OtlpHandler(_Handler):
 
 
 class OtlpHttpReceiver:
-    """``POST /v1/traces`` into the pipeline."""
+    """``POST /v1/traces`` and ``POST /v1/logs`` into the pipeline."""
 
     def __init__(self, pipeline: Pipeline, endpoint: Endpoint, *, max_request_bytes: int,
                  ssl_context: ssl.SSLContext | None = None,
@@ -163,7 +168,8 @@ class OtlpHttpReceiver:
     def handle(self, h: _OtlpHandler) -> None:
         count = self.pipeline.metrics.self.inc
         path = h.path.split("?", 1)[0]
-        if path != TRACES_PATH:
+        logs = path == LOGS_PATH
+        if path != TRACES_PATH and not logs:
             h.close_connection = True
             h._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
             return
@@ -199,12 +205,13 @@ class OtlpHttpReceiver:
             body = self._gunzip(h, body, as_json)
             if body is None:
                 return
+        ingest = self.pipeline.ingest_logs if logs else self.pipeline.ingest
         try:
             if as_json:
-                request = json_to_protobuf(body)
-                result = self.pipeline.ingest(None, "http", request=request)
+                request = (logs_json_to_protobuf if logs else json_to_protobuf)(body)
+                result = ingest(None, "http", request=request)
             else:
-                result = self.pipeline.ingest(body, "http")
+                result = ingest(body, "http")
         except InvalidRequest as exc:
             count("context_processor_requests_total", ("http", "invalid"))
             self._error(h, HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
@@ -213,10 +220,17 @@ class OtlpHttpReceiver:
             count("context_processor_requests_total", ("http", "unavailable"))
             self._unavailable(h, exc, as_json)
             return
-        response = ExportTraceServiceResponse()
-        if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
-            response.partial_success.rejected_spans = result.rejected
-            response.partial_success.error_message = result.message
+        response: Any
+        if logs:
+            response = ExportLogsServiceResponse()
+            if result.message:  # rejections, or repairs only (a warning: rejected 0)
+                response.partial_success.rejected_log_records = result.rejected
+                response.partial_success.error_message = result.message
+        else:
+            response = ExportTraceServiceResponse()
+            if result.message:  # rejections, or repairs only (a warning: rejected_spans 0)
+                response.partial_success.rejected_spans = result.rejected
+                response.partial_success.error_message = result.message
         if as_json:
             h._send(HTTPStatus.OK, json_format.MessageToJson(response, indent=None).encode(),
                     JSON)
