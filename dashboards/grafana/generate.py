@@ -719,15 +719,29 @@ def processor_health() -> dict[str, Any]:
                    "them by service.name.",
                    [per_second("context_processor_repairs_total", "kind", "{{kind}}")],
                    unit="ops", stack=True, w=8),
+        timeseries("Log-based context events", "OTLP log records per second: received, "
+                   "ignored (not context events), and context events by outcome: accepted "
+                   "(on their span, or held for it), duplicate (retries), late (their envelope "
+                   "was already written), orphaned (their span never came), rejected (no "
+                   "trace id and span id).",
+                   [per_second("context_processor_log_records_received_total", "transport",
+                               "records {{transport}}"),
+                    per_second("context_processor_log_records_ignored_total", "instance",
+                               "ignored {{instance}}"),
+                    per_second("context_processor_log_events_total", "outcome",
+                               "events {{outcome}}")], unit="ops", w=8),
         row("Buffer and durability"),
         timeseries("In flight", "Traces, envelopes and spans held while envelopes are "
-                   "assembled; the buffer's caps are buffer.max_traces and buffer.max_spans.",
+                   "assembled, and log-based events waiting for their span; the buffer's caps "
+                   "are buffer.max_traces, buffer.max_spans and buffer.max_events.",
                    [target(f"sum by (instance) (context_processor_traces_in_flight{{{s}}})",
                            "traces {{instance}}"),
                     target(f"sum by (instance) (context_processor_envelopes_in_flight{{{s}}})",
                            "envelopes {{instance}}"),
                     target(f"sum by (instance) (context_processor_spans_in_flight{{{s}}})",
-                           "spans {{instance}}")], w=8),
+                           "spans {{instance}}"),
+                    target(f"sum by (instance) (context_processor_log_events_waiting{{{s}}})",
+                           "waiting events {{instance}}")], w=8),
         timeseries("Queue fill", "Envelopes waiting for the sinks / pipeline.queue_size. At "
                    "100% the receivers answer UNAVAILABLE with RetryInfo.",
                    [target(f"sum by (instance) (context_processor_queue_size{{{s}}}) / "
@@ -744,8 +758,9 @@ def processor_health() -> dict[str, Any]:
                            f"[{RATE}]))", "replayed spans {{instance}}")], unit="short", w=8),
         row("Output"),
         timeseries("Partial envelopes by reason", "Envelopes emitted partial per second: "
-                   "timeout (spans late), evicted (buffer full), shutdown, no_envelope_span, "
-                   "incomplete (dropped events or attributes).",
+                   "timeout (spans late), evicted (buffer full), shutdown, missing_events "
+                   "(log-based events late), no_envelope_span, incomplete (dropped events or "
+                   "attributes).",
                    [per_second("context_processor_partial_envelopes_total", "reason",
                                "{{reason}}")], unit="ops", stack=True, w=8),
         timeseries("Envelopes by status", "Envelopes emitted per second.",

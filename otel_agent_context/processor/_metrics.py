@@ -147,8 +147,8 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "1 once the WAL is replayed and the receivers listen; 0 while starting or "
                "stopping.", "1"),
     SelfMetric("context_processor_requests_total", "counter", ("transport", "outcome"),
-               "Export requests by transport (grpc, http) and outcome (ok, partial, invalid, "
-               "too_large, unavailable, unauthenticated, unsupported).",
+               "Export requests (traces and logs) by transport (grpc, http) and outcome (ok, "
+               "partial, invalid, too_large, unavailable, unauthenticated, unsupported).",
                "mostly outcome=\"ok\"; unavailable only in bursts"),
     SelfMetric("context_processor_spans_received_total", "counter", ("transport",),
                "Spans in decodable export requests.", "follows your traffic"),
@@ -174,11 +174,24 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_spans_late_total", "counter", (),
                "New spans for an envelope already emitted; raise the envelope timeout.",
                "0"),
+    SelfMetric("context_processor_log_records_received_total", "counter", ("transport",),
+               "Log records in decodable logs export requests.", "follows your traffic"),
+    SelfMetric("context_processor_log_records_ignored_total", "counter", (),
+               "Log records that are not context events (no event_name of the contract): "
+               "counted and forwarded, not decoded further.",
+               "the non-context share of your logs"),
+    SelfMetric("context_processor_log_events_total", "counter", ("outcome",),
+               "Log-based context events by outcome: accepted (put on their span, or held "
+               "until it comes), duplicate (a retry), late (their envelope was already "
+               "written), orphaned (held, but their span never came within "
+               "buffer.orphan_timeout, or dropped at buffer.max_events / max_event_bytes), "
+               "rejected (no trace id and span id).",
+               "mostly accepted; late, orphaned and rejected 0"),
     SelfMetric("context_processor_partial_envelopes_total", "counter", ("reason",),
                "Envelopes emitted partial, by reason: the processor's (timeout, evicted, "
-               "shutdown) and the rebuild's (no_envelope_span, missing_spans, no_span_count, "
-               "dropped_data, uncounted_items, repaired); one envelope may count under "
-               "several.",
+               "shutdown, missing_events) and the rebuild's (no_envelope_span, missing_spans, "
+               "no_span_count, dropped_data, uncounted_items, repaired); one envelope may "
+               "count under several.",
                "0, or rare timeouts"),
     SelfMetric("context_processor_bundles_written_total", "counter", ("sink",),
                "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",
@@ -196,6 +209,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Envelopes being assembled.", "about envelope rate x span export delay"),
     SelfMetric("context_processor_spans_in_flight", "gauge", (),
                "Spans held by envelopes being assembled.", "well below buffer.max_spans"),
+    SelfMetric("context_processor_log_events_waiting", "gauge", (),
+               "Log-based context events held until their span arrives.",
+               "small; about event rate x the time a span is exported after its events"),
     SelfMetric("context_processor_queue_size", "gauge", (),
                "Envelopes rebuilt or finished, waiting for the sinks.", "near 0"),
     SelfMetric("context_processor_queue_capacity", "gauge", (),

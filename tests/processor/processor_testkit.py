@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_agent_context.processor import ProcessorConfig
@@ -185,3 +187,51 @@ def serve(args: Sequence[str], ready_file: Path, *, timeout: float = 30.0,
         return ready_file.exists() and orjson.loads(ready_file.read_bytes())
 
     return process, wait_for(ready, timeout, 0.05, "serve to be ready")
+
+
+# -- raw OTLP logs: context events as log records (OTEP 4430) ---------------------------------
+
+
+def log_event(trace: int | None, span_id: int | None, name: str,
+              attributes: Mapping[str, Any], *, time: int = 1_700_000_000_000_000_500,
+              observed: int = 0) -> LogRecord:
+    """A context event as a log record: ``event_name`` and its span's trace and span id."""
+    record = LogRecord(time_unix_nano=time, observed_time_unix_nano=observed, event_name=name)
+    if trace is not None:
+        record.trace_id = trace.to_bytes(16, "big")
+    if span_id is not None:
+        record.span_id = span_id.to_bytes(8, "big")
+    record.attributes.extend(key_values(attributes))
+    return record
+
+
+def logs_request(records: Iterable[LogRecord],
+                 service: str = "third-party-agent") -> ExportLogsServiceRequest:
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.extend(key_values({"service.name": service}))
+    sl = rl.scope_logs.add()
+    sl.scope.name = "raw-emitter"
+    sl.log_records.extend(records)
+    return req
+
+
+def as_log_events(spans: Sequence[Span]) -> tuple[list[Span], list[LogRecord]]:
+    """The same spans with their events moved to log records (the envelope span, the one
+    with ``context.scope``, then promises them in ``context.event_count``)."""
+    stripped, records = [], []
+    for original in spans:
+        s = Span()
+        s.CopyFrom(original)
+        for event in s.events:
+            record = LogRecord(time_unix_nano=event.time_unix_nano, event_name=event.name,
+                               trace_id=s.trace_id, span_id=s.span_id)
+            record.attributes.extend(event.attributes)
+            records.append(record)
+        del s.events[:]
+        stripped.append(s)
+    for s in stripped:
+        if any(kv.key == "context.scope" for kv in s.attributes):
+            s.attributes.append(KeyValue(key="context.event_count",
+                                         value=any_value(len(records))))
+    return stripped, records
