@@ -196,7 +196,8 @@ class TraceBuffer:
             if pending is None:
                 self._make_room(view.trace_id, out)
                 pending = _Pending(key, now)
-                self._orphans[key] = pending
+                # an envelope whose envelope span comes first waits envelope_timeout
+                (self._waiting if span.is_envelope else self._orphans)[key] = pending
                 self._traces[view.trace_id] = self._traces.get(view.trace_id, 0) + 1
             elif span.is_envelope:
                 del self._orphans[key]

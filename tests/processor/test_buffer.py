@@ -74,6 +74,18 @@ def test_missing_stage_span_times_out_partial() -> None:
     assert len(out) == 1 and out[0].reasons == (REASON_TIMEOUT,)
 
 
+def test_envelope_span_first_then_a_missing_stage_times_out_after_envelope_timeout() -> None:
+    clock = Clock()
+    buffer = make(clock)
+    env, first, _ = accepted(envelope_spans(1, "c1", stages=2))
+    out: list = []
+    buffer.add(env, None, out)
+    buffer.add(first, None, out)
+    clock.now += 5.1  # envelope_timeout (5), not orphan_timeout (20): the envelope span is in
+    buffer.expire(out)
+    assert len(out) == 1 and out[0].reasons == (REASON_TIMEOUT,)
+
+
 def test_envelope_span_never_comes() -> None:
     clock = Clock()
     buffer = make(clock)
