@@ -6,7 +6,8 @@ import base64
 
 import orjson
 import pytest
-from processor_testkit import envelope_spans, fast_spans, request, span
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from processor_testkit import envelope_spans, fast_spans, log_event, logs_request, request, span
 
 from otel_agent_context import _semconv as S
 from otel_agent_context.processor._decode import (
@@ -15,6 +16,7 @@ from otel_agent_context.processor._decode import (
     json_to_protobuf,
     parse_protobuf,
 )
+from otel_agent_context.processor._decode_logs import decode_logs_request
 
 
 def decode(req):
@@ -200,3 +202,33 @@ def test_json_request_decodes_like_protobuf() -> None:
 def test_malformed_json(body: bytes, message: str) -> None:
     with pytest.raises(InvalidRequest, match=__import__("re").escape(message)):
         json_to_protobuf(body)
+
+
+# -- logs: context events as log records ----------------------------------------------------------
+
+
+def test_logs_only_context_event_records_are_kept_and_made_durable() -> None:
+    plain = logs_request([log_event(1, 1, "", {"http.route": "/x"}) for _ in range(5)])
+    decoded = decode_logs_request(plain.SerializeToString())
+    assert (decoded.records, decoded.ignored, decoded.events, decoded.wal_payload) == (
+        5, 5, [], None)
+    kept = log_event(1, 2, "context.item.added", {"context.item.id": "a",
+                                                  "context.item.token_estimate": "12"},
+                     time=0, observed=777)
+    mixed = logs_request([log_event(1, 1, "app.x", {"context.note": "x"}), kept,
+                          log_event(1, None, "context.item.added", {"context.item.id": "b"})])
+    decoded = decode_logs_request(mixed.SerializeToString())
+    assert (decoded.records, decoded.ignored, decoded.rejected) == (3, 1, 1)
+    (event,) = decoded.events
+    assert (event.trace_id, event.span_id, event.name) == (f"{1:032x}", f"{2:016x}",
+                                                           "context.item.added")
+    assert event.event is not None and event.event.time_unix_nano == 777  # observed time
+    assert event.event.attributes == {"context.item.id": "a", "context.item.token_estimate": 12}
+    assert [r.kind for r in event.repairs] == ["type"]
+    durable = ExportLogsServiceRequest.FromString(decoded.wal_payload)
+    assert list(durable.resource_logs[0].scope_logs[0].log_records) == [kept]
+    assert durable.resource_logs[0].resource == mixed.resource_logs[0].resource
+    alone = logs_request([kept]).SerializeToString()
+    assert decode_logs_request(alone).wal_payload is alone
+    retried = decode_logs_request(alone).events[0]
+    assert retried.digest == event.digest  # the same record is the same event

@@ -23,6 +23,8 @@ from processor_testkit import (
     by_context,
     envelope_spans,
     fast_spans,
+    log_event,
+    logs_request,
     normalise,
     read_bundles,
     request,
@@ -98,6 +100,29 @@ def test_forward_passes_requests_on_unchanged(start_processor, grpc_server) -> N
         stub.Export(req, timeout=10)
     wait_for(lambda: len(capture.requests) == 2, message="2 forwarded requests")
     assert capture.requests == sent
+
+
+def test_forward_passes_logs_requests_on_to_the_logs_service(start_processor,
+                                                             grpc_server) -> None:
+    traces, logs = _Capture(), _Capture()
+    traces.response = trace_service_pb2.ExportTraceServiceResponse
+    logs.response = logs_service_pb2.ExportLogsServiceResponse
+
+    def add_both(_: Any, server: Any) -> None:
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(traces, server)
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(logs, server)
+
+    address = grpc_server(add_both, None)
+    processor = start_processor(forward__endpoint=address)
+    channel = grpc.insecure_channel(processor.addresses["otlp_grpc"])
+    sent = [logs_request([log_event(1, 1, "app.started", {"k": "v"})]),
+            logs_request([log_event(2, 2, "context.item.added", {"context.item.id": "a"})])]
+    for req in sent:
+        logs_service_pb2_grpc.LogsServiceStub(channel).Export(req, timeout=10)
+    TraceServiceStub(channel).Export(request(fast_spans(1, 1)), timeout=10)
+    wait_for(lambda: len(logs.requests) == 2 and traces.requests, message="forwarded")
+    assert logs.requests == sent
+    assert traces.requests == [request(fast_spans(1, 1))]
 
 
 def test_metrics_pushed_over_otlp(start_processor, grpc_server) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from otel_agent_context.processor._wal import DONE, SPANS, WriteAheadLog, encode_done
+from otel_agent_context.processor._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
 
 def _open(path: Path, **kwargs) -> tuple[WriteAheadLog, object]:
@@ -27,6 +27,21 @@ def test_records_survive_reopen(tmp_path: Path) -> None:
     assert replay.done == {("t1", "c1"): 123.0}
     assert replay.sink_position == (1, 99)
     assert wal2.active_segment == 2  # appends go to a fresh segment
+    wal2.close()
+
+
+def test_span_and_event_records_replay_in_the_order_written(tmp_path: Path) -> None:
+    wal, _ = _open(tmp_path, segment_bytes=64)
+    wal.append(EVENTS, b"events-1")
+    wal.append(SPANS, b"spans-1")
+    wal.append(EVENTS, b"events-2" * 10)  # the next append rotates
+    wal.append(SPANS, b"spans-2")
+    wal.close()
+    wal2, replay = _open(tmp_path)
+    assert [(kind, segment, payload) for kind, segment, payload in replay.records] == [
+        (EVENTS, 1, b"events-1"), (SPANS, 1, b"spans-1"), (EVENTS, 1, b"events-2" * 10),
+        (SPANS, 2, b"spans-2")]
+    assert [payload for _, payload in replay.spans] == [b"spans-1", b"spans-2"]
     wal2.close()
 
 
