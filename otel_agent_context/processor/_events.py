@@ -17,7 +17,10 @@ buffer, or after its envelope was written.
 
 Duplicates (client retries) are recognised by a digest of (event name, time, attributes)
 per (trace id, span id). An event's WAL segment stays pinned while it is held, then by its
-envelope until the bundle is written.
+envelope until the bundle is written. An event record can outlive its span's record in the
+WAL (compaction deletes the older segment), so the spans of written envelopes with
+log-based events go into the WAL's DONE records and checkpoints (:meth:`written`,
+:meth:`done_spans`): at replay, events for them are known duplicates, not held.
 
 Only the pipeline calls this, under its lock, like the buffer.
 """
@@ -113,8 +116,11 @@ class EventStore:
         self._digests: dict[SpanKey, set[int]] = {}
         #: events whose span has not come, oldest activity first
         self._held: OrderedDict[SpanKey, _Held] = OrderedDict()
-        #: spans of written envelopes: [expiry (monotonic), mask of their events' digests]
+        #: spans of finished envelopes: [expiry (monotonic), mask of their events' digests,
+        #: wall time the bundle was written or None]
         self._done: OrderedDict[SpanKey, list[Any]] = OrderedDict()
+        #: finished envelopes with log-based events, not yet written: their spans
+        self._unwritten: dict[Key, list[SpanKey]] = {}
         self.held_events = 0
         self.held_bytes = 0
 
@@ -224,14 +230,36 @@ class EventStore:
             masks.append(mask)
         if concerned:
             expiry = self.clock() + self.remember_for
-            for view, mask in zip(finished.spans, masks, strict=True):
-                self._remember((view.trace_id, view.span_id), expiry, mask)
+            span_keys = [(view.trace_id, view.span_id) for view in finished.spans]
+            for span_key, mask in zip(span_keys, masks, strict=True):
+                self._remember(span_key, expiry, mask)
+            self._unwritten[finished.key] = span_keys
 
-    def _remember(self, span_key: SpanKey, expiry: float, mask: int) -> None:
-        self._done[span_key] = [expiry, mask]
+    def _remember(self, span_key: SpanKey, expiry: float, mask: int,
+                  wall: float | None = None) -> None:
+        self._done[span_key] = [expiry, mask, wall]
         self._done.move_to_end(span_key)
         while len(self._done) > self.remember_max:
             self._done.popitem(last=False)
+
+    # -- what the WAL keeps of it --------------------------------------------------------------
+    def written(self, keys: Iterable[Key], wall: float) -> list[tuple[SpanKey, float]]:
+        """These envelopes' bundles are written: the spans (with log-based events) the
+        DONE record lists."""
+        out = []
+        for key in keys:
+            for span_key in self._unwritten.pop(key, ()):
+                entry = self._done.get(span_key)
+                if entry is not None:
+                    entry[2] = wall
+                out.append((span_key, wall))
+        return out
+
+    def done_spans(self) -> list[tuple[SpanKey, float]]:
+        """Remembered spans of written envelopes (a WAL checkpoint): never one whose bundle
+        the sinks have not taken."""
+        return [(span_key, entry[2]) for span_key, entry in self._done.items()
+                if entry[2] is not None]
 
     # -- spans that will not join ----------------------------------------------------------------
     def span_done(self, trace_id: str, span_id: str) -> int:
@@ -248,13 +276,15 @@ class EventStore:
         self._remember(span_key, self.clock() + self.remember_for, mask)
         return count
 
-    def forget_written(self, trace_id: str, span_id: str) -> None:
-        """At replay: a span whose envelope was written before the restart. Events for it
-        (held, or to come) are duplicates."""
+    def forget_written(self, trace_id: str, span_id: str, wall: float | None = None) -> None:
+        """At replay: a span whose envelope was written (at ``wall``, else now) before the
+        restart. Events for it (held, or to come) are duplicates."""
         span_key = (trace_id, span_id)
         if span_key in self._held:
             self._drop(span_key)
-        self._remember(span_key, self.clock() + self.remember_for, _ALL)
+        now = time.time()
+        wall = now if wall is None else wall
+        self._remember(span_key, self.clock() + self.remember_for - (now - wall), _ALL, wall)
 
     # -- time ------------------------------------------------------------------------------------
     def expire(self) -> int:

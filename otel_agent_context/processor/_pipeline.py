@@ -204,6 +204,8 @@ class Pipeline:
         recovered = self.jsonl.recover(replay.sink_position)
         for key in recovered:
             self.buffer.remember_done(key, now)
+        for (trace_id, span_id), when in replay.done_spans.items():
+            self.events.forget_written(trace_id, span_id, when)
         if recovered:
             log.info("recovery: %d bundles were written but not yet recorded in the WAL",
                      len(recovered))
@@ -274,7 +276,8 @@ class Pipeline:
         # Called by the WAL under its lock, at start and at rotations (which happen inside
         # appends made under self._lock, so the buffer is safe to read). The position is the
         # one of the last DONE record: bundles past it may be unrecorded, recovery looks.
-        return encode_done(self.buffer.done_entries(), self._marked_position)
+        return encode_done(self.buffer.done_entries(), self._marked_position,
+                           self.events.done_spans())
 
     # -- ingest --------------------------------------------------------------------------------
     def admit(self) -> None:
@@ -508,12 +511,16 @@ class Pipeline:
     def _mark_written(self, batch: list[Finished]) -> bool:
         """Record the batch as written in the WAL (retried: the bundles are out already)."""
         backoff = 0.05
+        spans: list[tuple[tuple[str, str], float]] | None = None
         while True:
             wall = time.time()
             try:
                 with self._lock:
                     position = self.jsonl.position
-                    self.wal.append(DONE, encode_done([(f.key, wall) for f in batch], position))
+                    if spans is None:  # once: the event store hands them over
+                        spans = self.events.written([f.key for f in batch], wall)
+                    self.wal.append(DONE, encode_done([(f.key, wall) for f in batch], position,
+                                                      spans))
                     self._marked_position = position
                     for finished in batch:
                         self.buffer.mark_written(finished.key, wall)

@@ -7,12 +7,13 @@ Layout: numbered segment files ``wal-00000001.log`` in one directory. A record i
 ``SPANS`` records hold an OTLP ``ExportTraceServiceRequest`` (only its context spans);
 ``EVENTS`` records an OTLP ``ExportLogsServiceRequest`` (only its log-based context events);
 ``DONE`` records list the envelopes whose bundles the sinks have written, with the JSON
-Lines position after them; every segment starts with a ``CHECKPOINT`` carrying the
-envelopes emitted recently (so a client's retry after a restart stays a duplicate) and the
-sink position. Replay reads everything, truncates a torn tail, and hands back the span and
-event records (in the order they were written: an event joins its span whichever came
-first, and an envelope completes as it did) and the done keys; appends then go to a fresh
-segment.
+Lines position after them (and the spans of those that had log-based events: an event
+record may outlive its span's record, and must not wait for a span already written); every
+segment starts with a ``CHECKPOINT`` carrying the envelopes emitted recently (so a client's
+retry after a restart stays a duplicate), those spans, and the sink position. Replay reads
+everything, truncates a torn tail, and hands back the span and event records (in the order
+they were written: an event joins its span whichever came first, and an envelope completes
+as it did) and the done keys; appends then go to a fresh segment.
 
 Compaction: the pipeline pins a segment for every open envelope with spans in it. Only the
 oldest segments are deleted, in order, once nothing pins them, so a DONE record is never
@@ -70,6 +71,8 @@ class Replay:
     #: SPANS and EVENTS records in the order written: (kind, segment, request)
     records: list[tuple[int, int, bytes]] = field(default_factory=list)
     done: dict[Key, float] = field(default_factory=dict)  # key -> wall time emitted
+    #: (trace id, span id) -> wall time written, of envelopes that had log-based events
+    done_spans: dict[Key, float] = field(default_factory=dict)
     sink_position: tuple[int, int] | None = None
     torn_bytes: int = 0
     corrupt_segments: list[str] = field(default_factory=list)
@@ -79,9 +82,14 @@ def _segment_path(directory: Path, number: int) -> Path:
     return directory / f"wal-{number:08d}.log"
 
 
-def encode_done(entries: list[tuple[Key, float]], sink: tuple[int, int] | None) -> bytes:
-    """Payload of a DONE or CHECKPOINT record: ((trace id, context id), wall time) pairs."""
-    return orjson.dumps({"keys": [[t, c, w] for (t, c), w in entries], "sink": sink})
+def encode_done(entries: list[tuple[Key, float]], sink: tuple[int, int] | None,
+                spans: list[tuple[Key, float]] | None = None) -> bytes:
+    """Payload of a DONE or CHECKPOINT record: ((trace id, context id), wall time) pairs,
+    and ((trace id, span id), wall time) of spans whose log-based events are settled."""
+    document: dict[str, object] = {"keys": [[t, c, w] for (t, c), w in entries], "sink": sink}
+    if spans:
+        document["spans"] = [[t, s, w] for (t, s), w in spans]
+    return orjson.dumps(document)
 
 
 def _read_records(path: Path) -> Iterator[tuple[int, bytes, int]]:
@@ -177,6 +185,8 @@ class WriteAheadLog:
             document = orjson.loads(payload)
             for trace_id, context_id, when in document.get("keys", ()):
                 replay.done[(trace_id, context_id)] = float(when)
+            for trace_id, span_id, when in document.get("spans", ()):
+                replay.done_spans[(trace_id, span_id)] = float(when)
             sink = document.get("sink")
             if sink is not None:
                 position = (int(sink[0]), int(sink[1]))

@@ -183,3 +183,26 @@ def test_a_span_of_a_written_envelope_drops_what_was_held_for_it_as_late() -> No
     assert rig.store.span_done(f"{1:032x}", f"{3:016x}") == 1
     assert rig.store.held_events == 0
     assert rig.events([held]) == [DUPLICATE]
+
+
+def test_only_written_envelopes_with_log_events_leave_their_spans_for_the_wal() -> None:
+    rig = Rig()
+    spans, records = _turn(1, "c1")
+    rig.spans(spans)
+    rig.events(records)
+    plain = envelope_spans(2, "c2", stages=1)  # span events only: nothing to remember
+    rig.spans(plain)
+    assert [f.key[1] for f in rig.out] == ["c1", "c2"]
+    assert rig.store.done_spans() == []  # finished is not written: a checkpoint must not say so
+    listed = rig.store.written([f.key for f in rig.out], 1234.5)
+    trace = f"{1:032x}"
+    assert listed == [((trace, f"{n:016x}"), 1234.5) for n in (1, 2, 3)]
+    assert rig.store.done_spans() == listed
+    assert rig.store.written([rig.out[0].key], 1300.0) == []  # once
+    # after a restart, a span listed as written makes its events duplicates, held or not
+    again = Rig()
+    again.events([log_event(1, 2, "context.item.selected", {"context.item.id": "x"})])
+    for (trace_id, span_id), wall in listed:
+        again.store.forget_written(trace_id, span_id, wall)
+    assert again.store.held_events == 0
+    assert again.events(records) == [DUPLICATE] * 4

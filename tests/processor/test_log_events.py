@@ -301,7 +301,7 @@ def test_sigkill_between_log_ack_and_envelope_completion_loses_nothing(
     out_dir = tmp_path / "crash-out"
     ready = tmp_path / "ready.json"
     args = ["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0",
-            "--metrics", "off", "--envelope-timeout", "60", "--orphan-timeout", "120"]
+            "--metrics", "127.0.0.1:0", "--envelope-timeout", "60", "--orphan-timeout", "120"]
     late = {"context.assembly", "invoke_agent raw-agent"}  # their spans come after the crash
     process, addresses = serve(args, ready)
     span_exporter, log_exporter = _exporters("grpc", address=addresses)
@@ -317,9 +317,22 @@ def test_sigkill_between_log_ack_and_envelope_completion_loses_nothing(
     (bundle,) = wait_for(lambda: read_bundles(out_dir), 10, message="the bundle")
     assert same_records(bundle) == same_records(expected)
     assert bundle["rebuild"]["status"] == "complete"
+    # once the WAL records it written, crash again: the retried events still in the WAL
+    # belong to a written envelope, so the restart neither holds them nor writes anything
+    wait_for(lambda: b"context_envelopes_total{" in _scrape(addresses), 10,
+             message="the bundle recorded in the WAL")
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    process, addresses = serve(args, ready)
+    assert b"\ncontext_processor_log_events_waiting 0.0\n" in _scrape(addresses)
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     assert len(read_bundles(out_dir)) == 1
+
+
+def _scrape(addresses: dict[str, str]) -> bytes:
+    with urllib.request.urlopen(f"http://{addresses['metrics']}/metrics", timeout=5) as answer:
+        return answer.read()  # type: ignore[no-any-return]
 
 
 def test_events_waiting_for_their_span_survive_a_graceful_restart(start_processor) -> None:

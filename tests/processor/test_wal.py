@@ -45,6 +45,17 @@ def test_span_and_event_records_replay_in_the_order_written(tmp_path: Path) -> N
     wal2.close()
 
 
+def test_done_records_carry_the_spans_of_envelopes_with_log_events(tmp_path: Path) -> None:
+    wal, _ = _open(tmp_path)
+    wal.append(DONE, encode_done([(("t1", "c1"), 10.0)], (1, 5), [(("t1", "s1"), 10.0)]))
+    wal.append(DONE, encode_done([(("t2", "c2"), 11.0)], (1, 9)))
+    wal.close()
+    wal2, replay = _open(tmp_path)
+    assert replay.done == {("t1", "c1"): 10.0, ("t2", "c2"): 11.0}
+    assert replay.done_spans == {("t1", "s1"): 10.0}
+    wal2.close()
+
+
 def test_torn_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
     wal, _ = _open(tmp_path, fsync=False)
     wal.append(SPANS, b"kept")
