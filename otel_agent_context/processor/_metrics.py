@@ -183,8 +183,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_log_events_total", "counter", ("outcome",),
                "Log-based context events by outcome: accepted (put on their span, or held "
                "until it comes), duplicate (a retry), late (their envelope was already "
-               "written), orphaned (held, but their span never came within "
-               "buffer.orphan_timeout, or dropped at buffer.max_events / max_event_bytes), "
+               "written), orphaned (held, but their span never came as a context span "
+               "within buffer.orphan_timeout, or dropped at buffer.max_events / "
+               "max_event_bytes), "
                "rejected (no trace id and span id).",
                "mostly accepted; late, orphaned and rejected 0"),
     SelfMetric("context_processor_partial_envelopes_total", "counter", ("reason",),
