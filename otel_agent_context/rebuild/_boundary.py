@@ -236,13 +236,20 @@ def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *
     return out
 
 
+_REQUIRED = {name: spec.required for name, spec in EVENTS.items()}
+
+
 def check_event(name: str, attributes: Mapping[str, Any]) -> str | None:
     """Why an event must be dropped (an attribute it must carry is absent), or None."""
-    spec = EVENTS.get(name)
-    if spec is None:
+    required = _REQUIRED.get(name)
+    if required is None:
         return None
-    for alternatives in spec.required:
-        if not any(attributes.get(key) not in (None, "") for key in alternatives):
+    for alternatives in required:
+        for key in alternatives:
+            value = attributes.get(key)
+            if value is not None and value != "":
+                break
+        else:
             return " or ".join(alternatives)
     return None
 
