@@ -30,7 +30,7 @@ from google.protobuf.internal import api_implementation
 
 from .._measure import measure
 from .._version import __version__
-from ._buffer import DUPLICATE, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
+from ._buffer import DUPLICATE, FOREIGN, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
 from ._forward import Forwarder
@@ -261,6 +261,7 @@ class Pipeline:
         decoded = decode_request(body, request)
         finished: list[Finished] = []
         duplicates = late = 0
+        foreign: list[str] = []
         if decoded.accepted:
             assert decoded.wal_payload is not None
             with self._lock:
@@ -273,13 +274,21 @@ class Pipeline:
                         duplicates += 1
                     elif outcome is LATE:
                         late += 1
+                    elif outcome is FOREIGN:
+                        foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
+                                       "lives in another trace: span left out")
             self.wal.sync(position)
         if finished:
             self._enqueue(finished)
         if self.forwarder is not None:
             self.forwarder.put(body)
         self._count(decoded, transport, duplicates, late)
-        message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
+        if foreign:
+            self.metrics.self.inc("context_processor_repairs_total", ("foreign_trace",),
+                                  len(foreign))
+        message = "; ".join(filter(None, (
+            decoded.error_message() if decoded.rejected or decoded.repairs else "",
+            *foreign[:5])))
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)
@@ -361,7 +370,8 @@ class Pipeline:
         partial_reasons: list[str] = []
         for finished in batch:
             try:
-                bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons)
+                bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
+                                       repairs=finished.repairs)
                 line = orjson.dumps(bundle, option=orjson.OPT_NON_STR_KEYS) + b"\n"
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",

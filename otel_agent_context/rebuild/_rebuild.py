@@ -13,7 +13,7 @@ from typing import Any
 from .. import _semconv as S
 from .._records import ns_to_rfc3339
 from .._table import ATTRIBUTES, EVENTS, SPANS, FieldSpec
-from ._boundary import REPAIRED, collect, foreign_trace, normalize_view, repair_json
+from ._boundary import REPAIRED, Repair, collect, foreign_trace, normalize_view, repair_json
 from ._view import EventView, SpanView
 
 __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
@@ -447,14 +447,16 @@ def _missing_status(rec: dict[str, Any]) -> None:
         rec["status"] = "open"
 
 
-def rebuild_envelope(spans: Sequence[SpanView], *,
-                     partial_reasons: Sequence[str] = ()) -> dict[str, Any]:
+def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str] = (),
+                     repairs: Sequence[Repair] = ()) -> dict[str, Any]:
     """One envelope's bundle from the spans that carry its ``context.id``.
 
     The bundle is ``partial`` when the envelope span is missing, fewer spans arrived than
     its ``context.span_count`` promised, the SDK dropped events or attributes, a stage
     counted more items than it recorded, or the caller names ``partial_reasons`` (e.g.
-    ``timeout``, ``evicted``, ``shutdown``).
+    ``timeout``, ``evicted``, ``shutdown``). ``repairs`` are what the caller's own checks
+    changed (the processor's: spans of another trace left out); the boundary's come with
+    the spans.
     """
     # Deterministic whatever the arrival order; duplicates (client retries) count once.
     unique: dict[tuple[str, str], SpanView] = {}
@@ -563,7 +565,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
                      "(span limits)")
     if b.notes:
         reasons.append("uncounted_items")
-    repairs = [*collect(ordered), *foreign]
+    repairs = [*collect(ordered), *foreign, *repairs]
     if repairs:
         reasons.append(REPAIRED)
     rebuild_info: dict[str, Any] = {
