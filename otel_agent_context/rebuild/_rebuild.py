@@ -70,6 +70,10 @@ _MISSING_FIELDS = _event(S.EVENT_MISSING_DETECTED, "MissingContext", "missing_id
 _REQUESTED_FIELDS = _event(S.EVENT_MISSING_REQUESTED, "MissingContext", "missing_id")
 _RESOLVED_FIELDS = _event(S.EVENT_MISSING_RESOLVED, "MissingContext", "missing_id")
 _REDACTION_FIELDS = _event(S.EVENT_REDACTION_APPLIED, "ContextEvent.metadata")
+#: missing-context event -> (its fields, the record's time field it sets)
+_MISSING_EVENTS = {S.EVENT_MISSING_DETECTED: (_MISSING_FIELDS, "created_at"),
+                   S.EVENT_MISSING_REQUESTED: (_REQUESTED_FIELDS, "requested_at"),
+                   S.EVENT_MISSING_RESOLVED: (_RESOLVED_FIELDS, "resolved_at")}
 
 def _pick(attrs: Any, fields: Fields, out: dict[str, Any]) -> dict[str, Any]:
     get = attrs.get
@@ -394,23 +398,12 @@ class _Builder:
                 rec["created_at"] = _t(ev.time_unix_nano)
                 self.injections.append(rec)
                 self.event(ev.time_unix_nano, name, f"injection:{iid}", span)
-            elif name == S.EVENT_MISSING_DETECTED:
+            elif name in _MISSING_EVENTS:
+                fields, stamp = _MISSING_EVENTS[name]
                 mid = ea[S.MISSING_ID]
                 rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _MISSING_FIELDS, rec)
-                rec["created_at"] = _t(ev.time_unix_nano)
-                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
-            elif name == S.EVENT_MISSING_REQUESTED:
-                mid = ea[S.MISSING_ID]
-                rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _REQUESTED_FIELDS, rec)
-                rec["requested_at"] = _t(ev.time_unix_nano)
-                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
-            elif name == S.EVENT_MISSING_RESOLVED:
-                mid = ea[S.MISSING_ID]
-                rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _RESOLVED_FIELDS, rec)
-                rec["resolved_at"] = _t(ev.time_unix_nano)
+                _pick(ea, fields, rec)
+                rec[stamp] = _t(ev.time_unix_nano)
                 self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
             elif name == S.EVENT_REDACTION_APPLIED:
                 meta = _pick(ea, _REDACTION_FIELDS, {})
