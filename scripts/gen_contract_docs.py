@@ -499,23 +499,31 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_or_check(argv: list[str] | None, description: str, out: Path, script: str,
+                   render_text: Any) -> int:
+    """The command line of a generator: write ``out``, or with ``--check`` exit 1 when the
+    committed file differs from what the registry gives."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/contract.md differs from the registry")
+                        help=f"exit 1 if {out.relative_to(ROOT)} differs from the registry")
     args = parser.parse_args(argv)
-    text = render(load())
+    text = render_text()
     if args.check:
-        current = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
+        current = out.read_text(encoding="utf-8") if out.exists() else ""
         if current != text:
-            print(f"{DOCS.relative_to(ROOT)} is out of date: run {Path(__file__).name}",
+            print(f"{out.relative_to(ROOT)} is out of date: run scripts/{script}",
                   file=sys.stderr)
             return 1
         return 0
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text, encoding="utf-8")
-    print(f"wrote {DOCS.relative_to(ROOT)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out.relative_to(ROOT)}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check(argv, __doc__.splitlines()[0], DOCS, Path(__file__).name,
+                          lambda: render(load()))
 
 
 if __name__ == "__main__":

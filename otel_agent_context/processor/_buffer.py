@@ -9,6 +9,11 @@ envelope span last, after its stage spans have long been exported).
 Bounded memory: at ``max_traces`` traces or ``max_spans`` spans in flight, the least
 recently active envelope is finished ``partial`` (reason ``evicted``): never dropped.
 
+One trace per envelope (contract section 1): the first trace an envelope's ``context.id``
+is seen in owns it while the envelope is pending or remembered; a span of another trace
+with the same ``context.id`` is left out and listed as a repair of the owner's bundle (or
+counted as foreign, when the owner is already written), never made a second envelope.
+
 Idempotency: a finished envelope's key is remembered for ``dedupe_window`` seconds; a span
 arriving for it is a duplicate (a client retry, same span id) or late (a new span id) and
 is counted, not turned into a second bundle. To keep that memory small, an envelope's span
@@ -32,11 +37,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..rebuild._boundary import Repair, foreign_trace
 from ..rebuild._view import SpanView
 from ._decode import Accepted
 
 __all__ = [
     "DUPLICATE",
+    "FOREIGN",
     "LATE",
     "REASON_EVICTED",
     "REASON_MISSING_EVENTS",
@@ -66,6 +73,7 @@ def _bit(span_id: str) -> int:
     return 1 << (int(span_id[-2:], 16) & 127)
 DUPLICATE = "duplicate"
 LATE = "late"
+FOREIGN = "foreign"
 
 
 @dataclasses.dataclass(slots=True)
@@ -77,14 +85,17 @@ class Finished:
     reasons: tuple[str, ...]
     segments: tuple[int, ...]
     last_arrival: float  # monotonic seconds of its last span
+    #: spans of other traces that carried this envelope's context.id, left out
+    repairs: tuple[Repair, ...] = ()
 
 
 class _Pending:
-    __slots__ = ("events", "expected", "expected_events", "has_envelope", "key", "last",
-                 "segments", "spans")
+    __slots__ = ("events", "expected", "expected_events", "foreign", "has_envelope", "key",
+                 "last", "segments", "spans")
 
     def __init__(self, key: Key, now: float) -> None:
         self.key = key
+        self.foreign: list[Repair] = []
         self.spans: dict[str, SpanView] = {}
         self.has_envelope = False
         self.expected: int | None = None
@@ -133,6 +144,8 @@ class TraceBuffer:
         self._waiting: OrderedDict[Key, _Pending] = OrderedDict()  # envelope span is in
         self._orphans: OrderedDict[Key, _Pending] = OrderedDict()  # not yet
         self._traces: dict[str, int] = {}
+        #: context id -> the trace that owns it (pending and remembered envelopes)
+        self._owner: dict[str, str] = {}
         # key -> [expiry (monotonic), span id mask, wall time its bundle was written or None]
         self._done: OrderedDict[Key, list[Any]] = OrderedDict()
         self.spans_in_flight = 0
@@ -165,6 +178,7 @@ class TraceBuffer:
         age = time.time() - wall_time
         if age < self.dedupe_window:
             self._done[key] = [self.clock() + self.dedupe_window - age, _ALL, wall_time]
+            self._owner.setdefault(key[1], key[0])
             self._trim_done(self.clock())
 
     def is_done(self, key: Key) -> bool:
@@ -194,6 +208,10 @@ class TraceBuffer:
         if pending is None:
             pending = self._orphans.get(key)
             if pending is None:
+                owner = self._owner.get(span.context_id)
+                if owner is not None and owner != view.trace_id:
+                    return self._foreign(span, owner)
+                self._owner[span.context_id] = view.trace_id
                 self._make_room(view.trace_id, out)
                 pending = _Pending(key, now)
                 # an envelope whose envelope span comes first waits envelope_timeout
@@ -255,6 +273,16 @@ class TraceBuffer:
                 pending.segments.append(segment)
                 self.on_pin(segment)
 
+    def _foreign(self, span: Accepted, owner: str) -> str:
+        """A span of another trace than its envelope's: said in the owner's bundle."""
+        key = (owner, span.context_id)
+        pending = self._waiting.get(key) or self._orphans.get(key)
+        seen = pending is not None and any(
+            r.span_id == span.view.span_id for r in pending.foreign)
+        if pending is not None and not seen:
+            pending.foreign.append(foreign_trace(span.view, owner))
+        return FOREIGN
+
     def _make_room(self, trace_id: str, out: list[Finished]) -> None:
         while self.envelopes_in_flight and (
             (trace_id not in self._traces and len(self._traces) >= self.max_traces)
@@ -292,14 +320,21 @@ class TraceBuffer:
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
         finished = Finished(key, list(pending.spans.values()), reasons,
-                            tuple(pending.segments), pending.last)
+                            tuple(pending.segments), pending.last, tuple(pending.foreign))
         self.on_finish(finished)
         return finished
 
     def _trim_done(self, now: float) -> None:
         done = self._done
         while done and (len(done) > self.dedupe_max or next(iter(done.values()))[0] <= now):
-            done.popitem(last=False)
+            (trace_id, context_id), _ = done.popitem(last=False)
+            if self._owner.get(context_id) == trace_id and not self._pending_for(context_id):
+                del self._owner[context_id]
+
+    def _pending_for(self, context_id: str) -> bool:
+        trace_id = self._owner.get(context_id)
+        key = (trace_id or "", context_id)
+        return key in self._waiting or key in self._orphans
 
     def expire(self, out: list[Finished]) -> None:
         """Finish every envelope whose wait is over (reason ``timeout``)."""

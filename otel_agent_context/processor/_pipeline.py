@@ -35,7 +35,7 @@ from google.protobuf.internal import api_implementation
 
 from .._measure import measure
 from .._version import __version__
-from ._buffer import DUPLICATE, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
+from ._buffer import DUPLICATE, FOREIGN, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
@@ -305,6 +305,7 @@ class Pipeline:
         decoded = decode_request(body, request)
         finished: list[Finished] = []
         duplicates = late = late_events = 0
+        foreign: list[str] = []
         if decoded.accepted:
             assert decoded.wal_payload is not None
             with self._lock:
@@ -320,6 +321,9 @@ class Pipeline:
                             late += 1
                         view = accepted.view
                         late_events += self.events.span_done(view.trace_id, view.span_id)
+                    elif outcome is FOREIGN:
+                        foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
+                                       "lives in another trace: span left out")
             self.wal.sync(position)
         if finished:
             self._enqueue(finished)
@@ -328,7 +332,12 @@ class Pipeline:
         self._count(decoded, transport, duplicates, late)
         if late_events:
             self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
-        message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
+        if foreign:
+            self.metrics.self.inc("context_processor_repairs_total", ("foreign_trace",),
+                                  len(foreign))
+        message = "; ".join(filter(None, (
+            decoded.error_message() if decoded.rejected or decoded.repairs else "",
+            *foreign[:5])))
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)
@@ -468,7 +477,8 @@ class Pipeline:
         partial_reasons: list[str] = []
         for finished in batch:
             try:
-                bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons)
+                bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
+                                       repairs=finished.repairs)
                 line = orjson.dumps(bundle, option=orjson.OPT_NON_STR_KEYS) + b"\n"
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",

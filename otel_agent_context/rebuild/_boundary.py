@@ -223,9 +223,44 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
     return _strings(key, spec, value)
 
 
+#: attribute -> (the Python type a valid value has, its enum members or None): what
+#: needs no further look (arrays and families always take the full check).
+_FAST: dict[str, tuple[type, frozenset[str] | None]] = {
+    name: ({"string": str, "int": int, "double": float, "boolean": bool}[spec.type],
+           frozenset(spec.members) if spec.members else None)
+    for name, spec in ATTRIBUTES.items() if spec.type != "string[]"}
+
+
 def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *,
-                         span_id: str = "", event: str = "") -> dict[str, Any]:
-    """A checked copy of ``attributes``; each change appended to ``repairs``."""
+                         span_id: str = "", event: str = "") -> Mapping[str, Any]:
+    """``attributes`` checked: the same mapping when nothing needs a change (no copy), else
+    a checked copy; each change appended to ``repairs``."""
+    # The common case, decided inline (a call per attribute would cost more than the check):
+    # every value already what the table wants.
+    fast_get = _FAST.get
+    low, high = _INT64
+    number: Any
+    for key, number in attributes.items():
+        fast = fast_get(key)
+        if fast is None:
+            if key.startswith(_CONTEXT):  # a family or an array: the full check
+                break
+            continue  # not the contract's
+        kind, members = fast
+        if type(number) is not kind:
+            break
+        if members is not None:
+            if number not in members:
+                break
+        elif kind is float:
+            if number - number != 0.0:  # type: ignore[operator]  # nan/inf: x - x is nan
+                break
+        elif kind is int:
+            whole: int = number  # type: ignore[assignment]
+            if not low <= whole <= high or (whole < 0 and key in _COUNTS):
+                break
+    else:
+        return attributes
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         checked, repair = check_attribute(key, value)
@@ -236,13 +271,20 @@ def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *
     return out
 
 
+_REQUIRED = {name: spec.required for name, spec in EVENTS.items()}
+
+
 def check_event(name: str, attributes: Mapping[str, Any]) -> str | None:
     """Why an event must be dropped (an attribute it must carry is absent), or None."""
-    spec = EVENTS.get(name)
-    if spec is None:
+    required = _REQUIRED.get(name)
+    if required is None:
         return None
-    for alternatives in spec.required:
-        if not any(attributes.get(key) not in (None, "") for key in alternatives):
+    for alternatives in required:
+        for key in alternatives:
+            value = attributes.get(key)
+            if value is not None and value != "":
+                break
+        else:
             return " or ".join(alternatives)
     return None
 
@@ -267,6 +309,9 @@ def normalize_events(events: Iterable[EventView], start: int, repairs: list[Repa
             repairs.append(dropped_event(ev.name, lacking, span_id))
             continue
         time = ev.time_unix_nano
+        if time and attributes is ev.attributes:
+            kept.append(ev)  # nothing to change: no copy
+            continue
         if not time:
             repairs.append(undated_event(ev.name, span_id))
             time = start

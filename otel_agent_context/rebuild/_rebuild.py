@@ -13,7 +13,7 @@ from typing import Any
 from .. import _semconv as S
 from .._records import ns_to_rfc3339
 from .._table import ATTRIBUTES, EVENTS, SPANS, FieldSpec
-from ._boundary import REPAIRED, collect, foreign_trace, normalize_view, repair_json
+from ._boundary import REPAIRED, Repair, collect, foreign_trace, normalize_view, repair_json
 from ._view import EventView, SpanView
 
 __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
@@ -25,17 +25,23 @@ _STAGE_ORDER = {name: i for i, name in enumerate((
     S.SPAN_ENVELOPE, S.SPAN_SURFACE, S.SPAN_SELECTION, S.SPAN_BUDGET, S.SPAN_ASSEMBLY,
     S.SPAN_COMPACTION))}  # the order emit_bundle writes them in
 
-def _pairs(records: dict[str, tuple[FieldSpec, ...]], record: str,
-           *skip: str) -> tuple[tuple[str, str], ...]:
-    """(attribute, field) pairs of one record as a span or event carries it (the table)."""
-    return tuple((f.attribute, f.field) for f in records[record] if f.field not in skip)
+#: Attributes whose value is an array (OTLP gives tuples or lists; JSON wants lists).
+_ARRAYS = frozenset(name for name, spec in ATTRIBUTES.items() if spec.type == "string[]")
+
+Fields = tuple[tuple[str, str, bool], ...]
 
 
-def _span(name: str, record: str, *skip: str) -> tuple[tuple[str, str], ...]:
+def _pairs(records: dict[str, tuple[FieldSpec, ...]], record: str, *skip: str) -> Fields:
+    """(attribute, field, is an array) of one record as a span or event carries it."""
+    return tuple((f.attribute, f.field, f.attribute in _ARRAYS) for f in records[record]
+                 if f.field not in skip)
+
+
+def _span(name: str, record: str, *skip: str) -> Fields:
     return _pairs(SPANS[name].records, record, *skip)
 
 
-def _event(name: str, record: str, *skip: str) -> tuple[tuple[str, str], ...]:
+def _event(name: str, record: str, *skip: str) -> Fields:
     return _pairs(EVENTS[name].records, record, *skip)
 
 
@@ -59,22 +65,22 @@ _INJECTION_FIELDS = _event(S.EVENT_INJECTION_APPLIED, "ContextInjection", "injec
 _COVERAGE_FIELDS = _event(S.EVENT_COMPACTION_SOURCE, "CompactionSource", "item_id")
 _SUMMARY_FIELDS = _event(S.EVENT_SUMMARY_CREATED, "ContextSummary", "summary_id")
 _SUMMARY_FROM_COMPACTION = tuple(
-    pair for pair in _COMPACTION_FIELDS if pair[1] in ("coverage", "loss_notes", "validation"))
+    row for row in _COMPACTION_FIELDS if row[1] in ("coverage", "loss_notes", "validation"))
 _MISSING_FIELDS = _event(S.EVENT_MISSING_DETECTED, "MissingContext", "missing_id")
 _REQUESTED_FIELDS = _event(S.EVENT_MISSING_REQUESTED, "MissingContext", "missing_id")
 _RESOLVED_FIELDS = _event(S.EVENT_MISSING_RESOLVED, "MissingContext", "missing_id")
 _REDACTION_FIELDS = _event(S.EVENT_REDACTION_APPLIED, "ContextEvent.metadata")
+#: missing-context event -> (its fields, the record's time field it sets)
+_MISSING_EVENTS = {S.EVENT_MISSING_DETECTED: (_MISSING_FIELDS, "created_at"),
+                   S.EVENT_MISSING_REQUESTED: (_REQUESTED_FIELDS, "requested_at"),
+                   S.EVENT_MISSING_RESOLVED: (_RESOLVED_FIELDS, "resolved_at")}
 
-#: Attributes whose value is an array (OTLP gives tuples or lists; JSON wants lists).
-_ARRAYS = frozenset(name for name, spec in ATTRIBUTES.items() if spec.type == "string[]")
-
-
-def _pick(attrs: Any, fields: Sequence[tuple[str, str]], out: dict[str, Any]) -> dict[str, Any]:
+def _pick(attrs: Any, fields: Fields, out: dict[str, Any]) -> dict[str, Any]:
     get = attrs.get
-    for attr, name in fields:
+    for attr, name, array in fields:
         value = get(attr)
         if value is not None:
-            out[name] = list(value) if attr in _ARRAYS else value
+            out[name] = list(value) if array else value
     return out
 
 
@@ -91,38 +97,46 @@ def _t(ns: int) -> str:
     return text
 
 
-# attribute -> (field, where): 0 item field, 1 item list, 2 source field, 3 source list
+# attribute -> (field, where): 0 item field, 1 item list, 2 source field, 3 source list,
+# 4 a native id with an OpenTelemetry name, 5 any other attribute of the contract (skipped)
 _ITEM_ATTRS: dict[str, tuple[str, int]] = {
-    **{attr: (name, 1 if attr in _ARRAYS else 0) for attr, name in _ITEM_FIELDS},
-    **{attr: (name, 3 if attr in _ARRAYS else 2) for attr, name in _SOURCE_FIELDS},
+    **{attr: ("", 5) for attr in ATTRIBUTES},
+    **{attr: (key, 4) for key, attr in S.NATIVE_REUSED.items()},
+    **{attr: (name, 1 if array else 0) for attr, name, array in _ITEM_FIELDS},
+    **{attr: (name, 3 if array else 2) for attr, name, array in _SOURCE_FIELDS},
 }
-_NATIVE_PREFIX_LEN = len(S.SOURCE_NATIVE_PREFIX)
+_NATIVE_PREFIX = S.SOURCE_NATIVE_PREFIX
+_SIGNAL_PREFIX = S.SELECTION_SIGNAL_PREFIX
 
 
-def _item_from(attrs: Any) -> dict[str, Any]:
-    """An item record from an item event: one pass over the attributes that are there."""
+def _item_from(attrs: Any, signals: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An item record from an item event: one pass over the attributes that are there
+    (scorer signals, ``context.selection.signal.*``, go to ``signals`` on the way)."""
     item: dict[str, Any] = {"item_id": attrs[S.ITEM_ID]}
     src: dict[str, Any] | None = None
     for key, value in attrs.items():
         spec = _ITEM_ATTRS.get(key)
-        if spec is not None:
-            name, where = spec
-            if where == 0:
-                item[name] = value
-            elif where == 1:
-                item[name] = list(value)
+        if spec is None:
+            if key.startswith(_NATIVE_PREFIX):
+                spec = (key[len(_NATIVE_PREFIX):], 4)
             else:
-                if src is None:
-                    src = {}
-                src[name] = value if where == 2 else list(value)
+                if signals is not None and key.startswith(_SIGNAL_PREFIX):
+                    signals[key[len(_SIGNAL_PREFIX):]] = value
+                continue
+        name, where = spec
+        if where == 0:
+            item[name] = value
+        elif where == 5:
             continue
-        native = _NATIVE_BY_ATTR.get(key)
-        if native is None and key.startswith(S.SOURCE_NATIVE_PREFIX):
-            native = key[_NATIVE_PREFIX_LEN:]
-        if native is not None:
+        elif where == 1:
+            item[name] = list(value)
+        else:
             if src is None:
                 src = {}
-            src.setdefault("external_mappings", {})[native] = value
+            if where == 4:
+                src.setdefault("external_mappings", {})[name] = value
+            else:
+                src[name] = value if where == 2 else list(value)
     if src:
         item["source_refs"] = [src]
     return item
@@ -149,18 +163,19 @@ class _Builder:
         self.notes: list[str] = []
         self._seq = 0
 
-    def item(self, attrs: Any, updated_at: int | None = None) -> str:
+    def item(self, attrs: Any, updated_at: int | None = None,
+             signals: dict[str, Any] | None = None) -> str:
         """Record the item an event describes. A sighting fills what earlier ones lacked; a
         ``context.item.updated`` event (``updated_at``) sets each field it carries, unless
         a later update set that field already."""
         item_id = attrs[S.ITEM_ID]
         seen = self.items.get(item_id)
         if seen is None:
-            seen = self.items[item_id] = _item_from(attrs)
+            seen = self.items[item_id] = _item_from(attrs, signals)
             if updated_at is not None:
                 self._set_by_update(item_id, seen, updated_at)
         elif updated_at is None:
-            for key, value in _item_from(attrs).items():
+            for key, value in _item_from(attrs, signals).items():
                 seen.setdefault(key, value)
         else:
             times = self.updated.setdefault(item_id, {})
@@ -246,13 +261,12 @@ class _Builder:
         for ev in events:
             ea = ev.attributes
             if ev.name == S.EVENT_ITEM_SELECTED:
-                item_id = self.item(ea)
+                named: dict[str, Any] = {}
+                item_id = self.item(ea, None, named)
                 candidates.append(item_id)
                 selected.append(item_id)
                 sig: dict[str, Any] = {"item_id": item_id}
                 _pick(ea, _SIGNAL_FIELDS, sig)
-                named = {k[len(S.SELECTION_SIGNAL_PREFIX):]: v for k, v in ea.items()
-                         if k.startswith(S.SELECTION_SIGNAL_PREFIX)}
                 if named:
                     sig["signals"] = named
                 if len(sig) > 1:
@@ -384,23 +398,12 @@ class _Builder:
                 rec["created_at"] = _t(ev.time_unix_nano)
                 self.injections.append(rec)
                 self.event(ev.time_unix_nano, name, f"injection:{iid}", span)
-            elif name == S.EVENT_MISSING_DETECTED:
+            elif name in _MISSING_EVENTS:
+                fields, stamp = _MISSING_EVENTS[name]
                 mid = ea[S.MISSING_ID]
                 rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _MISSING_FIELDS, rec)
-                rec["created_at"] = _t(ev.time_unix_nano)
-                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
-            elif name == S.EVENT_MISSING_REQUESTED:
-                mid = ea[S.MISSING_ID]
-                rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _REQUESTED_FIELDS, rec)
-                rec["requested_at"] = _t(ev.time_unix_nano)
-                self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
-            elif name == S.EVENT_MISSING_RESOLVED:
-                mid = ea[S.MISSING_ID]
-                rec = self.missing.setdefault(mid, {"missing_id": mid})
-                _pick(ea, _RESOLVED_FIELDS, rec)
-                rec["resolved_at"] = _t(ev.time_unix_nano)
+                _pick(ea, fields, rec)
+                rec[stamp] = _t(ev.time_unix_nano)
                 self.event(ev.time_unix_nano, name, f"missing:{mid}", span)
             elif name == S.EVENT_REDACTION_APPLIED:
                 meta = _pick(ea, _REDACTION_FIELDS, {})
@@ -437,14 +440,16 @@ def _missing_status(rec: dict[str, Any]) -> None:
         rec["status"] = "open"
 
 
-def rebuild_envelope(spans: Sequence[SpanView], *,
-                     partial_reasons: Sequence[str] = ()) -> dict[str, Any]:
+def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str] = (),
+                     repairs: Sequence[Repair] = ()) -> dict[str, Any]:
     """One envelope's bundle from the spans that carry its ``context.id``.
 
     The bundle is ``partial`` when the envelope span is missing, fewer spans arrived than
     its ``context.span_count`` promised, the SDK dropped events or attributes, a stage
     counted more items than it recorded, or the caller names ``partial_reasons`` (e.g.
-    ``timeout``, ``evicted``, ``shutdown``).
+    ``timeout``, ``evicted``, ``shutdown``). ``repairs`` are what the caller's own checks
+    changed (the processor's: spans of another trace left out); the boundary's come with
+    the spans.
     """
     # Deterministic whatever the arrival order; duplicates (client retries) count once.
     unique: dict[tuple[str, str], SpanView] = {}
@@ -553,7 +558,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
                      "(span limits)")
     if b.notes:
         reasons.append("uncounted_items")
-    repairs = [*collect(ordered), *foreign]
+    repairs = [*collect(ordered), *foreign, *repairs]
     if repairs:
         reasons.append(REPAIRED)
     rebuild_info: dict[str, Any] = {

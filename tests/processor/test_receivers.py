@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import gzip
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -384,3 +385,34 @@ def test_retry_status_carries_retry_info_twice() -> None:
     assert details.code == 14
     unpacked = error_details_pb2.RetryInfo()
     assert details.details[0].Unpack(unpacked) and unpacked == info
+
+
+def test_a_second_trace_with_the_same_context_id_is_a_repair_not_a_second_bundle(
+        start_processor) -> None:
+    processor = start_processor()
+    stub = _stub(processor)
+    owner = envelope_spans(7, "ctx-one", stages=2)
+    # the owner's envelope span and first stage, then a stray span of trace 8
+    stub.Export(request(owner[:2]), timeout=10)
+    stray = span(8, 80, "context.selection", {"context.id": "ctx-one",
+                                              "context.selection.id": "stray"})
+    response = stub.Export(request([stray]), timeout=10)
+    assert response.partial_success.rejected_spans == 0
+    assert f"span {80:016x}: ctx-one lives in another trace" in \
+        response.partial_success.error_message
+    stub.Export(request(owner[2:]), timeout=10)
+    (bundle,) = wait_for(lambda: read_bundles(processor.config.out_dir), message="bundle")
+    assert {ref["trace_id"] for ref in bundle["context_envelope"]["telemetry_refs"]} == \
+        {f"{7:032x}"}
+    assert [s["selection_id"] for s in bundle["context_selections"]] == \
+        ["ctx-one-sel0", "ctx-one-sel1"]
+    (repair,) = bundle["rebuild"]["repairs"]
+    assert repair["kind"] == "foreign_trace" and repair["received"] == f"{8:032x}"
+    assert bundle["rebuild"]["status"] == "partial"
+    assert processor.metrics.self.get("context_processor_repairs_total",
+                                      ("foreign_trace",)) == 1
+    # once the owner is written, a stray span is still not a bundle of its own
+    stub.Export(request([span(9, 90, "context.selection", {"context.id": "ctx-one"})]),
+                timeout=10)
+    time.sleep(0.3)
+    assert len(read_bundles(processor.config.out_dir)) == 1

@@ -172,3 +172,21 @@ def test_example_processor_config_loads_with_the_processors_own_loader(tmp_path)
     config = ProcessorConfig.from_values(values)
     assert config.max_request_bytes == 64 * 1024 * 1024
     assert config.otlp_logs is not None and str(config.otlp_logs) == "http://otelcol:4317"
+
+
+def test_the_stack_counts_each_context_event_once() -> None:
+    """The contract metrics have two sources (the processor, the agent-side instruments):
+    in the stack only the processor's reach Prometheus, so nothing is counted twice."""
+    for name in ("otelcol.yaml", "otelcol-loadbalancing.yaml"):
+        config = yaml.safe_load((COLLECTOR / name).read_text(encoding="utf-8"))
+        pipelines = config["service"]["pipelines"]
+        assert not [p for p in pipelines if p.split("/")[0] == "metrics"], name
+    prometheus = yaml.safe_load(
+        (REPO / "dashboards" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    # the processor is the one job that serves context_* series; the other scrapes the
+    # Collector's own telemetry, which has no metrics pipeline to relay agents' metrics
+    assert set(jobs) == {"agent-context-processor", "otelcol"}
+    compose = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    agent_env = compose["services"]["demo-agent"].get("environment") or {}
+    assert "OTEL_METRICS_EXPORTER" not in str(agent_env)

@@ -1,0 +1,78 @@
+"""The boundary's checks on span views as the SDK gives them (in process), one rule a test.
+
+The OTLP side of the same checks is in tests/processor/test_decode.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from otel_agent_context.rebuild import EventView, SpanView
+from otel_agent_context.rebuild._boundary import normalize_view
+
+
+def _view(attributes: dict, events: tuple = ()) -> SpanView:
+    return SpanView(trace_id="ab" * 16, span_id="cd" * 8, name="context.budget",
+                    start_time_unix_nano=1_000, end_time_unix_nano=2_000,
+                    attributes={"context.id": "c", **attributes}, events=list(events))
+
+
+@pytest.mark.parametrize(("key", "sent", "kept", "kind"), [
+    ("context.budget.utilization", math.nan, None, "non_finite"),
+    ("context.budget.utilization", -math.inf, None, "non_finite"),
+    ("context.budget.utilization", 1, 1.0, None),  # an int where a double is due: as it is
+    ("context.budget.max_tokens", 8192.0, 8192, None),  # a whole double where an int is due
+    ("context.budget.max_tokens", 2 ** 70, None, "type"),
+    ("context.budget.max_tokens", "4096", 4096, "type"),
+    ("context.budget.overflow", "yes", None, "type"),
+    ("context.span_count", -1, None, "type"),
+    ("context.budget.target", "MODEL", "model", "enum_case"),
+    ("context.budget.target", "tv", None, "enum_dropped"),  # visibility has no custom
+    ("context.budget.overflow_strategy", 3, "custom", "enum_custom"),
+    ("context.missing.severity", "critical", None, "enum_dropped"),
+    ("context.assembly.visibility", ("model", "Tool", "nope"), ["model", "tool"],
+     "enum_dropped"),
+    ("context.compaction.loss_notes", "one note", ["one note"], "type"),
+    ("context.budget.id", 12, "12", "type"),
+])
+def test_each_rule(key, sent, kept, kind) -> None:
+    view = normalize_view(_view({key: sent}))
+    if kept is None:
+        assert key not in view.attributes
+    else:
+        assert view.attributes[key] == kept and type(view.attributes[key]) is type(kept)
+    assert [r.kind for r in view.repairs] == ([kind] if kind else [])
+    assert view.attributes["context.id"] == "c"  # the rest is kept
+
+
+def test_valid_attributes_and_events_are_not_copied() -> None:
+    attributes = {"context.budget.max_tokens": 10, "context.budget.target": "model",
+                  "gen_ai.agent.name": "a", "vendor.anything": [1, 2]}
+    event = EventView("context.window.segment", 1_500, {"context.window.segment": "history"})
+    view = _view(attributes, (event,))
+    original = view.attributes
+    normalize_view(view)
+    assert view.attributes is original and view.events[0] is event and view.repairs == []
+
+
+def test_events_lacking_what_they_must_carry_are_dropped_alone() -> None:
+    view = normalize_view(_view({}, (
+        EventView("context.window.segment", 1_100, {}),
+        EventView("context.budget.truncated", 1_200, {"context.truncation.tokens_before": 9}),
+        EventView("context.budget.truncated", 0, {"context.window.segment": "history"}),
+    )))
+    assert [(e.name, e.time_unix_nano) for e in view.events] == [
+        ("context.budget.truncated", 1_000)]  # the undated one, dated at the span's start
+    assert [(r.kind, r.field) for r in view.repairs] == [
+        ("event_dropped", "context.window.segment"),
+        ("event_dropped", "context.budget.truncated"),
+        ("event_time", "context.budget.truncated")]
+    assert "lacks context.item.id or context.window.segment" in view.repairs[1].action
+
+
+def test_the_boundary_runs_once() -> None:
+    view = normalize_view(_view({"context.budget.target": "MODEL"}))
+    again = normalize_view(view)
+    assert again is view and len(view.repairs) == 1
