@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -97,6 +98,13 @@ def test_on_end_only_enqueues_the_bundle_is_built_on_the_worker_thread() -> None
     assert threads[0] is not threading.current_thread()
     assert threads[0].daemon and threads[0].name == "BundleSpanProcessor"
     provider.shutdown()
+
+
+def test_settings_must_be_positive() -> None:
+    for name in ("envelope_timeout", "orphan_timeout", "max_spans", "max_traces",
+                 "max_queue_size"):
+        with pytest.raises(ValueError, match=name):
+            BundleSpanProcessor(print, **{name: 0})
 
 
 def test_spans_without_a_string_context_id_are_not_enqueued() -> None:

@@ -229,11 +229,10 @@ class BundleSpanProcessor(SpanProcessor):
     def _add(self, span: ReadableSpan, finished: list[Finished]) -> None:
         try:
             accepted = Accepted.of(normalize_view(view_from_readable_span(span)))
+            if accepted is not None:
+                self._buffer.add(accepted, None, finished)
         except Exception:  # noqa: BLE001 - one bad span must not stop the others
-            _log.exception("BundleSpanProcessor: span %r cannot be read", span.name)
-            return
-        if accepted is not None:
-            self._buffer.add(accepted, None, finished)
+            _log.exception("BundleSpanProcessor: span %r cannot be taken", span.name)
 
     def _emit(self, finished: list[Finished]) -> None:
         bundles = []
