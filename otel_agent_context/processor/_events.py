@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _semconv as S
+from ..rebuild._completion import DUPLICATE, LATE, Finished, Key, TraceBuffer
 from ..rebuild._view import EventView, SpanView
-from ._buffer import DUPLICATE, LATE, Finished, Key, TraceBuffer
 from ._decode_logs import LogEvent
 
 __all__ = ["ACCEPTED", "DUPLICATE", "LATE", "EventStore"]

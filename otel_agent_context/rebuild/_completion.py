@@ -1,4 +1,8 @@
-"""The trace buffer: spans grouped by (trace id, ``context.id``) until their envelope is done.
+"""The completion engine: spans grouped by (trace id, ``context.id``) until their envelope is done.
+
+One engine for both feeds: the processor service (``processor._pipeline``, spans decoded
+from OTLP) and the in-process ``BundleSpanProcessor`` (SDK spans). It has no dependency on
+the processor service: its input is :class:`Accepted`, a span view and the facts it needs.
 
 Completion (contract section 1): an envelope is finished as soon as its envelope span (the
 one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise it
@@ -20,13 +24,14 @@ is counted, not turned into a second bundle. To keep that memory small, an envel
 ids are kept as a 128-bit mask, so a late span is now and then counted as a duplicate
 (about 6% of the time for an envelope of 8 spans); either way it is dropped.
 
-Log-based context events (``processor/_events.py`` holds them until their span is here):
+Log-based context events (``processor._events`` holds them until their span is here):
 ``on_span`` hands a span's waiting events over as it is added, :meth:`TraceBuffer.attach`
 adds later ones, ``on_finish`` tells the event store an envelope is done. An envelope whose
 span carries ``context.event_count`` is complete only once that many events joined too
 (else partial, reason ``missing_events``); events count against ``max_events``.
 
-The buffer is not thread-safe: the pipeline holds its lock around every call.
+The buffer is not thread-safe: its user holds a lock around every call (the pipeline) or
+calls it from one thread (the span processor's worker).
 """
 
 from __future__ import annotations
@@ -37,11 +42,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..rebuild._boundary import Repair, foreign_trace
-from ..rebuild._view import SpanView
-from ._decode import Accepted
+from .. import _semconv as S
+from ._boundary import Repair, foreign_trace
+from ._view import SpanView
 
 __all__ = [
+    "DEFAULT_DEDUPE_MAX",
+    "DEFAULT_DEDUPE_WINDOW",
+    "DEFAULT_ENVELOPE_TIMEOUT",
+    "DEFAULT_MAX_SPANS",
+    "DEFAULT_MAX_TRACES",
+    "DEFAULT_ORPHAN_TIMEOUT",
     "DUPLICATE",
     "FOREIGN",
     "LATE",
@@ -50,11 +61,23 @@ __all__ = [
     "REASON_NO_ENVELOPE_SPAN",
     "REASON_SHUTDOWN",
     "REASON_TIMEOUT",
+    "Accepted",
     "Finished",
     "TraceBuffer",
 ]
 
 Key = tuple[str, str]  # (trace id, context id)
+
+#: Seconds to wait, after the last span of an envelope, for the spans it promised.
+DEFAULT_ENVELOPE_TIMEOUT = 30.0
+#: Seconds to wait, after the last span, for an envelope span that has not come at all.
+DEFAULT_ORPHAN_TIMEOUT = 120.0
+#: Traces, and spans, in flight before the least recently active envelope is evicted.
+DEFAULT_MAX_TRACES = 20_000
+DEFAULT_MAX_SPANS = 200_000
+#: Seconds an emitted envelope's key is remembered, so client retries stay idempotent.
+DEFAULT_DEDUPE_WINDOW = 600.0
+DEFAULT_DEDUPE_MAX = 100_000
 
 REASON_TIMEOUT = "timeout"
 REASON_EVICTED = "evicted"
@@ -63,6 +86,9 @@ REASON_NO_ENVELOPE_SPAN = "no_envelope_span"
 REASON_MISSING_EVENTS = "missing_events"
 
 ADDED = "added"
+DUPLICATE = "duplicate"
+LATE = "late"
+FOREIGN = "foreign"
 
 #: The mask of an envelope known only by its key (replayed): every span is a duplicate.
 _ALL = (1 << 128) - 1
@@ -71,9 +97,34 @@ _ALL = (1 << 128) - 1
 def _bit(span_id: str) -> int:
     # The low 7 bits of the span id (random in practice; deterministic, unlike hash()).
     return 1 << (int(span_id[-2:], 16) & 127)
-DUPLICATE = "duplicate"
-LATE = "late"
-FOREIGN = "foreign"
+
+
+@dataclasses.dataclass(slots=True)
+class Accepted:
+    """A span that belongs to an envelope: its view and the facts the buffer needs."""
+
+    view: SpanView
+    context_id: str
+    is_envelope: bool
+    span_count: int | None
+    #: ``context.event_count`` of an envelope span: the log-based events it promised
+    event_count: int | None = None
+
+    @classmethod
+    def of(cls, view: SpanView) -> Accepted | None:
+        """``view`` (after the boundary) as an envelope's span; None without a usable
+        ``context.id`` (a non-empty string)."""
+        attributes = view.attributes
+        context_id = attributes.get(S.CONTEXT_ID)
+        if not isinstance(context_id, str) or not context_id:
+            return None
+        is_envelope = S.CONTEXT_SCOPE in attributes
+        span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
+        event_count = attributes.get(S.CONTEXT_EVENT_COUNT) if is_envelope else None
+        # The boundary made the counts ints (or dropped them).
+        return cls(view, context_id, is_envelope,
+                   span_count if isinstance(span_count, int) else None,
+                   event_count if isinstance(event_count, int) else None)
 
 
 @dataclasses.dataclass(slots=True)
