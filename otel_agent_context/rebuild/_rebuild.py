@@ -452,8 +452,11 @@ def rebuild_envelope(spans: Sequence[SpanView], *,
         unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
     # Spans that start at the same time (records replayed with one timestamp) keep the
     # lifecycle's order, so records and the event timeline do not depend on random span ids.
+    # The trace id last: two traces' spans may share everything else (the envelope's trace
+    # is then the first one's, whatever the arrival order).
     ordered = sorted(unique.values(), key=lambda s: (
-        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id))
+        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id,
+        s.trace_id))
     if not ordered:
         raise ValueError("rebuild_envelope needs at least one span")
     envelope_span = next((s for s in ordered if S.CONTEXT_SCOPE in s.attributes), None)

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from otel_agent_context import bundle_json_schema
 from otel_agent_context._records import ns_to_rfc3339
-from otel_agent_context.rebuild import BundleSpanProcessor
+from otel_agent_context.rebuild import BundleSpanProcessor, SpanView, rebuild_envelope
 
 AGENT = "boundary-agent"
 TRACE = 0x7E57
@@ -481,3 +481,17 @@ def test_known_processor_second_trace_with_the_same_context_id_makes_no_second_b
     written = [b for b in read_bundles(processor.config.out_dir)
                if b["context_envelope"]["context_id"] == "ctx-two-traces"]
     assert len(written) == 1, [b["rebuild"] for b in written]
+
+
+def test_which_trace_an_envelope_keeps_does_not_depend_on_arrival_order() -> None:
+    """No envelope span: the first span's trace wins, the first by time, stage and id, and
+    then by trace id: never by arrival."""
+    def views() -> list[SpanView]:
+        return [SpanView(f"{trace:032x}", f"{2:016x}", "context.selection", T0, T0 + 10,
+                         {"context.id": "ctx-tie", "context.selection.id": f"sel-{trace}"})
+                for trace in (0xA, 0xB)]
+
+    forward, backward = views(), views()[::-1]
+    first, second = rebuild_envelope(forward), rebuild_envelope(backward)
+    assert orjson.dumps(first) == orjson.dumps(second)
+    assert [s["selection_id"] for s in first["context_selections"]] == [f"sel-{0xA}"]
