@@ -294,6 +294,29 @@ def test_item_updated_applies_field_by_field_the_latest_update_winning(start_pro
                     "freshness": "stale"}
 
 
+def test_item_updated_source_fields_too_the_latest_update_winning(start_processor):
+    """Each source field and each native mapping is a field of its own."""
+    processor = start_processor()
+    surface = at(stage(2, "context.surface", "ctx-src", {"context.surface.id": "s1"}, events=[
+        ("context.item.added", {"context.item.id": "i1", "context.source.uri": "file:///v1",
+                                "context.source.native.a2a.task_id": "T1",
+                                "mcp.resource.uri": "mcp://r"}),
+        ("context.item.updated", {"context.item.id": "i1", "context.source.uri": "file:///v3",
+                                  "context.source.native.a2a.task_id": "T3"}),
+        ("context.item.updated", {"context.item.id": "i1", "context.source.uri": "file:///v2",
+                                  "context.source.native.a2a.task_id": "T2"}),
+        ("context.item.added", {"context.item.id": "i2"}),
+        ("context.item.updated", {"context.item.id": "i2", "context.source.uri": "file:///b3"}),
+        ("context.item.updated", {"context.item.id": "i2", "context.source.uri": "file:///b2"})]),
+        T0 + 10, T0 + 30, T0 + 20, T0 + 10, T0 + 30, T0 + 20)
+    post(processor, [envelope("ctx-src", 1), surface])
+    (bundle,) = bundles(processor)
+    items = {i["item_id"]: i for i in bundle["context_items"]}
+    assert items["i1"]["source_refs"] == [{"uri": "file:///v3", "external_mappings": {
+        "a2a.task_id": "T3", "mcp.resource_uri": "mcp://r"}}]
+    assert items["i2"]["source_refs"] == [{"uri": "file:///b3"}]
+
+
 def test_an_event_without_a_time_is_dated_at_its_span_start(start_processor):
     processor = start_processor()
     root = at(envelope("ctx-time", 1, events=[
