@@ -22,6 +22,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.context import Context
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
 from processor_testkit import SPAWNED, read_bundles, request, serve, span, wait_for
@@ -29,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from otel_agent_context import bundle_json_schema
 from otel_agent_context._records import ns_to_rfc3339
+from otel_agent_context.processor._decode import decode_request, parse_protobuf
 from otel_agent_context.rebuild import BundleSpanProcessor, SpanView, rebuild_envelope
 
 AGENT = "boundary-agent"
@@ -518,3 +520,45 @@ def test_which_trace_an_envelope_keeps_does_not_depend_on_arrival_order() -> Non
     first, second = rebuild_envelope(forward), rebuild_envelope(backward)
     assert orjson.dumps(first) == orjson.dumps(second)
     assert [s["selection_id"] for s in first["context_selections"]] == [f"sel-{0xA}"]
+
+
+# -- values only one of the two paths can carry ------------------------------------------------
+
+
+def test_sdk_values_otlp_cannot_carry_are_dropped_as_the_processor_drops_them() -> None:
+    """The SDK keeps a dict, bytes, None or a Python int of any size as an attribute: in
+    process they must neither become text nor raise (which loses the whole envelope)."""
+    odd = {"context.producer": {"name": "x"}, "context.parent_id": b"ctx-parent",
+           "context.lifecycle": None}
+    provider, out = sdk_bundles()
+    tracer = provider.get_tracer("boundary-test")
+    with tracer.start_as_current_span("invoke_agent", attributes={
+            "context.id": "ctx-sdk", "context.scope": "turn", "context.span_count": 1, **odd}):
+        tracer.start_span("context.budget", attributes={
+            "context.id": "ctx-sdk", "context.budget.id": "b1",
+            "context.budget.utilization": 10**400, "context.budget.max_tokens": 10**5000,
+            "context.budget.actual_tokens": 900}).end()
+    provider.shutdown()
+    (bundle,) = out
+    jsonschema.validate(orjson.loads(orjson.dumps(bundle)), SCHEMA)
+    env = bundle["context_envelope"]
+    assert not {"producer", "parent_id", "lifecycle"} & set(env)
+    assert bundle["context_budgets"][0] == {
+        "budget_id": "b1", "actual_tokens": 900,
+        "created_at": bundle["context_budgets"][0]["created_at"],
+        "completed_at": bundle["context_budgets"][0]["completed_at"]}
+    fields = {r["field"]: r for r in bundle["rebuild"]["repairs"]}
+    assert set(fields) == {*odd, "context.budget.utilization", "context.budget.max_tokens"}
+    assert all(r["kind"] == "type" and r["action"].endswith("dropped") for r in fields.values())
+    assert len(fields["context.budget.max_tokens"]["received"]) <= 121
+
+    # the same envelope span over OTLP (a kvlist and bytes) loses the same fields
+    root = envelope("ctx-sdk", 0)
+    root.attributes.extend([
+        KeyValue(key="context.producer", value=AnyValue(kvlist_value={"values": [
+            KeyValue(key="name", value=AnyValue(string_value="x"))]})),
+        KeyValue(key="context.parent_id", value=AnyValue(bytes_value=b"ctx-parent"))])
+    body = request([root]).SerializeToString()
+    (accepted,) = decode_request(body, parse_protobuf(body)).accepted
+    assert not {"producer", "parent_id"} & set(rebuild_envelope([accepted.view])[
+        "context_envelope"])
