@@ -525,6 +525,40 @@ def test_which_trace_an_envelope_keeps_does_not_depend_on_arrival_order() -> Non
 # -- values only one of the two paths can carry ------------------------------------------------
 
 
+def _kv(key: str, *elements: Any) -> KeyValue:
+    out = KeyValue(key=key)
+    array = out.value.array_value
+    array.SetInParent()
+    for element in elements:
+        value = array.values.add()
+        if isinstance(element, bytes):
+            value.bytes_value = element
+        elif isinstance(element, dict):
+            value.kvlist_value.SetInParent()
+            for k, v in element.items():
+                value.kvlist_value.values.add(key=k, value=AnyValue(string_value=v))
+        else:
+            value.string_value = element
+    return out
+
+
+def test_an_array_holding_a_kvlist_or_bytes_is_repaired_not_made_text(start_processor):
+    processor = start_processor()
+    root = envelope("ctx-array", 0)
+    root.attributes.extend([_kv("context.actor_refs", {"a": "x"}),
+                            _kv("context.policy_refs", "policy:P1", b"\x00\xff"),
+                            _kv("context.runtime_refs", "session:s1")])
+    response = post(processor, [root])
+    assert "attribute context.actor_refs=" in response.partial_success.error_message
+    (bundle,) = bundles(processor)
+    env = bundle["context_envelope"]
+    assert "actor_refs" not in env and "policy_refs" not in env
+    assert env["runtime_refs"] == ["session:s1"]
+    assert set(repairs(bundle)) == {("type", "context.actor_refs"),
+                                    ("type", "context.policy_refs")}
+    assert bundle["rebuild"]["status"] == "partial"
+
+
 def test_sdk_values_otlp_cannot_carry_are_dropped_as_the_processor_drops_them() -> None:
     """The SDK keeps a dict, bytes, None or a Python int of any size as an attribute: in
     process they must neither become text nor raise (which loses the whole envelope)."""
