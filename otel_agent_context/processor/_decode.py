@@ -262,6 +262,8 @@ def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id:
 def _view(span: Any, resource: dict[str, Any]) -> SpanView:
     span_id = span.span_id.hex()
     repairs: list[Repair] = []
+    # the span's attributes first, then its events: the order normalize_view repairs in
+    span_attributes = _attributes(span.attributes, repairs, span_id)
     events = []
     start = span.start_time_unix_nano
     for event in span.events:
@@ -283,7 +285,7 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
         name=span.name,
         start_time_unix_nano=start,
         end_time_unix_nano=span.end_time_unix_nano,
-        attributes=_attributes(span.attributes, repairs, span_id),
+        attributes=span_attributes,
         events=events,
         parent_span_id=parent.hex() if parent else None,
         dropped_attributes_count=span.dropped_attributes_count,

@@ -21,17 +21,26 @@ import orjson
 import pytest
 from google.protobuf import json_format
 from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from processor_testkit import SPAWNED, read_bundles, request, serve, span, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_agent_context import bundle_json_schema
 from otel_agent_context._records import ns_to_rfc3339
 from otel_agent_context.processor._decode import decode_request, parse_protobuf
-from otel_agent_context.rebuild import BundleSpanProcessor, SpanView, rebuild_envelope
+from otel_agent_context.rebuild import (
+    BundleSpanProcessor,
+    SpanView,
+    rebuild,
+    rebuild_envelope,
+    view_from_readable_span,
+)
 
 AGENT = "boundary-agent"
 TRACE = 0x7E57
@@ -596,3 +605,29 @@ def test_sdk_values_otlp_cannot_carry_are_dropped_as_the_processor_drops_them() 
     (accepted,) = decode_request(body, parse_protobuf(body)).accepted
     assert not {"producer", "parent_id"} & set(rebuild_envelope([accepted.view])[
         "context_envelope"])
+
+
+def test_in_process_rebuild_of_real_sdk_spans_equals_the_processor_path() -> None:
+    """The same spans, exported over OTLP and rebuilt in process, give the same bundle."""
+    provider, out = sdk_bundles()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("boundary-test")
+    with tracer.start_as_current_span("invoke_agent", attributes={
+            "context.id": "ctx-same", "context.scope": "Turn", "context.span_count": 1}):
+        sel = tracer.start_span("context.selection", attributes={
+            "context.id": "ctx-same", "context.selection.candidate_count": "2"})
+        sel.add_event("context.item.omitted", {"context.item.id": "i1",
+                                               "context.omission.reason": "Budget"})
+        sel.add_event("context.item.omitted", {"context.item.id": "i2"})
+        sel.end()
+    provider.shutdown()
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    views = [a.view for a in decode_request(body, parse_protobuf(body)).accepted]
+    (local,) = out
+    (remote,) = rebuild(views)
+    assert orjson.dumps(local) == orjson.dumps(remote)
+    assert local["context_envelope"]["scope"] == "turn"
+    assert local["context_selections"][0]["omitted_item_refs"] == [
+        {"item_id": "i1", "reason": "budget"}]
+    assert rebuild([view_from_readable_span(s) for s in memory.get_finished_spans()]) == [local]
