@@ -631,3 +631,70 @@ def test_in_process_rebuild_of_real_sdk_spans_equals_the_processor_path() -> Non
     assert local["context_selections"][0]["omitted_item_refs"] == [
         {"item_id": "i1", "reason": "budget"}]
     assert rebuild([view_from_readable_span(s) for s in memory.get_finished_spans()]) == [local]
+
+
+# -- red team: inputs no emitter should send, none of which may break a bundle -------------------
+
+
+def _with(values: dict[str, Any]) -> list[Span]:
+    return [envelope("ctx-red", 1, **values.get("envelope", {})),
+            stage(2, "context.selection", "ctx-red", {"context.selection.id": "s1",
+                                                      **values.get("selection", {})}, events=[
+                ("context.item.selected", {"context.item.id": "good-1"}),
+                ("context.item.omitted", {"context.item.id": "good-2",
+                                          "context.omission.reason": "budget"}),
+                *values.get("events", [])])]
+
+
+RED_TEAM = {
+    "huge strings": {"envelope": {"context.producer": "p" * 1_000_000}, "events": [
+        ("context.item.omitted", {"context.item.id": "x" * 200_000,
+                                  "context.omission.reason": "r" * 100_000})]},
+    "unicode and NUL in ids": {"events": [
+        ("context.item.selected", {"context.item.id": "\u0000id\u202e\U0001f600",
+                                   "context.item.kind": "T\u0130OL_RESULT"}),
+        ("context.item.omitted", {"context.item.id": "\u0000",
+                                  "context.omission.reason": "\u212a"})]},
+    "negative counts": {"envelope": {"context.span_count": -1},
+                        "selection": {"context.selection.candidate_count": -7,
+                                      "context.selection.selected_count": -1}},
+    "64-bit extremes": {"selection": {"context.selection.candidate_count": -(1 << 63),
+                                      "context.selection.omitted_count": (1 << 63) - 1},
+                        "events": [("context.item.selected", {
+                            "context.item.id": "big", "context.item.token_estimate": (1 << 63) - 1,
+                            "context.selection.score": 1.7976931348623157e308})]},
+    "numbers as text beyond 64 bits": {"selection": {
+        "context.selection.candidate_count": str(1 << 64),
+        "context.selection.omitted_count": "1" * 5_000}},
+    "empty strings": {"envelope": {"context.scope": "", "context.producer": ""},
+                      "events": [("context.item.selected", {"context.item.id": ""}),
+                                 ("context.budget.truncated", {"context.item.id": "",
+                                                               "context.window.segment": ""})]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(RED_TEAM))
+def test_red_team_inputs_make_valid_bundles_and_keep_the_good_records(case):
+    body = request(_with(RED_TEAM[case])).SerializeToString()
+    decoded = decode_request(body, parse_protobuf(body))
+    assert decoded.rejected == 0 and len(decoded.accepted) == 2
+    assert len(decoded.error_message()) < 2_000  # repairs are named, values cut short
+    bundle = rebuild_envelope([a.view for a in decoded.accepted])
+    jsonschema.validate(orjson.loads(orjson.dumps(bundle)), SCHEMA)
+    (selection,) = bundle["context_selections"]
+    assert "good-1" in selection["selected_item_refs"]
+    assert {"item_id": "good-2", "reason": "budget"} in selection["omitted_item_refs"]
+
+
+def test_duplicate_keys_in_one_attribute_list_the_last_usable_value_wins() -> None:
+    root = envelope("ctx-dup", 0)
+    root.attributes.extend([KeyValue(key="context.lifecycle", value=AnyValue(string_value="draft")),
+                            KeyValue(key="context.lifecycle", value=AnyValue(string_value="x"))])
+    root.attributes.append(KeyValue(key="context.scope", value=AnyValue(string_value="Task")))
+    body = request([root]).SerializeToString()
+    (accepted,) = decode_request(body, parse_protobuf(body)).accepted
+    bundle = rebuild_envelope([accepted.view])
+    assert bundle["context_envelope"]["scope"] == "task"
+    assert bundle["context_envelope"]["lifecycle"] == "draft"  # "x" has no custom: dropped
+    assert [(r["kind"], r["received"]) for r in bundle["rebuild"]["repairs"]] == [
+        ("enum_dropped", "x"), ("enum_case", "Task")]
