@@ -52,6 +52,22 @@ _DROP_WARNING_INTERVAL = 5.0
 _CONTEXT_ID = S.CONTEXT_ID
 
 
+def _context_id(span: ReadableSpan) -> object:
+    """The span's ``context.id`` (None when it has none), for every span the application ends.
+
+    ``span.attributes`` is a read-only view of the SDK's ``BoundedAttributes``, a
+    ``MutableMapping`` whose ``get`` finds a missing key by raising and catching ``KeyError``:
+    about 1.5 µs for each span without ``context.id``, most of them. The plain dict inside
+    answers in tens of nanoseconds; anything else is read through the public property.
+    """
+    attributes = getattr(span, "_attributes", None)
+    raw = getattr(attributes, "_dict", attributes)
+    if type(raw) is dict:
+        return raw.get(_CONTEXT_ID)
+    public = span.attributes
+    return public.get(_CONTEXT_ID) if public else None
+
+
 class _Marker:
     """Put on the queue by force_flush and shutdown: done once the worker reaches it."""
 
@@ -142,8 +158,7 @@ class BundleSpanProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        attributes = span.attributes
-        if not attributes or self._stopped or not isinstance(attributes.get(_CONTEXT_ID), str):
+        if self._stopped or not isinstance(_context_id(span), str):
             return
         queue = self._queue
         if len(queue) >= self._max_queue_size:
