@@ -342,6 +342,24 @@ def test_a_failing_rebuild_is_logged_and_the_worker_goes_on(caplog, monkeypatch)
     provider.shutdown()
 
 
+def test_force_flush_on_the_worker_thread_returns_false_at_once() -> None:
+    # e.g. an on_bundle that flushes the tracer provider: the worker cannot wait for itself
+    flushes: list[tuple[bool, float]] = []
+
+    def on_bundle(bundle: dict) -> None:
+        started = time.monotonic()
+        flushes.append((provider.force_flush(3000), time.monotonic() - started))
+
+    provider = TracerProvider()
+    processor = BundleSpanProcessor(on_bundle)
+    provider.add_span_processor(processor)
+    _envelope(provider.get_tracer("t"), "c1", 0)[0].end()
+    assert processor.force_flush(10_000)
+    ((flushed, elapsed),) = flushes
+    assert flushed is False and elapsed < 1.0
+    provider.shutdown()
+
+
 def test_a_full_queue_drops_and_counts_without_blocking(caplog) -> None:
     entered, release = threading.Event(), threading.Event()
     bundles: list[dict] = []

@@ -187,10 +187,14 @@ class BundleSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait until every span ended before the call is processed and the envelopes it
         completes, and those whose wait is over, are emitted; False if ``timeout_millis``
-        passed first. Envelopes still waiting keep waiting."""
+        passed first. Envelopes still waiting keep waiting.
+
+        Called on the worker thread (``on_bundle`` flushing the tracer provider, say), it
+        returns False at once: the worker cannot wait for itself."""
+        if threading.current_thread() is self._worker:
+            return False
         if self._stopped:  # shut down, or shutting down: its drain is the last flush
-            if threading.current_thread() is not self._worker:
-                self._worker.join(timeout_millis / 1000)
+            self._worker.join(timeout_millis / 1000)
             return not self._worker.is_alive()
         return self._request(_Marker()).done.wait(timeout_millis / 1000)
 
