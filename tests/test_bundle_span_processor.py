@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
@@ -358,6 +360,36 @@ def test_force_flush_on_the_worker_thread_returns_false_at_once() -> None:
     ((flushed, elapsed),) = flushes
     assert flushed is False and elapsed < 1.0
     provider.shutdown()
+
+
+def test_a_forked_child_has_its_own_worker_and_starts_empty() -> None:
+    provider, processor, bundles = _setup()
+    tracer = provider.get_tracer("t")
+    env, _ = _envelope(tracer, "parent", 1)
+    env.end()  # pending in the parent: one promised span short
+    assert processor.force_flush()
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork() with threads running
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        try:
+            _envelope(tracer, "child", 0)[0].end()
+            flushed = processor.force_flush(5000)
+            processor.shutdown()
+            report = {"flushed": flushed,
+                      "ids": [b["context_envelope"]["context_id"] for b in bundles]}
+            os.write(write_end, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        report = json.loads(pipe.read() or b"null")
+    os.waitpid(pid, 0)
+    assert report == {"flushed": True, "ids": ["child"]}
+    provider.shutdown()  # the parent still has its own pending envelope, and only it
+    assert [(b["context_envelope"]["context_id"], _rebuild(b)["partial_reasons"])
+            for b in bundles] == [("parent", ["shutdown", "missing_spans"])]
 
 
 def test_a_full_queue_drops_and_counts_without_blocking(caplog) -> None:

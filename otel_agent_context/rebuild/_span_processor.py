@@ -9,9 +9,12 @@ checks that a span carries ``context.id`` and puts it on a bounded queue, as the
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,8 @@ class BundleSpanProcessor(SpanProcessor):
     ``on_end`` never converts, rebuilds or writes on the application's thread: it puts the
     span on a bounded queue and a daemon worker thread does the rest; ``on_bundle`` is called
     on that thread. Errors there are logged (logger ``otel_agent_context``), never raised.
+    A process forked from the application (a pre-forking server's workers) gets its own
+    worker and starts empty; the parent emits what it had pending.
 
     Args:
         on_bundle: called with each bundle dict (on the worker thread).
@@ -133,20 +138,40 @@ class BundleSpanProcessor(SpanProcessor):
                 raise ValueError(f"BundleSpanProcessor: {name} must be positive, not {value!r}")
         self._on_bundle = on_bundle
         self._path = Path(path) if path is not None else None
-        self._buffer = TraceBuffer(
-            envelope_timeout=envelope_timeout, orphan_timeout=orphan_timeout,
+        self._new_buffer = functools.partial(
+            TraceBuffer, envelope_timeout=envelope_timeout, orphan_timeout=orphan_timeout,
             max_traces=max_traces, max_spans=max_spans,
             dedupe_window=DEFAULT_DEDUPE_WINDOW, dedupe_max=DEFAULT_DEDUPE_MAX)
         self._max_queue_size = max_queue_size
+        self._stopped = False
+        self._start()
+        if hasattr(os, "register_at_fork"):
+            restart = weakref.WeakMethod(self._after_fork_in_child)
+
+            def after_fork_in_child() -> None:
+                method = restart()
+                if method is not None:
+                    method()
+
+            os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def _start(self) -> None:
+        """An empty engine and queue, and a worker thread for them."""
+        self._buffer = self._new_buffer()
         self._queue: collections.deque[ReadableSpan | _Marker] = collections.deque()
         self._wake = threading.Event()
-        self._stopped = False
         self._state_lock = threading.Lock()
         self._dropped = 0
         self._next_drop_warning = 0.0
         self._worker = threading.Thread(target=self._run, name="BundleSpanProcessor",
                                         daemon=True)
         self._worker.start()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's worker is not in the child, and what the parent had queued or pending
+        # is the parent's to emit: the child starts empty, as the SDK's BatchSpanProcessor.
+        if not self._stopped:
+            self._start()
 
     @property
     def dropped_spans(self) -> int:
