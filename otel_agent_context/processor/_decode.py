@@ -29,6 +29,7 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from .. import _semconv as S
 from .._table import ATTRIBUTES
@@ -197,6 +198,7 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 _DECODED: dict[bytes, tuple[str | None, Any, tuple[str, str, str] | None]] = {}
 _MAX_DECODED = 65_536
 _INTERNED = {name: name for name in ATTRIBUTES}
+_OPAQUE = ("kvlist_value", "bytes_value")
 
 
 def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] | None]:
@@ -204,9 +206,22 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
+    if kind == "array_value":
+        kind = _array_kind(buf)
     checked, repair = check_attribute(key, value, kind)
     noted = None if repair is None else (repair[0], repair[1], _shown(value))
     return (None if checked is DROP else key), checked, noted
+
+
+def _array_kind(buf: bytes) -> str:
+    """``array_value``, or the kind of an element no contract type holds (a kvlist or bytes
+    element, which ``any_value`` made text) so that the boundary drops the array as it would
+    that value alone."""
+    for element in KeyValue.FromString(buf).value.array_value.values:
+        kind = element.WhichOneof("value")
+        if kind in _OPAQUE:
+            return kind  # type: ignore[no-any-return]
+    return "array_value"
 
 
 def _shown(value: Any) -> str:
@@ -238,6 +253,8 @@ def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id:
 def _view(span: Any, resource: dict[str, Any]) -> SpanView:
     span_id = span.span_id.hex()
     repairs: list[Repair] = []
+    # the span's attributes first, then its events: the order normalize_view repairs in
+    span_attributes = _attributes(span.attributes, repairs, span_id)
     events = []
     start = span.start_time_unix_nano
     for event in span.events:
@@ -259,7 +276,7 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
         name=span.name,
         start_time_unix_nano=start,
         end_time_unix_nano=span.end_time_unix_nano,
-        attributes=_attributes(span.attributes, repairs, span_id),
+        attributes=span_attributes,
         events=events,
         parent_span_id=parent.hex() if parent else None,
         dropped_attributes_count=span.dropped_attributes_count,

@@ -91,7 +91,10 @@ def repair_json(repair: Repair) -> dict[str, str]:
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except ValueError:  # an int of more than 4,300 digits (in process) has no repr
+        text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
 
 
@@ -172,6 +175,9 @@ def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
             if isinstance(element, float) and not math.isfinite(element):
                 repair = (NON_FINITE, "a non-finite element: dropped")
                 continue
+            if isinstance(element, int) and not _INT64[0] <= element <= _INT64[1]:
+                repair = (TYPE, "an element beyond 64 bits: dropped")
+                continue
             element, repair = str(element), (TYPE, "non-string elements: converted to text")
         elif not isinstance(element, str):
             return _wrong(spec, value)
@@ -199,11 +205,14 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return value, None
     if wire_kind in ("kvlist_value", "bytes_value"):
         return DROP, (TYPE, f"must be {_WORDS[spec.type]}, got {wire_kind[:-6]}: dropped")
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            not _INT64[0] <= value <= _INT64[1]:  # only in process: OTLP ints are 64-bit
+        return DROP, (TYPE, "an int beyond 64 bits: dropped")
     kind = spec.type
     if kind == "string":
         if isinstance(value, str):
             return _enum(key, spec, value) if spec.members else (value, None)
-        if isinstance(value, (list, tuple)):
+        if not isinstance(value, (int, float)):  # a list, a mapping, bytes, None: no text
             return _wrong(spec, value)
         if isinstance(value, float) and not math.isfinite(value):
             return DROP, (NON_FINITE, "not a finite number: dropped")

@@ -142,6 +142,17 @@ def _item_from(attrs: Any, signals: dict[str, Any] | None = None) -> dict[str, A
     return item
 
 
+def _set_field(record: dict[str, Any], name: str, value: Any, times: dict[str, int] | None,
+               key: str, at: int | None) -> None:
+    """A sighting (``times`` None) fills a field that is lacking; an update sets it unless a
+    later update (``times[key]``) set it already."""
+    if times is None:
+        record.setdefault(name, value)
+    elif at is not None and times.get(key, -1) <= at:
+        record[name] = value
+        times[key] = at
+
+
 class _Builder:
     """Accumulates the records of one envelope while walking its spans."""
 
@@ -167,36 +178,40 @@ class _Builder:
              signals: dict[str, Any] | None = None) -> str:
         """Record the item an event describes. A sighting fills what earlier ones lacked; a
         ``context.item.updated`` event (``updated_at``) sets each field it carries, unless
-        a later update set that field already."""
+        a later update set that field already. Field by field inside the source too, each
+        native mapping a field of its own."""
         item_id = attrs[S.ITEM_ID]
         seen = self.items.get(item_id)
         if seen is None:
             seen = self.items[item_id] = _item_from(attrs, signals)
             if updated_at is not None:
                 self._set_by_update(item_id, seen, updated_at)
-        elif updated_at is None:
-            for key, value in _item_from(attrs, signals).items():
-                seen.setdefault(key, value)
-        else:
-            times = self.updated.setdefault(item_id, {})
-            for key, value in _item_from(attrs).items():
-                if key == "source_refs" and "source_refs" in seen:
-                    source = seen["source_refs"][0]
-                    for name, part in value[0].items():
-                        if times.get(f"source.{name}", -1) <= updated_at:
-                            source[name] = part
-                            times[f"source.{name}"] = updated_at
-                elif times.get(key, -1) <= updated_at:
-                    seen[key] = value
-                    times[key] = updated_at
+            return item_id  # type: ignore[no-any-return]
+        times = None if updated_at is None else self.updated.setdefault(item_id, {})
+        for key, value in _item_from(attrs, signals).items():
+            if key != "source_refs":
+                _set_field(seen, key, value, times, key, updated_at)
+                continue
+            source = seen.setdefault("source_refs", [{}])[0]
+            for name, part in value[0].items():
+                if name == "external_mappings":
+                    mappings = source.setdefault(name, {})
+                    for native, text in part.items():
+                        _set_field(mappings, native, text, times, f"source.native.{native}",
+                                   updated_at)
+                else:
+                    _set_field(source, name, part, times, f"source.{name}", updated_at)
         return item_id  # type: ignore[no-any-return]
 
     def _set_by_update(self, item_id: str, item: dict[str, Any], at: int) -> None:
         times = self.updated.setdefault(item_id, {})
         for key in item:
             times[key] = at
-        for name in (item.get("source_refs") or [{}])[0]:
+        source = (item.get("source_refs") or [{}])[0]
+        for name in source:
             times[f"source.{name}"] = at
+        for native in source.get("external_mappings", ()):
+            times[f"source.native.{native}"] = at
 
     def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
               metadata: dict[str, str] | None = None) -> None:
@@ -457,8 +472,11 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
         unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
     # Spans that start at the same time (records replayed with one timestamp) keep the
     # lifecycle's order, so records and the event timeline do not depend on random span ids.
+    # The trace id last: two traces' spans may share everything else (the envelope's trace
+    # is then the first one's, whatever the arrival order).
     ordered = sorted(unique.values(), key=lambda s: (
-        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id))
+        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id,
+        s.trace_id))
     if not ordered:
         raise ValueError("rebuild_envelope needs at least one span")
     envelope_span = next((s for s in ordered if S.CONTEXT_SCOPE in s.attributes), None)
