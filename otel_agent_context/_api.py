@@ -5,6 +5,10 @@ One lifecycle everywhere: every recorder is started when it is created, ends wit
 events past 100 on one span go to ``context.items`` child spans; stage spans carry the
 true counts; the envelope span carries ``context.span_count`` (contract section 1).
 
+Every context event leaves through ``Envelope._emit``: a span event, or, with
+``events_as="logs"``, a log record on its span (``_events_out``), counted on the envelope
+span in ``context.event_count``.
+
 When nothing records (no SDK configured, or the envelope span is sampled out) every call
 returns a shared no-op recorder: about one function call, no allocation.
 
@@ -29,7 +33,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from . import _env
+from . import _env, _events_out
 from . import _semconv as S
 from ._attributes import digest_text, item_attributes, ordered_hash, to_ns
 from ._enums import (
@@ -169,6 +173,11 @@ class AgentContext:
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``. ``blocked_sensitivities``: item
     sensitivities never captured (default ``OTEL_AGENT_CONTEXT_BLOCKED_SENSITIVITIES`` or
     ``secret,restricted``). Providers default to the global ones.
+
+    ``events_as``: ``"span_events"`` (default) or ``"logs"``, each context event as a log
+    record on its span through ``logger_provider``'s logger (OpenTelemetry's log-based events,
+    OTEP 4430); default from ``OTEL_AGENT_CONTEXT_EVENTS``. Without an SDK LoggerProvider
+    the events stay span events.
     """
 
     def __init__(
@@ -179,6 +188,8 @@ class AgentContext:
         capture_content: bool | None = None,
         blocked_sensitivities: Iterable[str] | None = None,
         producer: str = _PRODUCER,
+        logger_provider: Any = None,
+        events_as: str | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(
             "otel_agent_context", __version__, tracer_provider, schema_url=S.SCHEMA_URL
@@ -200,6 +211,9 @@ class AgentContext:
             s.lower() for s in blocked_sensitivities)
         self.producer = producer
         self._ids = _Ids()
+        self._events = _events_out.EventOutput(_events_out.events_as_from(events_as),
+                                               logger_provider)
+        self.events_as: str = self._events.events_as
 
     def envelope(
         self,
@@ -259,7 +273,7 @@ class AgentContext:
             span.set_attributes(attrs)
             return Envelope(self, span, owned, attrs[S.CONTEXT_ID],
                             _enum(Lifecycle, lifecycle), agent_name or "unknown",
-                            attrs[S.CONTEXT_SCOPE])
+                            attrs[S.CONTEXT_SCOPE], self._events.logger())
         except Exception:
             if _strict:
                 raise
@@ -343,7 +357,7 @@ class Envelope(_Recorder):
     """One context envelope (a turn, task, session, tool call, review or handoff)."""
 
     def __init__(self, owner: AgentContext, span: Span, owned: bool, context_id: str,
-                 lifecycle: str | None, agent: str, scope: str) -> None:
+                 lifecycle: str | None, agent: str, scope: str, logger: Any = None) -> None:
         self._owner = owner
         self._span = span
         self._owned = owned
@@ -362,6 +376,8 @@ class Envelope(_Recorder):
         self._blocked = owner.blocked_sensitivities
         self._missing_severity: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._logger = logger  # events as log records (OTEP 4430) when set
+        self._event_count = 0
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -379,9 +395,12 @@ class Envelope(_Recorder):
     def _finish(self, end_time: int | str | None) -> None:
         lifecycle = self._lifecycle or self._derived_lifecycle()
         # Set last: span limits drop the oldest attributes first, never these.
-        self._span.set_attributes({S.CONTEXT_LIFECYCLE: lifecycle, S.CONTEXT_SCOPE: self._scope,
-                                   S.CONTEXT_SPAN_COUNT: self._span_count,
-                                   S.CONTEXT_ID: self.context_id})
+        final: dict[str, Any] = {S.CONTEXT_LIFECYCLE: lifecycle, S.CONTEXT_SCOPE: self._scope,
+                                 S.CONTEXT_SPAN_COUNT: self._span_count,
+                                 S.CONTEXT_ID: self.context_id}
+        if self._logger is not None:
+            final[S.CONTEXT_EVENT_COUNT] = self._event_count
+        self._span.set_attributes(final)
         self._owner._instruments.envelopes.add(
             1, {"scope": self._scope, "agent": self._agent, "status": "complete"})
         if self._owned:
@@ -513,6 +532,15 @@ class Envelope(_Recorder):
 
     # -- events on the envelope (or another span of it) --------------------------------
 
+    def _emit(self, span: Span, name: str, attrs: dict[str, Any], timestamp: int | None) -> None:
+        """Send one context event on ``span``: a span event, or a log record on it."""
+        if self._logger is None:
+            span.add_event(name, attrs, timestamp)
+            return
+        _events_out.emit(self._logger, span, name, attrs, timestamp)
+        with self._lock:
+            self._event_count += 1
+
     def _target_span(self, span: Span | None) -> Span:
         if span is None or span is self._span:
             return self._span
@@ -550,7 +578,7 @@ class Envelope(_Recorder):
         _put(attrs, S.INJECTION_FINAL_REF, final_ref)
         if visibility:
             attrs[S.INJECTION_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
-        self._target_span(span).add_event(S.EVENT_INJECTION_APPLIED, attrs, to_ns(timestamp))
+        self._emit(self._target_span(span), S.EVENT_INJECTION_APPLIED, attrs, to_ns(timestamp))
         self._stages.add("injection")
         self._owner._instruments.injections.add(
             1, {"target": tgt or "unknown", "injection_point": point or "unknown"})
@@ -580,7 +608,7 @@ class Envelope(_Recorder):
             attrs[S.MISSING_CANDIDATE_SOURCES] = tuple(candidate_sources)
         if blocked_actions:
             attrs[S.MISSING_BLOCKED_ACTIONS] = tuple(blocked_actions)
-        self._target_span(span).add_event(S.EVENT_MISSING_DETECTED, attrs, to_ns(timestamp))
+        self._emit(self._target_span(span), S.EVENT_MISSING_DETECTED, attrs, to_ns(timestamp))
         self._missing_severity[mid] = sev or "unknown"
         self._owner._instruments.missing_detected.add(1, {"agent": self._agent,
                                                           "severity": sev or "unknown"})
@@ -593,7 +621,7 @@ class Envelope(_Recorder):
         """Record that a missing input was asked for (user, tool, retrieval, peer)."""
         attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
         _put(attrs, S.MISSING_REQUESTED_FROM, requested_from)
-        self._target_span(span).add_event(S.EVENT_MISSING_REQUESTED, attrs, to_ns(timestamp))
+        self._emit(self._target_span(span), S.EVENT_MISSING_REQUESTED, attrs, to_ns(timestamp))
 
     @_guard
     def missing_resolved(self, missing_id: str, *, resolution_refs: Sequence[str] = (),
@@ -603,7 +631,7 @@ class Envelope(_Recorder):
         attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
         if resolution_refs:
             attrs[S.MISSING_RESOLUTION_REFS] = tuple(resolution_refs)
-        self._target_span(span).add_event(S.EVENT_MISSING_RESOLVED, attrs, to_ns(timestamp))
+        self._emit(self._target_span(span), S.EVENT_MISSING_RESOLVED, attrs, to_ns(timestamp))
         sev = self._missing_severity.get(missing_id, "unknown")
         self._owner._instruments.missing_resolved.add(1, {"agent": self._agent,
                                                           "severity": sev})
@@ -619,7 +647,7 @@ class Envelope(_Recorder):
         _put(attrs, S.REDACTION_METHOD, method)
         _put(attrs, S.REDACTION_REDACTED_BY, redacted_by)
         _put(attrs, S.POLICY_REF, policy_ref)
-        self._span.add_event(S.EVENT_REDACTION_APPLIED, attrs, to_ns(timestamp))
+        self._emit(self._span, S.EVENT_REDACTION_APPLIED, attrs, to_ns(timestamp))
 
     def mark_compacted(self, span: Span) -> None:
         """Say that a compacted summary was sent on an inference span
@@ -658,7 +686,7 @@ class _Stage(_Recorder):
         ts = timestamp if timestamp is None or isinstance(timestamp, int) else to_ns(timestamp)
         if self._on_span < S.MAX_ITEM_EVENTS_PER_SPAN:
             self._on_span += 1
-            self._span.add_event(name, attrs, ts)
+            self._env._emit(self._span, name, attrs, ts)
             return
         if self._items_span is None or self._items_on_part >= S.MAX_ITEM_EVENTS_PER_SPAN:
             if self._items_span is not None:
@@ -671,7 +699,7 @@ class _Stage(_Recorder):
                  S.ITEMS_PART: self._part},
                 None, parent=self._span)
         self._items_on_part += 1
-        self._items_span.add_event(name, attrs, ts)
+        self._env._emit(self._items_span, name, attrs, ts)
 
     def _end(self, attrs: dict[str, Any], end_time: int | str | None) -> None:
         if self._items_span is not None:
@@ -812,7 +840,7 @@ class Budget(_Stage):
         _put(attrs, S.WINDOW_ORDER, order)
         _put(attrs, S.WINDOW_RESERVED_TOKENS, reserved_tokens)
         _put(attrs, S.WINDOW_USED_TOKENS, used_tokens)
-        self._span.add_event(S.EVENT_WINDOW_SEGMENT, attrs, to_ns(timestamp))
+        self._env._emit(self._span, S.EVENT_WINDOW_SEGMENT, attrs, to_ns(timestamp))
 
     @_guard
     def truncated(self, *, item_id: str | None = None, segment: str | None = None,
@@ -1031,7 +1059,7 @@ class Compaction(_Stage):
             _put(attrs, S.SUMMARY_CONTENT, content)
         self._summary_id = sid
         self._summary_tokens = token_estimate
-        self._span.add_event(S.EVENT_SUMMARY_CREATED, attrs, to_ns(timestamp))
+        self._env._emit(self._span, S.EVENT_SUMMARY_CREATED, attrs, to_ns(timestamp))
         return sid
 
     @_guard

@@ -31,3 +31,9 @@ _CAPTURE_ON_SPANS = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT", "TRUE"})
 def capture_content_from_env(value: str | None) -> bool:
     """Whether the content-capture switch's value asks for content on spans."""
     return (value or "").strip().upper() in _CAPTURE_ON_SPANS
+
+OTEL_AGENT_CONTEXT_EVENTS = "OTEL_AGENT_CONTEXT_EVENTS"
+"""Where context events go: ``span_events`` (default; Jaeger shows them) or ``logs``: log
+records with ``event_name`` on the event's span (OpenTelemetry's log-based events, OTEP 4430),
+counted on the envelope span in ``context.event_count``. Needs an SDK ``LoggerProvider``
+(without one, events stay span events). ``AgentContext(events_as=...)`` wins over it."""
