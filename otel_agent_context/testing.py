@@ -7,12 +7,17 @@
         ...
     (bundle,) = tel.bundles()
 
+With ``events_as="logs"`` the API sends its context events as log records (captured too);
+:meth:`CapturedTelemetry.views` puts them back on their spans, as the processor does, so
+``bundles()`` reads the same either way.
+
 Internal errors of the API raise while a ``CapturedTelemetry`` exists (``strict=True``), so
 tests see them instead of a log line.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable
 from typing import Any
@@ -28,9 +33,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from ._api import AgentContext, _Ids, set_strict
-from .rebuild import SpanView, rebuild, view_from_readable_span
+from ._table import EVENTS
+from .rebuild import EventView, SpanView, rebuild, view_from_readable_span
 
-__all__ = ["CapturedTelemetry", "SequentialIdGenerator", "SequentialIds"]
+__all__ = ["CapturedTelemetry", "SequentialIdGenerator", "SequentialIds", "with_log_events"]
 
 
 class SequentialIdGenerator(IdGenerator):
@@ -65,7 +71,7 @@ class CapturedTelemetry:
     def __init__(self, *, capture_content: bool = False, span_limits: SpanLimits | None = None,
                  deterministic_ids: bool = True, strict: bool = True,
                  blocked_sensitivities: Iterable[str] | None = None,
-                 resource: Resource | None = None) -> None:
+                 resource: Resource | None = None, events_as: str | None = None) -> None:
         self.span_exporter = InMemorySpanExporter()
         resource = resource or Resource.create({"service.name": "otel-agent-context-test"})
         self.tracer_provider = TracerProvider(
@@ -80,8 +86,10 @@ class CapturedTelemetry:
         self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.log_exporter))
         self.agent_context = AgentContext(tracer_provider=self.tracer_provider,
                                           meter_provider=self.meter_provider,
+                                          logger_provider=self.logger_provider,
                                           capture_content=capture_content,
-                                          blocked_sensitivities=blocked_sensitivities)
+                                          blocked_sensitivities=blocked_sensitivities,
+                                          events_as=events_as)
         if deterministic_ids:
             self.agent_context._ids = SequentialIds()
         set_strict(strict)
@@ -95,7 +103,8 @@ class CapturedTelemetry:
         return list(self.span_exporter.get_finished_spans())
 
     def views(self) -> list[SpanView]:
-        return [view_from_readable_span(s) for s in self.spans()]
+        """The spans as views, with the captured log-based context events on their spans."""
+        return with_log_events([view_from_readable_span(s) for s in self.spans()], self.logs())
 
     def bundles(self) -> list[dict[str, Any]]:
         """The rebuilt bundle of every envelope captured so far."""
@@ -128,3 +137,26 @@ class CapturedTelemetry:
         self.meter_provider.shutdown()
         self.logger_provider.shutdown()
         set_strict(False)
+
+
+def _time(event: EventView) -> int:
+    return event.time_unix_nano
+
+
+def with_log_events(views: list[SpanView], logs: Iterable[Any]) -> list[SpanView]:
+    """``views`` with the context events among ``logs`` (SDK log records with a contract
+    ``event_name`` and a span) put on their spans in time order, as the processor does."""
+    by_id = {(v.trace_id, v.span_id): v for v in views}
+    for log in logs:
+        record = getattr(log, "log_record", log)
+        if record.event_name not in EVENTS or not record.span_id:
+            continue
+        view = by_id.get((format(record.trace_id, "032x"), format(record.span_id, "016x")))
+        if view is None:
+            continue
+        events = view.events if isinstance(view.events, list) else list(view.events)
+        time = record.timestamp or record.observed_timestamp or view.start_time_unix_nano
+        bisect.insort(events, EventView(record.event_name, time, dict(record.attributes or {})),
+                      key=_time)
+        view.events = events
+    return views

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from otel_agent_context import AgentContext
 from otel_agent_context import _enums as E
 from otel_agent_context import _semconv as S
 from otel_agent_context import _table as T
@@ -548,6 +549,12 @@ def _exercise_everything(tel: CapturedTelemetry) -> None:
     breaches = [abi.RuleBreach(rule, "messages.jsonl", f"{rule} breached")
                 for rule in abi.RULES]
     abi.emit_rule_breaches("/nonexistent/session", "agent", "sess_1", breaches, ac)
+    # events as log records: the envelope span counts them (context.event_count)
+    logs_mode = AgentContext(tracer_provider=tel.tracer_provider,
+                             meter_provider=tel.meter_provider,
+                             logger_provider=tel.logger_provider, events_as="logs")
+    with logs_mode.envelope(scope="turn", agent_name="agent") as env, env.surface() as surface:
+        surface.add(item)
 
 
 @pytest.fixture(scope="module")

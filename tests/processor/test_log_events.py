@@ -48,12 +48,18 @@ from processor_testkit import (
     envelope_spans,
     log_event,
     logs_request,
+    normalise,
     read_bundles,
     request,
     serve,
     span,
     wait_for,
 )
+
+from otel_agent_context import AgentContext
+from otel_agent_context._demo_agent import run_demo
+from otel_agent_context.rebuild import rebuild, view_from_readable_span
+from otel_agent_context.testing import SequentialIds, with_log_events
 
 T0 = 1_760_000_000_000_000_000
 
@@ -289,6 +295,60 @@ def test_a_retried_logs_request_adds_no_event_twice(start_processor, tmp_path: P
     assert same_records(bundle) == same_records(expected)
     assert processor.metrics.self.get("context_processor_log_events_total",
                                       ("duplicate",)) == 9
+
+
+def _timeless(bundle: Any) -> Any:
+    """A bundle without times and trace ids: what two runs of the same agent share."""
+    if isinstance(bundle, dict):
+        return {k: _timeless(v) for k, v in bundle.items()
+                if not k.endswith("_at") and k not in ("telemetry_refs", "trace_id", "span_id")}
+    if isinstance(bundle, list):
+        return [_timeless(v) for v in bundle]
+    return bundle
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_api_in_log_mode_through_the_stock_exporters(start_processor, tmp_path: Path,
+                                                         protocol: str) -> None:
+    """The demo agent with events_as="logs": the processor writes what the in-process rebuild
+    of the same spans and records gives, and what the same agent with span events gives."""
+    memory_spans, memory_logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    processor = start_processor()
+    span_exporter, log_exporter = _exporters(protocol, processor)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(span_exporter, schedule_delay_millis=30))
+    provider.add_span_processor(SimpleSpanProcessor(memory_spans))
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(log_exporter, schedule_delay_millis=30))
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(memory_logs))
+    logs_mode = AgentContext(tracer_provider=provider, logger_provider=logger_provider,
+                             events_as="logs")
+    logs_mode._ids = SequentialIds()
+    ids = run_demo(provider, turns=4, seed=3, agent_context=logs_mode)
+    provider.shutdown()
+    logger_provider.shutdown()
+    got = wait_for(lambda: len(read_bundles(processor.config.out_dir)) == len(ids)
+                   and by_context(read_bundles(processor.config.out_dir)), 15,
+                   message=f"{len(ids)} bundles")
+    spans = memory_spans.get_finished_spans()
+    assert not [e for s in spans for e in s.events if e.name.startswith("context.")]
+    expected = by_context(normalise(rebuild(with_log_events(
+        [view_from_readable_span(s) for s in spans], memory_logs.get_finished_logs()))))
+    assert got == expected
+    assert all(b["rebuild"]["status"] == "complete" for b in got.values())
+    # the same agent with span events, through its own processor
+    other = start_processor(output__dir=str(tmp_path / "span-events"))
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_exporters(protocol, other)[0]))
+    span_mode = AgentContext(tracer_provider=provider, events_as="span_events")
+    span_mode._ids = SequentialIds()
+    assert run_demo(provider, turns=4, seed=3, agent_context=span_mode) == ids
+    provider.shutdown()
+    with_span_events = wait_for(lambda: len(read_bundles(other.config.out_dir)) == len(ids)
+                                and by_context(read_bundles(other.config.out_dir)), 15,
+                                message="the span-event bundles")
+    assert _timeless(with_span_events) == _timeless(got)
 
 
 # -- crash and restart -------------------------------------------------------------------------
