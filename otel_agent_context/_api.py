@@ -669,7 +669,7 @@ class _Stage(_Recorder):
                 S.SPAN_ITEMS,
                 {S.ITEMS_STAGE: self._span.name if hasattr(self._span, "name") else "",
                  S.ITEMS_PART: self._part},
-                None, parent=self._span)
+                ts, parent=self._span)  # from its first event's time: never after its end
         self._items_on_part += 1
         self._items_span.add_event(name, attrs, ts)
 
