@@ -30,14 +30,16 @@ from ._enums import Lifecycle, Scope
 from ._envelope import _PRODUCER, Envelope, current_envelope
 from ._envelope import _RUN_ENVELOPE as _RUN_ENVELOPE
 from ._envelope import _run_envelope_parent as _run_envelope_parent
-from ._failsafe import _guard as _guard
+from ._failsafe import RECORDER, _guard
 from ._failsafe import set_strict as set_strict
 from ._instruments import _Instruments
-from ._noop import NOOP as _NOOP_ENVELOPE
+from ._noop import NOOP
 from ._noop import _NoOp as _NoOp
 from ._recorder import _enum, _put
 from ._stages import Assembly, Budget, Compaction, Selection, Surface
 from ._version import __version__
+
+_NOOP_ENVELOPE = NOOP  # its name before the split (tests import it)
 
 __all__ = [
     "AgentContext",
@@ -100,6 +102,7 @@ class AgentContext:
         self.producer = producer
         self._ids = _Ids()
 
+    @_guard(returns=RECORDER)
     def envelope(
         self,
         *,
@@ -128,44 +131,38 @@ class AgentContext:
         block, so nested model calls and :func:`current_envelope` see it), or call
         ``stop()`` / ``fail(exc)`` yourself.
         """
-        try:
-            owned = span is None
-            if owned:
-                span = self._tracer.start_span(S.SPAN_ENVELOPE, kind=SpanKind.INTERNAL,
-                                               links=links or None,
-                                               start_time=to_ns(start_time))
-            assert span is not None
-            if not span.is_recording():
-                return _NOOP_ENVELOPE
-            attrs: dict[str, Any] = {
-                S.CONTEXT_ID: context_id or self._ids.new("ctx"),
-                S.CONTEXT_SCOPE: _enum(Scope, scope),
-                S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
-                S.CONTEXT_PRODUCER: self.producer,
-            }
-            _put(attrs, S.CONTEXT_PARENT_ID, parent_id)
-            _put(attrs, S.GEN_AI_AGENT_NAME, agent_name)
-            _put(attrs, S.GEN_AI_AGENT_ID, agent_id)
-            _put(attrs, S.GEN_AI_CONVERSATION_ID, conversation_id)
-            _put(attrs, S.GEN_AI_REQUEST_MODEL, model)
-            _put(attrs, S.USER_ID, user_id)
-            for key, refs in ((S.CONTEXT_ACTOR_REFS, actor_refs),
-                              (S.CONTEXT_RUNTIME_REFS, runtime_refs),
-                              (S.CONTEXT_POLICY_REFS, policy_refs),
-                              (S.CONTEXT_EVIDENCE_REFS, evidence_refs)):
-                if refs:
-                    attrs[key] = tuple(refs)
-            span.set_attributes(attrs)
-            return Envelope(self, span, owned, attrs[S.CONTEXT_ID],
-                            _enum(Lifecycle, lifecycle), agent_name or "unknown",
-                            attrs[S.CONTEXT_SCOPE])
-        except Exception:
-            if _failsafe.is_strict():
-                raise
-            _failsafe._log.warning(
-                "otel_agent_context: envelope() failed; no context telemetry for it",
-                exc_info=True)
-            return _NOOP_ENVELOPE
+        # what can fail is checked before a span starts: a failed call leaves none behind
+        scope_value = _enum(Scope, scope)
+        if scope_value is None:
+            raise TypeError("AgentContext.envelope(scope=): a scope is required")
+        lifecycle_value = _enum(Lifecycle, lifecycle)
+        owned = span is None
+        if span is None:
+            span = self._tracer.start_span(S.SPAN_ENVELOPE, kind=SpanKind.INTERNAL,
+                                           links=links or None, start_time=to_ns(start_time))
+        if not span.is_recording():
+            return NOOP
+        attrs: dict[str, Any] = {
+            S.CONTEXT_ID: context_id or self._ids.new("ctx"),
+            S.CONTEXT_SCOPE: scope_value,
+            S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
+            S.CONTEXT_PRODUCER: self.producer,
+        }
+        _put(attrs, S.CONTEXT_PARENT_ID, parent_id)
+        _put(attrs, S.GEN_AI_AGENT_NAME, agent_name)
+        _put(attrs, S.GEN_AI_AGENT_ID, agent_id)
+        _put(attrs, S.GEN_AI_CONVERSATION_ID, conversation_id)
+        _put(attrs, S.GEN_AI_REQUEST_MODEL, model)
+        _put(attrs, S.USER_ID, user_id)
+        for key, refs in ((S.CONTEXT_ACTOR_REFS, actor_refs),
+                          (S.CONTEXT_RUNTIME_REFS, runtime_refs),
+                          (S.CONTEXT_POLICY_REFS, policy_refs),
+                          (S.CONTEXT_EVIDENCE_REFS, evidence_refs)):
+            if refs:
+                attrs[key] = tuple(refs)
+        span.set_attributes(attrs)
+        return Envelope(self, span, owned, attrs[S.CONTEXT_ID], lifecycle_value,
+                        agent_name or "unknown", scope_value)
 
 
 if not TYPE_CHECKING:

@@ -29,7 +29,7 @@ from ._enums import (
     Severity,
     Visibility,
 )
-from ._failsafe import _guard
+from ._failsafe import RECORDER, _guard
 from ._recorder import _enum, _put, _Recorder
 from ._records import ContextItem
 from ._stages import Assembly, Budget, Compaction, Selection, Surface
@@ -106,6 +106,7 @@ class Envelope(_Recorder):
         """The envelope span (to add links or attributes of your own)."""
         return self._span
 
+    @_guard
     def set_lifecycle(self, lifecycle: Lifecycle | str) -> None:
         """Set the lifecycle state written at ``stop()`` (default: derived from the stages)."""
         self._lifecycle = _enum(Lifecycle, lifecycle)
@@ -116,20 +117,22 @@ class Envelope(_Recorder):
                parent: Span | None = None) -> Span:
         attrs[S.CONTEXT_ID] = self.context_id
         ctx = self._ctx if parent is None else trace.set_span_in_context(parent)
+        span = self._owner._tracer.start_span(name, ctx, SpanKind.INTERNAL, attrs,
+                                              start_time=to_ns(start_time))
         with self._lock:
             self._span_count += 1
-        return self._owner._tracer.start_span(name, ctx, SpanKind.INTERNAL, attrs,
-                                              start_time=to_ns(start_time))
+        return span
 
-    @_guard
+    @_guard(returns=RECORDER)
     def surface(self, *, surface_id: str | None = None,
                 start_time: int | str | None = None) -> Surface:
         """Start recording the candidates available before selection."""
         sid = surface_id or self._owner._ids.new("srf")
+        stage = Surface(self, self._child(S.SPAN_SURFACE, {S.SURFACE_ID: sid}, start_time), sid)
         self._stages.add("surface")
-        return Surface(self, self._child(S.SPAN_SURFACE, {S.SURFACE_ID: sid}, start_time), sid)
+        return stage
 
-    @_guard
+    @_guard(returns=RECORDER)
     def selection(
         self, *, selection_id: str | None = None, surface_id: str | None = None,
         intent: str | None = None, query: str | None = None, policy: str | None = None,
@@ -149,10 +152,11 @@ class Envelope(_Recorder):
         if self._owner.capture_content:
             _put(attrs, S.SELECTION_QUERY, query)
             _put(attrs, S.SELECTION_RATIONALE, rationale)
+        stage = Selection(self, self._child(S.SPAN_SELECTION, attrs, start_time), sid)
         self._stages.add("selection")
-        return Selection(self, self._child(S.SPAN_SELECTION, attrs, start_time), sid)
+        return stage
 
-    @_guard
+    @_guard(returns=RECORDER)
     def budget(
         self, *, budget_id: str | None = None, target: Visibility | str | None = Visibility.MODEL,
         max_tokens: int | None = None, reserved_tokens: int | None = None,
@@ -170,10 +174,11 @@ class Envelope(_Recorder):
         _put(attrs, S.BUDGET_MAX_ITEMS, max_items)
         _put(attrs, S.BUDGET_OVERFLOW_STRATEGY, _enum(OverflowStrategy, overflow_strategy))
         _put(attrs, S.WINDOW_ID, window_id)
+        stage = Budget(self, self._child(S.SPAN_BUDGET, attrs, start_time), bid, attrs)
         self._stages.add("budget")
-        return Budget(self, self._child(S.SPAN_BUDGET, attrs, start_time), bid, attrs)
+        return stage
 
-    @_guard
+    @_guard(returns=RECORDER)
     def assembly(
         self, *, assembly_id: str | None = None,
         target: Visibility | str | None = Visibility.MODEL, budget_id: str | None = None,
@@ -193,10 +198,11 @@ class Envelope(_Recorder):
         _put(attrs, S.ASSEMBLY_REDACTION_STATE, _enum(RedactionState, redaction_state))
         if visibility:
             attrs[S.ASSEMBLY_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
+        stage = Assembly(self, self._child(S.SPAN_ASSEMBLY, attrs, start_time), aid, tgt)
         self._stages.add("assembly")
-        return Assembly(self, self._child(S.SPAN_ASSEMBLY, attrs, start_time), aid, tgt)
+        return stage
 
-    @_guard
+    @_guard(returns=RECORDER)
     def compaction(
         self, *, compaction_id: str | None = None,
         method: CompactionMethod | str | None = CompactionMethod.ABSTRACTIVE_SUMMARY,
@@ -212,9 +218,10 @@ class Envelope(_Recorder):
         _put(attrs, S.COMPACTION_SCOPE, scope)
         _put(attrs, S.COMPACTION_VALIDATION, validation)
         _put(attrs, S.COMPACTION_REPLACEMENT_POLICY, replacement_policy)
+        stage = Compaction(self, self._child(S.SPAN_COMPACTION, attrs, start_time), cid, m,
+                           trigger or "unknown")
         self._stages.add("compaction")
-        return Compaction(self, self._child(S.SPAN_COMPACTION, attrs, start_time), cid, m,
-                          trigger or "unknown")
+        return stage
 
     # -- events on the envelope (or another span of it) --------------------------------
 
@@ -231,7 +238,12 @@ class Envelope(_Recorder):
                     self._span_count += 1
         return span
 
-    @_guard
+    def _event(self, span: Span | None, name: str, attrs: dict[str, Any],
+               timestamp: int | str | None) -> None:
+        ts = to_ns(timestamp)  # a bad time fails the call before a span joins
+        self._target_span(span).add_event(name, attrs, ts)
+
+    @_guard(returns="")
     def injection(
         self, *, assembly_id: str | None = None,
         target: Visibility | str | None = Visibility.MODEL,
@@ -255,13 +267,13 @@ class Envelope(_Recorder):
         _put(attrs, S.INJECTION_FINAL_REF, final_ref)
         if visibility:
             attrs[S.INJECTION_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
-        self._target_span(span).add_event(S.EVENT_INJECTION_APPLIED, attrs, to_ns(timestamp))
+        self._event(span, S.EVENT_INJECTION_APPLIED, attrs, timestamp)
         self._stages.add("injection")
         self._owner._instruments.injections.add(
             1, {"target": tgt or "unknown", "injection_point": point or "unknown"})
         return iid
 
-    @_guard
+    @_guard(returns="")
     def missing(
         self, *, missing_id: str | None = None, question: str | None = None,
         needed_for: str | None = None, severity: Severity | str | None = Severity.MEDIUM,
@@ -285,7 +297,7 @@ class Envelope(_Recorder):
             attrs[S.MISSING_CANDIDATE_SOURCES] = tuple(candidate_sources)
         if blocked_actions:
             attrs[S.MISSING_BLOCKED_ACTIONS] = tuple(blocked_actions)
-        self._target_span(span).add_event(S.EVENT_MISSING_DETECTED, attrs, to_ns(timestamp))
+        self._event(span, S.EVENT_MISSING_DETECTED, attrs, timestamp)
         self._missing_severity[mid] = sev or "unknown"
         self._owner._instruments.missing_detected.add(1, {"agent": self._agent,
                                                           "severity": sev or "unknown"})
@@ -298,7 +310,7 @@ class Envelope(_Recorder):
         """Record that a missing input was asked for (user, tool, retrieval, peer)."""
         attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
         _put(attrs, S.MISSING_REQUESTED_FROM, requested_from)
-        self._target_span(span).add_event(S.EVENT_MISSING_REQUESTED, attrs, to_ns(timestamp))
+        self._event(span, S.EVENT_MISSING_REQUESTED, attrs, timestamp)
 
     @_guard
     def missing_resolved(self, missing_id: str, *, resolution_refs: Sequence[str] = (),
@@ -308,7 +320,7 @@ class Envelope(_Recorder):
         attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
         if resolution_refs:
             attrs[S.MISSING_RESOLUTION_REFS] = tuple(resolution_refs)
-        self._target_span(span).add_event(S.EVENT_MISSING_RESOLVED, attrs, to_ns(timestamp))
+        self._event(span, S.EVENT_MISSING_RESOLVED, attrs, timestamp)
         sev = self._missing_severity.get(missing_id, "unknown")
         self._owner._instruments.missing_resolved.add(1, {"agent": self._agent,
                                                           "severity": sev})
@@ -326,6 +338,7 @@ class Envelope(_Recorder):
         _put(attrs, S.POLICY_REF, policy_ref)
         self._span.add_event(S.EVENT_REDACTION_APPLIED, attrs, to_ns(timestamp))
 
+    @_guard
     def mark_compacted(self, span: Span) -> None:
         """Say that a compacted summary was sent on an inference span
         (``gen_ai.conversation.compacted = true``; never set to false)."""

@@ -7,16 +7,18 @@ application's exceptions pass through ``with`` blocks unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.trace import Span, Status, StatusCode
 
 from . import _semconv as S
+from ._attributes import to_ns
 from ._failsafe import _guard
 from ._records import ContextItem
 
 __all__: list[str] = []
 
+_R = TypeVar("_R", bound="_Recorder")
 _ENUM_TABLES: dict[type, dict[Any, str]] = {}
 
 
@@ -43,6 +45,7 @@ def _put(attrs: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _as_item(item: ContextItem | str, kind: Any, token_estimate: int | None) -> ContextItem:
+    """The item of a call that takes a :class:`ContextItem` or an id with its ``kind``."""
     if isinstance(item, ContextItem):
         return item
     return ContextItem(item_id=item, context_kind=kind, token_estimate=token_estimate)
@@ -54,7 +57,7 @@ class _Recorder:
     _span: Span
     _ended: bool
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -67,20 +70,28 @@ class _Recorder:
     def _finish(self, end_time: int | str | None) -> None:
         raise NotImplementedError
 
+    @_guard(returns=False)
+    def is_recording(self) -> bool:
+        """Whether this recorder's span records (False on the shared no-op recorder, and
+        once an owned span has ended)."""
+        return self._span.is_recording()
+
     @_guard
     def stop(self, *, end_time: int | str | None = None) -> None:
         """Record the stage's final attributes and end its span (idempotent)."""
         if self._ended:
             return
+        end = to_ns(end_time)  # a bad time fails the call before anything changes
         self._ended = True
-        self._finish(end_time)
+        self._finish(end)
 
     @_guard
     def fail(self, exc: BaseException, *, end_time: int | str | None = None) -> None:
         """Mark the span as failed with ``error.type`` and end it (idempotent)."""
         if self._ended:
             return
+        end = to_ns(end_time)
         self._span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
         self._span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         self._ended = True
-        self._finish(end_time)
+        self._finish(end)

@@ -340,10 +340,11 @@ class Assembly(_Stage):
             self._tokens = total
             self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, None)
 
-    @_guard
+    @_guard(returns="")
     def inject(self, *, injection_point: InjectionPoint | str = InjectionPoint.MESSAGE_HISTORY,
-               span: Span | None = None, **kwargs: Any) -> str | None:
-        """Record the injection of this assembly (on ``span``, else on the assembly span)."""
+               span: Span | None = None, **kwargs: Any) -> str:
+        """Record the injection of this assembly (on ``span``, else on the assembly span);
+        returns the injection id."""
         if span is None:
             span = self._span if not self._ended else self._env.span
         target_span = span
@@ -401,7 +402,7 @@ class Compaction(_Stage):
             self._uncovered += 1
         self._item_event(S.EVENT_COMPACTION_SOURCE, attrs, timestamp)
 
-    @_guard
+    @_guard(returns="")
     def summary(self, *, summary_id: str | None = None, content: str | None = None,
                 token_estimate: int | None = None, refresh_policy: str | None = None,
                 digest: str | None = None, timestamp: int | str | None = None) -> str:
