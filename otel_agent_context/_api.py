@@ -131,17 +131,14 @@ class AgentContext:
         block, so nested model calls and :func:`current_envelope` see it), or call
         ``stop()`` / ``fail(exc)`` yourself.
         """
-        # what can fail is checked before a span starts: a failed call leaves none behind
-        scope_value = _enum(Scope, scope)
-        if scope_value is None:
-            raise TypeError("AgentContext.envelope(scope=): a scope is required")
-        lifecycle_value = _enum(Lifecycle, lifecycle)
         owned = span is None
         if span is None:
             span = self._tracer.start_span(S.SPAN_ENVELOPE, kind=SpanKind.INTERNAL,
                                            links=links or None, start_time=to_ns(start_time))
         if not span.is_recording():
             return NOOP
+        # the guard checked the arguments (enum values included): nothing fails from here
+        scope_value: str = _enum(Scope, scope)  # type: ignore[assignment]
         attrs: dict[str, Any] = {
             S.CONTEXT_ID: context_id or self._ids.new("ctx"),
             S.CONTEXT_SCOPE: scope_value,
@@ -161,7 +158,7 @@ class AgentContext:
             if refs:
                 attrs[key] = tuple(refs)
         span.set_attributes(attrs)
-        return Envelope(self, span, owned, attrs[S.CONTEXT_ID], lifecycle_value,
+        return Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                         agent_name or "unknown", scope_value)
 
 

@@ -13,6 +13,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from . import _semconv as S
 from ._attributes import to_ns
+from ._enums import ContextKind
 from ._failsafe import _guard
 from ._records import ContextItem
 
@@ -47,6 +48,8 @@ def _put(attrs: dict[str, Any], key: str, value: Any) -> None:
 def _as_item(item: ContextItem | str, kind: Any, token_estimate: int | None) -> ContextItem:
     """The item of a call that takes a :class:`ContextItem` or an id with its ``kind``."""
     if isinstance(item, ContextItem):
+        if kind is not None:
+            _enum(ContextKind, kind)  # the record's kind wins, but a bad one is still misuse
         return item
     return ContextItem(item_id=item, context_kind=kind, token_estimate=token_estimate)
 

@@ -14,6 +14,7 @@ from opentelemetry.trace import Span
 
 from . import _semconv as S
 from ._attributes import digest_text, ordered_hash, to_ns
+from ._checks import compile_check
 from ._enums import ContextKind, InjectionPoint, OmissionReason, OverflowStrategy, Visibility
 from ._failsafe import _guard
 from ._recorder import _as_item, _enum, _put, _Recorder
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     from ._envelope import Envelope
 
 __all__ = ["Assembly", "Budget", "Compaction", "Selection", "Surface"]
+
+#: One row of ``Assembly.blocks``: (item_id, kind, tokens, injection_point, digest).
+_BlockRow = tuple[str, ContextKind | str | None, int | None, InjectionPoint | str | None,
+                  str | None]
+_check_row = compile_check(_BlockRow, "Assembly.blocks(rows=[row])")
 
 
 class _Stage(_Recorder):
@@ -40,8 +46,9 @@ class _Stage(_Recorder):
         self._derive = True
         self._overrides: dict[str, Any] = {}
 
-    def _item_event(self, name: str, attrs: dict[str, Any], timestamp: int | str | None) -> None:
-        ts = timestamp if timestamp is None or isinstance(timestamp, int) else to_ns(timestamp)
+    def _item_event(self, name: str, attrs: dict[str, Any], ts: int | None) -> None:
+        """Add an item event (``ts``: parsed by the caller with ``to_ns`` before it changed
+        any state, so a bad time fails the call having counted nothing)."""
         if self._on_span < S.MAX_ITEM_EVENTS_PER_SPAN:
             self._on_span += 1
             self._span.add_event(name, attrs, ts)
@@ -84,21 +91,26 @@ class Surface(_Stage):
     def add(self, item: ContextItem | str, *, kind: ContextKind | str | None = None,
             token_estimate: int | None = None, timestamp: int | str | None = None) -> None:
         """A candidate became available."""
+        ts = to_ns(timestamp)
         it = _as_item(item, kind, token_estimate)
+        attrs = self._env._item_attrs(it)
         self._items[it.item_id] = it.token_estimate or 0
-        self._item_event(S.EVENT_ITEM_ADDED, self._env._item_attrs(it), timestamp)
+        self._item_event(S.EVENT_ITEM_ADDED, attrs, ts)
 
     @_guard
     def update(self, item: ContextItem, *, timestamp: int | str | None = None) -> None:
         """A candidate changed (new content, freshness, ...)."""
+        ts = to_ns(timestamp)
+        attrs = self._env._item_attrs(item)
         self._items[item.item_id] = item.token_estimate or 0
-        self._item_event(S.EVENT_ITEM_UPDATED, self._env._item_attrs(item), timestamp)
+        self._item_event(S.EVENT_ITEM_UPDATED, attrs, ts)
 
     @_guard
     def remove(self, item_id: str, *, timestamp: int | str | None = None) -> None:
         """A candidate is no longer available."""
+        ts = to_ns(timestamp)
         self._items.pop(item_id, None)
-        self._item_event(S.EVENT_ITEM_REMOVED, {S.ITEM_ID: item_id}, timestamp)
+        self._item_event(S.EVENT_ITEM_REMOVED, {S.ITEM_ID: item_id}, ts)
 
     def _finish(self, end_time: int | str | None) -> None:
         self._end({S.SURFACE_ITEM_COUNT: len(self._items),
@@ -124,7 +136,8 @@ class Selection(_Stage):
                  kind: ContextKind | str | None = None, token_estimate: int | None = None,
                  timestamp: int | str | None = None) -> None:
         """A candidate was selected, with its rank, score and scorer signals."""
-        it = item if isinstance(item, ContextItem) else _as_item(item, kind, token_estimate)
+        ts = to_ns(timestamp)
+        it = _as_item(item, kind, token_estimate)
         attrs = self._env._item_attrs(it)
         if rank is not None:
             attrs[S.SELECTION_RANK] = rank
@@ -136,7 +149,7 @@ class Selection(_Stage):
         self._selected += 1
         k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._selected_by_kind[k] = self._selected_by_kind.get(k, 0) + 1
-        self._item_event(S.EVENT_ITEM_SELECTED, attrs, timestamp)
+        self._item_event(S.EVENT_ITEM_SELECTED, attrs, ts)
 
     @_guard
     def omitted(self, item: ContextItem | str, *, reason: OmissionReason | str,
@@ -144,7 +157,8 @@ class Selection(_Stage):
                 kind: ContextKind | str | None = None, token_estimate: int | None = None,
                 timestamp: int | str | None = None) -> None:
         """A candidate was left out; ``reason`` is one of the spec's omission reasons."""
-        it = item if isinstance(item, ContextItem) else _as_item(item, kind, token_estimate)
+        ts = to_ns(timestamp)
+        it = _as_item(item, kind, token_estimate)
         r = _enum(OmissionReason, reason) or OmissionReason.CUSTOM.value
         attrs = self._env._item_attrs(it)
         attrs[S.OMISSION_REASON] = r
@@ -156,7 +170,7 @@ class Selection(_Stage):
         k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._omitted_by[(k, r)] = self._omitted_by.get((k, r), 0) + 1
         self._omitted_tokens[r] = self._omitted_tokens.get(r, 0) + (it.token_estimate or 0)
-        self._item_event(S.EVENT_ITEM_OMITTED, attrs, timestamp)
+        self._item_event(S.EVENT_ITEM_OMITTED, attrs, ts)
 
     def _finish(self, end_time: int | str | None) -> None:
         candidates = self.candidate_count
@@ -206,6 +220,7 @@ class Budget(_Stage):
                   tokens_before: int | None = None, tokens_after: int | None = None,
                   timestamp: int | str | None = None) -> None:
         """An item or a segment was cut to fit (name one of ``item_id`` or ``segment``)."""
+        ts = to_ns(timestamp)
         strat = _enum(OverflowStrategy, strategy)
         attrs: dict[str, Any] = {}
         _put(attrs, S.ITEM_ID, item_id)
@@ -217,7 +232,7 @@ class Budget(_Stage):
         self._truncations[key] = self._truncations.get(key, 0) + 1
         if tokens_before is not None and tokens_after is not None:
             self._truncated_tokens += max(0, tokens_before - tokens_after)
-        self._item_event(S.EVENT_BUDGET_TRUNCATED, attrs, timestamp)
+        self._item_event(S.EVENT_BUDGET_TRUNCATED, attrs, ts)
 
     @_guard
     def actual(self, *, tokens: int | None = None, bytes: int | None = None,
@@ -231,11 +246,12 @@ class Budget(_Stage):
     def overflowed(self, *, overflow_tokens: int | None = None,
                    strategy: OverflowStrategy | str | None = None) -> None:
         """Declare an overflow explicitly (e.g. the provider rejected the request)."""
+        strat = _enum(OverflowStrategy, strategy)
         self._actual[S.BUDGET_OVERFLOW] = True
         _put(self._actual, S.BUDGET_OVERFLOW_TOKENS, overflow_tokens)
-        if strategy is not None:
-            self._strategy = _enum(OverflowStrategy, strategy)
-            self._actual[S.BUDGET_OVERFLOW_STRATEGY] = self._strategy
+        if strat is not None:
+            self._strategy = strat
+            self._actual[S.BUDGET_OVERFLOW_STRATEGY] = strat
 
     def _finish(self, end_time: int | str | None) -> None:
         attrs = self._actual
@@ -286,19 +302,22 @@ class Assembly(_Stage):
         on the block event (content mode, token estimate, digest, source; content only under
         content capture), for callers whose blocks are the only place the item is recorded.
         """
+        ts = to_ns(timestamp)
+        point = _enum(InjectionPoint, injection_point)
+        k = _enum(ContextKind, kind)
         described: dict[str, Any] = {}
         if isinstance(item, ContextItem):
             if describe:
                 described = self._env._item_attrs(item)
             item_id = item.item_id
-            k = item.context_kind.value if item.context_kind is not None else _enum(
-                ContextKind, kind)
+            if item.context_kind is not None:
+                k = item.context_kind.value
             tokens = tokens if tokens is not None else item.token_estimate
             if digest is None:
                 digest = item.digest or (digest_text(item.content)
                                          if item.content is not None else None)
         else:
-            item_id, k = item, _enum(ContextKind, kind)
+            item_id = item
         idx = self._index if index is None else index
         self._index = idx + 1
         attrs: dict[str, Any] = described
@@ -306,15 +325,14 @@ class Assembly(_Stage):
         attrs[S.ITEM_ID] = item_id
         _put(attrs, S.ITEM_KIND, k)
         _put(attrs, S.BLOCK_TOKENS, tokens)
-        _put(attrs, S.INJECTION_POINT, _enum(InjectionPoint, injection_point))
+        _put(attrs, S.INJECTION_POINT, point)
         _put(attrs, S.BLOCK_DIGEST, digest)
         self._tokens += tokens or 0
         self._hash_parts.append(f"{idx}:{item_id}:{digest or ''}")
-        self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, timestamp)
+        self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, ts)
 
     @_guard
-    def blocks(self, rows: Iterable[tuple[str, ContextKind | str | None, int | None,
-                                          InjectionPoint | str | None, str | None]]) -> None:
+    def blocks(self, rows: Iterable[_BlockRow]) -> None:
         """Several blocks in order, in one call: ``(item_id, kind, tokens, injection_point,
         digest)`` per block. Records exactly what ``block(item_id, kind=, tokens=,
         injection_point=, digest=)`` would for each row, for callers with many blocks (an
@@ -323,7 +341,9 @@ class Assembly(_Stage):
         idx = self._index
         total = self._tokens
         parts = self._hash_parts
-        for item_id, kind, tokens, injection_point, digest in rows:
+        for row in rows:
+            _check_row(row)
+            item_id, kind, tokens, injection_point, digest = row
             attrs: dict[str, Any] = {S.BLOCK_INDEX: idx, S.ITEM_ID: item_id}
             if kind is not None:
                 attrs[S.ITEM_KIND] = _enum(ContextKind, kind)
@@ -387,6 +407,7 @@ class Compaction(_Stage):
                token_estimate: int | None = None, kind: ContextKind | str | None = None,
                timestamp: int | str | None = None) -> None:
         """A source the compaction replaced; ``covered``: the summary accounts for it."""
+        ts = to_ns(timestamp)
         it = _as_item(item, kind, token_estimate)
         tokens = token_estimate if token_estimate is not None else it.token_estimate
         attrs: dict[str, Any] = {S.ITEM_ID: it.item_id}
@@ -400,13 +421,14 @@ class Compaction(_Stage):
             self._covered_tokens += tokens or 0
         else:
             self._uncovered += 1
-        self._item_event(S.EVENT_COMPACTION_SOURCE, attrs, timestamp)
+        self._item_event(S.EVENT_COMPACTION_SOURCE, attrs, ts)
 
     @_guard(returns="")
     def summary(self, *, summary_id: str | None = None, content: str | None = None,
                 token_estimate: int | None = None, refresh_policy: str | None = None,
                 digest: str | None = None, timestamp: int | str | None = None) -> str:
         """The summary that replaces the sources; returns its id."""
+        ts = to_ns(timestamp)
         sid = summary_id or self._env._owner._ids.new("sum")
         attrs: dict[str, Any] = {S.SUMMARY_ID: sid}
         _put(attrs, S.SUMMARY_TOKEN_ESTIMATE, token_estimate)
@@ -418,7 +440,7 @@ class Compaction(_Stage):
             _put(attrs, S.SUMMARY_CONTENT, content)
         self._summary_id = sid
         self._summary_tokens = token_estimate
-        self._span.add_event(S.EVENT_SUMMARY_CREATED, attrs, to_ns(timestamp))
+        self._span.add_event(S.EVENT_SUMMARY_CREATED, attrs, ts)
         return sid
 
     @_guard
@@ -430,6 +452,8 @@ class Compaction(_Stage):
     def set(self, *, coverage: float | None = None, tokens_before: int | None = None,
             tokens_after: int | None = None, source_count: int | None = None) -> None:
         """Override what ``stop()`` would derive from the recorded sources and summary."""
+        if coverage is not None and not 0.0 <= coverage <= 1.0:
+            raise ValueError(f"coverage is a share of the sources, 0 to 1: {coverage!r}")
         _put(self._final, S.COMPACTION_COVERAGE, None if coverage is None else float(coverage))
         _put(self._final, S.COMPACTION_TOKENS_BEFORE, tokens_before)
         _put(self._final, S.COMPACTION_TOKENS_AFTER, tokens_after)
