@@ -67,8 +67,8 @@ def run_agent(base_url: str) -> None:
 
 def main() -> None:
     provider = TracerProvider()
-    provider.add_span_processor(BundleSpanProcessor(
-        lambda bundle: print(json.dumps(summary(bundle), indent=2))))
+    bundles: list[dict] = []  # on_bundle runs on the processor's worker thread
+    provider.add_span_processor(BundleSpanProcessor(bundles.append))
     trace.set_tracer_provider(provider)
     instrument()
     try:
@@ -76,7 +76,9 @@ def main() -> None:
             run_agent(stub.anthropic_base_url)
     finally:
         uninstrument()
-        provider.shutdown()
+        provider.shutdown()  # every bundle is out
+    for bundle in bundles:
+        print(json.dumps(summary(bundle), indent=2))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ It starts the bundled stub of the OpenAI API on loopback (no key, no network), t
 otel-agent-context's auto-instrumentation with ``instrument()``, and runs a two-turn support
 agent with a tool call. Each model call becomes an envelope (the inference span with
 ``context.scope = turn``); ``BundleSpanProcessor`` rebuilds each one in-process and the agent
-prints it. On an existing agent the one-line way is ``opentelemetry-instrument python agent.py``.
+prints them at the end. On an existing agent the one-line way is
+``opentelemetry-instrument python agent.py``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def run_agent(base_url: str) -> None:
 
 def main() -> None:
     provider = TracerProvider()
-    provider.add_span_processor(BundleSpanProcessor(
-        lambda bundle: print(json.dumps(summary(bundle), indent=2))))
+    bundles: list[dict] = []  # on_bundle runs on the processor's worker thread
+    provider.add_span_processor(BundleSpanProcessor(bundles.append))
     trace.set_tracer_provider(provider)
     instrument()  # the in-process equivalent of `opentelemetry-instrument`
     try:
@@ -67,7 +68,9 @@ def main() -> None:
             run_agent(stub.openai_base_url)
     finally:
         uninstrument()
-        provider.shutdown()
+        provider.shutdown()  # every bundle is out
+    for bundle in bundles:
+        print(json.dumps(summary(bundle), indent=2))
 
 
 if __name__ == "__main__":

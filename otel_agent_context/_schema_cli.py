@@ -1,11 +1,12 @@
 """``schema`` and ``validate``: the JSON Schema of the records and bundles, and a checker for
-JSON Lines files of bundles that names the line and field of every error."""
+JSON Lines files of bundles that names the line and field of every error: schema errors, and
+refs to items (selected, omitted, candidate, assembly block) that the bundle does not hold."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,54 @@ def validate_lines(lines: Iterator[bytes]) -> Iterator[tuple[int, str, str]]:
             continue
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
             yield number, _path(error), _message(error)
+        if isinstance(doc, dict):
+            for path, item_id in _dangling_refs(doc):
+                yield number, path, f"item {item_id!r} is not in context_items"
+
+
+def _records(doc: Mapping[str, Any], key: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(index, record) of every object in the bundle's list ``key``."""
+    value = doc.get(key)
+    if isinstance(value, list):
+        for index, record in enumerate(value):
+            if isinstance(record, dict):
+                yield index, record
+
+
+def _item_refs(record: Mapping[str, Any], key: str, field: str | None = None
+               ) -> Iterator[tuple[int, Any]]:
+    """(index, ref) of a list of refs: its strings, or the ``field`` of its objects."""
+    value = record.get(key)
+    if not isinstance(value, list):
+        return
+    for index, entry in enumerate(value):
+        if field is None:
+            yield index, entry
+        elif isinstance(entry, dict) and field in entry:
+            yield index, entry[field]
+
+
+#: bundle list -> (list of item refs in each of its records, the field of a ref object, or
+#: None for a list of item ids)
+_ITEM_REFS: Mapping[str, tuple[tuple[str, str | None], ...]] = {
+    "context_selections": (("candidate_item_refs", None), ("selected_item_refs", None),
+                           ("omitted_item_refs", "item_id")),
+    "context_assemblies": (("ordered_blocks", "item_id"),),
+}
+
+
+def _dangling_refs(doc: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field path, item id) of every selection or assembly ref to an item that is not the
+    ``item_id`` of one of the bundle's ``context_items``. Refs that are not strings are left
+    to the schema."""
+    items = {item.get("item_id") for _, item in _records(doc, "context_items")}
+    for key, lists in _ITEM_REFS.items():
+        for index, record in _records(doc, key):
+            for list_key, field in lists:
+                for position, ref in _item_refs(record, list_key, field):
+                    if isinstance(ref, str) and ref not in items:
+                        path = f"$.{key}[{index}].{list_key}[{position}]"
+                        yield (path if field is None else f"{path}.{field}"), ref
 
 
 def _message(error: jsonschema.ValidationError) -> str:
@@ -77,14 +126,32 @@ def _validate(args: argparse.Namespace) -> int:
             return 2
         stream = path.open("rb")
     errors = 0
+    bundles = _Counted(stream)
     with stream:
-        for number, field, message in validate_lines(iter(stream)):
+        for number, field, message in validate_lines(iter(bundles)):
             errors += 1
             if errors <= args.max_errors:
                 print(f"{args.file}:{number}: {field}: {message}")
+    if not bundles.nonblank:
+        print(f"validate: {args.file}: no bundles (empty file)", file=sys.stderr)
+        return 1
     if errors:
         more = f" (first {args.max_errors} shown)" if errors > args.max_errors else ""
         print(f"{errors} error(s){more}", file=sys.stderr)
         return 1
     print(f"{args.file}: all bundles valid", file=sys.stderr)
     return 0
+
+
+class _Counted:
+    """The lines of a stream, noting whether any of them is not blank."""
+
+    def __init__(self, lines: Iterable[bytes]) -> None:
+        self._lines = lines
+        self.nonblank = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._lines:
+            if not self.nonblank and line.strip():
+                self.nonblank = True
+            yield line

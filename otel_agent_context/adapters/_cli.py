@@ -139,7 +139,8 @@ def _configure_logging() -> None:
 def _watch(args: argparse.Namespace) -> int:
     try:
         session, out, state_path = _check(args)
-        processor = (BundleSpanProcessor(path=out, envelope_timeout=5.0) if out is not None
+        processor = (BundleSpanProcessor(path=out, envelope_timeout=5.0,
+                                         orphan_timeout=5.0) if out is not None
                      else _otlp_processor())
     except ConfigError as exc:
         print(f"watch: {exc}", file=sys.stderr)

@@ -20,6 +20,14 @@ from urllib.parse import urlsplit
 import yaml
 
 from ..exceptions import ConfigError
+from ..rebuild._completion import (  # the engine's defaults, shared with BundleSpanProcessor
+    DEFAULT_DEDUPE_MAX,
+    DEFAULT_DEDUPE_WINDOW,
+    DEFAULT_ENVELOPE_TIMEOUT,
+    DEFAULT_MAX_SPANS,
+    DEFAULT_MAX_TRACES,
+    DEFAULT_ORPHAN_TIMEOUT,
+)
 
 __all__ = [
     "DEFAULT_ENVELOPE_TIMEOUT",
@@ -45,18 +53,9 @@ DEFAULT_OUT = "agent-context-out"
 #: OTLP's recommended receive limit (grpcio's own default is only 4 MiB).
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_GRPC_WORKERS = 8
-#: Seconds to wait, after the last span of an envelope, for the spans it promised.
-DEFAULT_ENVELOPE_TIMEOUT = 30.0
-#: Seconds to wait, after the last span, for an envelope span that has not come at all.
-DEFAULT_ORPHAN_TIMEOUT = 120.0
-DEFAULT_MAX_TRACES = 20_000
-DEFAULT_MAX_SPANS = 200_000
 #: Rebuilt envelopes waiting for the sinks; beyond this the receivers push back.
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_RETRY_AFTER = 1.0
-#: Seconds an emitted envelope's key is remembered, so client retries stay idempotent.
-DEFAULT_DEDUPE_WINDOW = 600.0
-DEFAULT_DEDUPE_MAX = 100_000
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SINK_TIMEOUT = 10.0

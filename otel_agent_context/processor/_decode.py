@@ -40,6 +40,7 @@ from ..rebuild._boundary import (
     dropped_event,
     undated_event,
 )
+from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._wire import LiteRequest, LiteResource, LiteSpan, decode_key_value
 
@@ -62,16 +63,6 @@ _SERVICE_NAME = "service.name"
 
 class InvalidRequest(ValueError):
     """The request cannot be decoded at all: 400 / INVALID_ARGUMENT with this message."""
-
-
-@dataclasses.dataclass(slots=True)
-class Accepted:
-    """A span that belongs to an envelope: its view and the facts the buffer needs."""
-
-    view: SpanView
-    context_id: str
-    is_envelope: bool
-    span_count: int | None
 
 
 @dataclasses.dataclass(slots=True)
@@ -359,14 +350,11 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     if not context_id:
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
-    # The boundary made context.id a string and context.span_count an int.
-    assert isinstance(context_id, str)
-    is_envelope = S.CONTEXT_SCOPE in attributes
-    span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
-    assert span_count is None or isinstance(span_count, int)
+    accepted = Accepted.of(view)
+    assert accepted is not None  # the boundary made context.id a string
     if view.repairs:
         out.repaired(view.repairs, service)
-    return Accepted(view, context_id, is_envelope, span_count)
+    return accepted
 
 
 def _subset(lite: Any, keep: list[tuple[int, int, int]]) -> bytes:

@@ -30,7 +30,14 @@ from google.protobuf.internal import api_implementation
 
 from .._measure import measure
 from .._version import __version__
-from ._buffer import DUPLICATE, FOREIGN, LATE, REASON_SHUTDOWN, Finished, TraceBuffer
+from ..rebuild._completion import (
+    DUPLICATE,
+    FOREIGN,
+    LATE,
+    REASON_SHUTDOWN,
+    Finished,
+    TraceBuffer,
+)
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
 from ._forward import Forwarder

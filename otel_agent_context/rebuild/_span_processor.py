@@ -1,7 +1,14 @@
-"""An SDK ``SpanProcessor`` that rebuilds bundles in-process, as envelopes complete."""
+"""An SDK ``SpanProcessor`` that rebuilds bundles in-process, as envelopes complete.
+
+It runs the processor service's completion engine (:mod:`._completion`) and its rebuild
+(:func:`~._rebuild.rebuild_envelope`), off the application's threads: ``on_end`` only
+checks that a span carries ``context.id`` and puts it on a bounded queue, as the SDK's
+``BatchSpanProcessor`` does; a daemon worker converts, completes, rebuilds and writes.
+"""
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -14,102 +21,240 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .. import _semconv as S
+from ._boundary import normalize_view
+from ._completion import (
+    DEFAULT_DEDUPE_MAX,
+    DEFAULT_DEDUPE_WINDOW,
+    DEFAULT_ENVELOPE_TIMEOUT,
+    DEFAULT_MAX_SPANS,
+    DEFAULT_MAX_TRACES,
+    DEFAULT_ORPHAN_TIMEOUT,
+    REASON_SHUTDOWN,
+    Accepted,
+    Finished,
+    TraceBuffer,
+)
 from ._rebuild import rebuild_envelope
-from ._view import SpanView, view_from_readable_span
+from ._view import view_from_readable_span
 
-__all__ = ["BundleSpanProcessor"]
+__all__ = ["DEFAULT_MAX_QUEUE_SIZE", "BundleSpanProcessor"]
 
 _log = logging.getLogger("otel_agent_context")
 
 BundleCallback = Callable[[dict[str, Any]], None]
 
+#: Ended spans waiting for the worker (the SDK BatchSpanProcessor's default queue size).
+DEFAULT_MAX_QUEUE_SIZE = 2048
+#: Spans the worker takes per round before it emits and answers flushes.
+_ROUND = 512
+#: At most one warning about dropped spans per this many seconds.
+_DROP_WARNING_INTERVAL = 5.0
+_CONTEXT_ID = S.CONTEXT_ID
 
-class _Pending:
-    __slots__ = ("spans", "expected", "has_envelope", "first_seen")
 
-    def __init__(self) -> None:
-        self.spans: list[SpanView] = []
-        self.expected: int | None = None
-        self.has_envelope = False
-        self.first_seen = time.monotonic()
+class _Marker:
+    """Put on the queue by force_flush and shutdown: done once the worker reaches it."""
+
+    __slots__ = ("done", "stop")
+
+    def __init__(self, stop: bool = False) -> None:
+        self.stop = stop
+        self.done = threading.Event()
 
 
 class BundleSpanProcessor(SpanProcessor):
     """Rebuild each envelope when its spans have ended and hand the bundle on.
 
-    ``on_bundle`` receives each bundle dict; ``path`` appends it to a JSON Lines file.
-    An envelope is emitted as soon as its envelope span and the ``context.span_count``
-    spans it promised have ended; one still waiting after ``envelope_timeout`` seconds (checked
-    whenever a span ends, and at flush and shutdown) is emitted ``partial``. Nothing is dropped.
+    The completion rules are the processor service's (one engine): an envelope is complete
+    as soon as its envelope span (``context.scope``) and the ``context.span_count`` other
+    spans it promised have ended; it is emitted ``partial`` when no span of it has ended for
+    ``envelope_timeout`` seconds (``orphan_timeout`` while its envelope span has not ended),
+    when the caps evict it (``evicted``), or at shutdown (``shutdown``). A span id seen twice
+    counts once; an envelope lives in one trace, and a span of another trace with its
+    ``context.id`` is left out and listed as a repair in the bundle.
+
+    ``on_end`` never converts, rebuilds or writes on the application's thread: it puts the
+    span on a bounded queue and a daemon worker thread does the rest; ``on_bundle`` is called
+    on that thread. Errors there are logged (logger ``otel_agent_context``), never raised.
+
+    Args:
+        on_bundle: called with each bundle dict (on the worker thread).
+        path: a JSON Lines file each bundle is appended to (before ``on_bundle`` is called).
+        envelope_timeout: seconds to wait, after an envelope's last span, for the spans its
+            envelope span promised (default ``DEFAULT_ENVELOPE_TIMEOUT``, 30).
+        orphan_timeout: seconds to wait, after an envelope's last span, while its envelope
+            span has not ended at all: a long turn ends its envelope span last (default
+            ``DEFAULT_ORPHAN_TIMEOUT``, 120).
+        max_spans: spans pending at most; beyond, the least recently active envelope is
+            emitted ``partial`` (``evicted``) (default ``DEFAULT_MAX_SPANS``, 200 000).
+        max_traces: traces pending at most, likewise (default ``DEFAULT_MAX_TRACES``, 20 000).
+        max_queue_size: ended spans waiting for the worker; when it is full a span is
+            dropped and counted (:attr:`dropped_spans`) and a warning is logged at most
+            every few seconds (default ``DEFAULT_MAX_QUEUE_SIZE``, 2048).
+
+    Envelopes already emitted are remembered for ``DEFAULT_DEDUPE_WINDOW`` seconds (at most
+    ``DEFAULT_DEDUPE_MAX``), so a span ending after its envelope was emitted does not make a
+    second bundle.
     """
 
-    def __init__(self, on_bundle: BundleCallback | None = None, *, path: str | Path | None = None,
-                 envelope_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        on_bundle: BundleCallback | None = None,
+        *,
+        path: str | Path | None = None,
+        envelope_timeout: float = DEFAULT_ENVELOPE_TIMEOUT,
+        orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT,
+        max_spans: int = DEFAULT_MAX_SPANS,
+        max_traces: int = DEFAULT_MAX_TRACES,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+    ) -> None:
         if on_bundle is None and path is None:
             raise ValueError("BundleSpanProcessor needs on_bundle or path")
+        for name, value in (("envelope_timeout", envelope_timeout),
+                            ("orphan_timeout", orphan_timeout), ("max_spans", max_spans),
+                            ("max_traces", max_traces), ("max_queue_size", max_queue_size)):
+            if value <= 0:
+                raise ValueError(f"BundleSpanProcessor: {name} must be positive, not {value!r}")
         self._on_bundle = on_bundle
         self._path = Path(path) if path is not None else None
-        self._timeout = envelope_timeout
-        self._pending: dict[str, _Pending] = {}
-        self._lock = threading.Lock()
+        self._buffer = TraceBuffer(
+            envelope_timeout=envelope_timeout, orphan_timeout=orphan_timeout,
+            max_traces=max_traces, max_spans=max_spans,
+            dedupe_window=DEFAULT_DEDUPE_WINDOW, dedupe_max=DEFAULT_DEDUPE_MAX)
+        self._max_queue_size = max_queue_size
+        self._queue: collections.deque[ReadableSpan | _Marker] = collections.deque()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._state_lock = threading.Lock()
+        self._dropped = 0
+        self._next_drop_warning = 0.0
+        self._worker = threading.Thread(target=self._run, name="BundleSpanProcessor",
+                                        daemon=True)
+        self._worker.start()
 
+    @property
+    def dropped_spans(self) -> int:
+        """Spans dropped because the queue was full."""
+        return self._dropped
+
+    # -- the application's side ------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        try:
-            attrs = span.attributes or {}
-            cid = attrs.get(S.CONTEXT_ID)
-            if not isinstance(cid, str):
+        attributes = span.attributes
+        if not attributes or self._stopped or not isinstance(attributes.get(_CONTEXT_ID), str):
+            return
+        queue = self._queue
+        if len(queue) >= self._max_queue_size:
+            self._drop()
+            return
+        queue.append(span)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _drop(self) -> None:
+        with self._state_lock:
+            self._dropped += 1
+            now = time.monotonic()
+            if now < self._next_drop_warning:
                 return
-            ready: list[tuple[list[SpanView], tuple[str, ...]]] = []
-            with self._lock:
-                pending = self._pending.get(cid)
-                if pending is None:
-                    pending = self._pending[cid] = _Pending()
-                pending.spans.append(view_from_readable_span(span))
-                if S.CONTEXT_SCOPE in attrs:
-                    pending.has_envelope = True
-                    count = attrs.get(S.CONTEXT_SPAN_COUNT)
-                    pending.expected = count if isinstance(count, int) else 0
-                if pending.has_envelope and len(pending.spans) - 1 >= (pending.expected or 0):
-                    del self._pending[cid]
-                    ready.append((pending.spans, ()))
-                ready.extend(self._expired_locked(time.monotonic()))
-            for spans, reasons in ready:
-                self._emit(spans, reasons)
-        except Exception:
-            _log.warning("otel_agent_context: bundle rebuild failed", exc_info=True)
+            self._next_drop_warning = now + _DROP_WARNING_INTERVAL
+            dropped = self._dropped
+        _log.warning("BundleSpanProcessor: queue full (%d spans), %d spans dropped so far",
+                     self._max_queue_size, dropped)
 
-    def _expired_locked(self, now: float) -> list[tuple[list[SpanView], tuple[str, ...]]]:
-        out = []
-        for cid in [c for c, p in self._pending.items() if now - p.first_seen >= self._timeout]:
-            reasons: tuple[str, ...] = ("timeout",)
-            out.append((self._pending.pop(cid).spans, reasons))
-        return out
-
-    def _drain(self, reason: str) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for p in pending.values():
-            self._emit(p.spans, (reason,))
-
-    def _emit(self, spans: list[SpanView], reasons: tuple[str, ...]) -> None:
-        bundle = rebuild_envelope(spans, partial_reasons=reasons)
-        if self._path is not None:
-            with self._path.open("ab") as fh:
-                fh.write(orjson.dumps(bundle) + b"\n")
-        if self._on_bundle is not None:
-            self._on_bundle(bundle)
+    def _request(self, marker: _Marker) -> _Marker:
+        self._queue.append(marker)
+        self._wake.set()
+        return marker
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Emit envelopes whose wait has expired; open ones keep waiting."""
-        with self._lock:
-            ready = self._expired_locked(time.monotonic())
-        for spans, reasons in ready:
-            self._emit(spans, reasons)
-        return True
+        """Wait until every span ended before the call is processed and the envelopes it
+        completes, and those whose wait is over, are emitted; False if ``timeout_millis``
+        passed first. Envelopes still waiting keep waiting."""
+        if self._stopped:  # shut down, or shutting down: its drain is the last flush
+            if threading.current_thread() is not self._worker:
+                self._worker.join(timeout_millis / 1000)
+            return not self._worker.is_alive()
+        return self._request(_Marker()).done.wait(timeout_millis / 1000)
 
     def shutdown(self) -> None:
-        """Emit everything still pending, marked partial (``shutdown``)."""
-        self._drain("shutdown")
+        """Process the queue, emit everything still pending ``partial`` (``shutdown``) and
+        stop the worker. Later calls do nothing; later spans are ignored."""
+        with self._state_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._request(_Marker(stop=True))
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
+
+    # -- the worker --------------------------------------------------------------------------
+    def _run(self) -> None:
+        queue, buffer = self._queue, self._buffer
+        while True:
+            if not queue:
+                deadline = buffer.next_deadline()
+                self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._wake.clear()
+            finished: list[Finished] = []
+            markers: list[_Marker] = []
+            stop = False
+            try:
+                for _ in range(min(len(queue), _ROUND)):
+                    item = queue.popleft()
+                    if isinstance(item, _Marker):
+                        markers.append(item)
+                        stop = stop or item.stop
+                    else:
+                        self._add(item, finished)
+                buffer.expire(finished)
+                if stop:
+                    while queue:  # spans that raced shutdown
+                        item = queue.popleft()
+                        if isinstance(item, _Marker):
+                            markers.append(item)
+                        else:
+                            self._add(item, finished)
+                    finished.extend(buffer.drain(REASON_SHUTDOWN))
+                self._emit(finished)
+            except Exception:  # noqa: BLE001 - the worker must outlive any one round
+                _log.exception("BundleSpanProcessor: unexpected error in the worker")
+            for marker in markers:
+                marker.done.set()
+            if stop:
+                return
+
+    def _add(self, span: ReadableSpan, finished: list[Finished]) -> None:
+        try:
+            accepted = Accepted.of(normalize_view(view_from_readable_span(span)))
+            if accepted is not None:
+                self._buffer.add(accepted, None, finished)
+        except Exception:  # noqa: BLE001 - one bad span must not stop the others
+            _log.exception("BundleSpanProcessor: span %r cannot be taken", span.name)
+
+    def _emit(self, finished: list[Finished]) -> None:
+        bundles = []
+        for envelope in finished:
+            try:
+                bundles.append(rebuild_envelope(envelope.spans, partial_reasons=envelope.reasons,
+                                                repairs=envelope.repairs))
+            except Exception:  # noqa: BLE001 - the other envelopes still go out
+                _log.exception("BundleSpanProcessor: rebuild failed for trace %s context %s",
+                               *envelope.key)
+        if not bundles:
+            return
+        if self._path is not None:
+            try:
+                with self._path.open("ab") as fh:
+                    fh.write(b"".join(orjson.dumps(b, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+                                      for b in bundles))
+            except Exception:  # noqa: BLE001
+                _log.exception("BundleSpanProcessor: cannot append bundles to %s", self._path)
+        if self._on_bundle is not None:
+            for bundle in bundles:
+                try:
+                    self._on_bundle(bundle)
+                except Exception:  # noqa: BLE001 - a callback's bug must not stop the worker
+                    _log.exception("BundleSpanProcessor: on_bundle raised")

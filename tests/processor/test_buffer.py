@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from processor_testkit import envelope_spans, request, span
 
-from otel_agent_context.processor._buffer import (
+from otel_agent_context.processor._decode import decode_request
+from otel_agent_context.rebuild._completion import (
     DUPLICATE,
     LATE,
     REASON_EVICTED,
@@ -13,7 +14,6 @@ from otel_agent_context.processor._buffer import (
     REASON_TIMEOUT,
     TraceBuffer,
 )
-from otel_agent_context.processor._decode import decode_request
 
 
 class Clock:

@@ -1,4 +1,8 @@
-"""The trace buffer: spans grouped by (trace id, ``context.id``) until their envelope is done.
+"""The completion engine: spans grouped by (trace id, ``context.id``) until their envelope is done.
+
+One engine for both feeds: the processor service (``processor._pipeline``, spans decoded
+from OTLP) and the in-process ``BundleSpanProcessor`` (SDK spans). It has no dependency on
+the processor service: its input is :class:`Accepted`, a span view and the facts it needs.
 
 Completion (contract section 1): an envelope is finished as soon as its envelope span (the
 one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise it
@@ -20,7 +24,8 @@ is counted, not turned into a second bundle. To keep that memory small, an envel
 ids are kept as a 128-bit mask, so a late span is now and then counted as a duplicate
 (about 6% of the time for an envelope of 8 spans); either way it is dropped.
 
-The buffer is not thread-safe: the pipeline holds its lock around every call.
+The buffer is not thread-safe: its user holds a lock around every call (the pipeline) or
+calls it from one thread (the span processor's worker).
 """
 
 from __future__ import annotations
@@ -31,11 +36,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..rebuild._boundary import Repair, foreign_trace
-from ..rebuild._view import SpanView
-from ._decode import Accepted
+from .. import _semconv as S
+from ._boundary import Repair, foreign_trace
+from ._view import SpanView
 
 __all__ = [
+    "DEFAULT_DEDUPE_MAX",
+    "DEFAULT_DEDUPE_WINDOW",
+    "DEFAULT_ENVELOPE_TIMEOUT",
+    "DEFAULT_MAX_SPANS",
+    "DEFAULT_MAX_TRACES",
+    "DEFAULT_ORPHAN_TIMEOUT",
     "DUPLICATE",
     "FOREIGN",
     "LATE",
@@ -43,11 +54,23 @@ __all__ = [
     "REASON_NO_ENVELOPE_SPAN",
     "REASON_SHUTDOWN",
     "REASON_TIMEOUT",
+    "Accepted",
     "Finished",
     "TraceBuffer",
 ]
 
 Key = tuple[str, str]  # (trace id, context id)
+
+#: Seconds to wait, after the last span of an envelope, for the spans it promised.
+DEFAULT_ENVELOPE_TIMEOUT = 30.0
+#: Seconds to wait, after the last span, for an envelope span that has not come at all.
+DEFAULT_ORPHAN_TIMEOUT = 120.0
+#: Traces, and spans, in flight before the least recently active envelope is evicted.
+DEFAULT_MAX_TRACES = 20_000
+DEFAULT_MAX_SPANS = 200_000
+#: Seconds an emitted envelope's key is remembered, so client retries stay idempotent.
+DEFAULT_DEDUPE_WINDOW = 600.0
+DEFAULT_DEDUPE_MAX = 100_000
 
 REASON_TIMEOUT = "timeout"
 REASON_EVICTED = "evicted"
@@ -55,6 +78,9 @@ REASON_SHUTDOWN = "shutdown"
 REASON_NO_ENVELOPE_SPAN = "no_envelope_span"
 
 ADDED = "added"
+DUPLICATE = "duplicate"
+LATE = "late"
+FOREIGN = "foreign"
 
 #: The mask of an envelope known only by its key (replayed): every span is a duplicate.
 _ALL = (1 << 128) - 1
@@ -63,9 +89,30 @@ _ALL = (1 << 128) - 1
 def _bit(span_id: str) -> int:
     # The low 7 bits of the span id (random in practice; deterministic, unlike hash()).
     return 1 << (int(span_id[-2:], 16) & 127)
-DUPLICATE = "duplicate"
-LATE = "late"
-FOREIGN = "foreign"
+
+
+@dataclasses.dataclass(slots=True)
+class Accepted:
+    """A span that belongs to an envelope: its view and the facts the buffer needs."""
+
+    view: SpanView
+    context_id: str
+    is_envelope: bool
+    span_count: int | None
+
+    @classmethod
+    def of(cls, view: SpanView) -> Accepted | None:
+        """``view`` (after the boundary) as an envelope's span; None without a usable
+        ``context.id`` (a non-empty string)."""
+        attributes = view.attributes
+        context_id = attributes.get(S.CONTEXT_ID)
+        if not isinstance(context_id, str) or not context_id:
+            return None
+        is_envelope = S.CONTEXT_SCOPE in attributes
+        span_count = attributes.get(S.CONTEXT_SPAN_COUNT) if is_envelope else None
+        # The boundary made context.span_count an int (or dropped it).
+        return cls(view, context_id, is_envelope,
+                   span_count if isinstance(span_count, int) else None)
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,0 +1,213 @@
+"""Context Runtime ABI: reading a session folder, never writing it, never raising on content.
+
+Malformed or half-written files give a warning (logged, and kept in :attr:`_Reader.warnings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..instrumentation._tokens import estimate_tokens
+
+_log = logging.getLogger("otel_agent_context.adapters")
+
+MESSAGES = "messages.jsonl"
+EVENTS = "events.jsonl"
+PACK = "context/pack.json"
+BUDGET = "context/budget"
+GC_POLICY = "context/gc.policy"
+SWAP_INDEX = "context/swap/index.jsonl"
+DEDUP_INDEX = "context/dedup/index.jsonl"
+CHILD_DIR = "context/child"
+
+#: a range of lines (1-based, inclusive)
+Range = tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileState:
+    """What was seen of an append-only file: its size, mtime and the digest of its bytes."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FileState:
+        return cls(int(data["size"]), int(data["mtime_ns"]), str(data["sha256"]))
+
+
+class _Reader:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.warnings: list[str] = []
+
+    def warn(self, rel: str, message: str) -> None:
+        text = f"{rel}: {message}"
+        self.warnings.append(text)
+        _log.warning("context runtime session %s: %s", self.root, text)
+
+    def stat(self, rel: str) -> os.stat_result | None:
+        try:
+            st = (self.root / rel).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.warn(rel, f"cannot stat ({exc.strerror or exc})")
+            return None
+        return st
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when absent, unreadable or not a file (with a warning)."""
+        path = self.root / rel
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            self.warn(rel, "is a directory, expected a file")
+        except OSError as exc:
+            self.warn(rel, f"cannot read ({exc.strerror or exc})")
+        return None
+
+    def text(self, rel: str, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.warn(rel, "not UTF-8; undecodable bytes replaced")
+            return data.decode("utf-8", errors="replace")
+
+    def json_object(self, rel: str, data: bytes) -> dict[str, Any] | None:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            what = "empty" if not data.strip() else "not valid JSON (half-written?)"
+            self.warn(rel, f"{what}: {exc}" if data.strip() else what)
+            return None
+        if not isinstance(doc, dict):
+            self.warn(rel, f"expected a JSON object, got {type(doc).__name__}")
+            return None
+        return doc
+
+    def jsonl(self, rel: str, data: bytes) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, object) of every well-formed line; a warning for each other line."""
+        out = []
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            last = number == len(lines)  # no newline after it: may still be being written
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                self.warn(rel, f"line {number}: " + (
+                    "half-written last line, ignored" if last else "not valid JSON, ignored"))
+                continue
+            if not isinstance(doc, dict):
+                self.warn(rel, f"line {number}: expected a JSON object, ignored")
+                continue
+            out.append((number, doc))
+        return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + _sha256(data)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _count(reader: _Reader, rel: str, where: str, value: Any) -> int | None:
+    """A non-negative integer field, or None with a warning when it is something else."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    reader.warn(rel, f"{where}: expected a non-negative integer, got {value!r}; ignored")
+    return None
+
+# ---------------------------------------------------------------------------------------
+# messages.jsonl
+
+
+class _History:
+    def __init__(self, reader: _Reader) -> None:
+        data = reader.read(MESSAGES)
+        self.present = data is not None
+        self.lines: list[bytes] = []
+        self.tokens: list[int] = []
+        if data is None:
+            return
+        parts = data.split(b"\n")
+        complete = parts[:-1]  # the part after the last newline is not a whole line yet
+        if parts[-1].strip():
+            reader.warn(MESSAGES, f"line {len(parts)}: half-written last line, not counted")
+        for number, raw in enumerate(complete, start=1):
+            self.lines.append(raw + b"\n")
+            self.tokens.append(self._tokens(reader, number, raw))
+
+    @staticmethod
+    def _tokens(reader: _Reader, number: int, raw: bytes) -> int:
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            if raw.strip():
+                reader.warn(MESSAGES, f"line {number}: not valid JSON; tokens estimated")
+            return estimate_tokens(raw.decode("utf-8", errors="replace"))
+        if isinstance(doc, dict):
+            tokens = doc.get("tokens")
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+                return tokens
+            content = doc.get("content")
+            if isinstance(content, str):
+                return estimate_tokens(content)
+        return estimate_tokens(raw.decode("utf-8", errors="replace"))
+
+    @property
+    def count(self) -> int:
+        return len(self.lines)
+
+    def tokens_in(self, r: Range) -> int:
+        return sum(self.tokens[r[0] - 1:r[1]])
+
+    def bytes_in(self, r: Range) -> bytes:
+        return b"".join(self.lines[r[0] - 1:r[1]])
+
+    def resolve(self, selector: str | None) -> Range | None:
+        """A pack range (``tail:N``, ``head:N``, ``A-B``, ``N``) as lines of messages.jsonl."""
+        if self.count == 0:
+            return None
+        if selector is None:
+            return (1, self.count)
+        text = selector.strip()
+        m = re.fullmatch(r"(tail|head):(\d+)", text)
+        if m:
+            n = min(int(m.group(2)), self.count)
+            if n == 0:
+                return None
+            return (self.count - n + 1, self.count) if m.group(1) == "tail" else (1, n)
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+        if m:
+            a = int(m.group(1))
+            b = min(int(m.group(2) or a), self.count)
+            return (a, b) if 1 <= a <= b else None
+        return None
+
+
