@@ -13,8 +13,9 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from . import _semconv as S
-from ._api import AgentContext, Envelope, _NoOp
+from ._api import AgentContext, Envelope
 from ._enums import EventClass
+from ._noop import _NoOp
 from ._records import Bundle, ContextBudget, ContextItem
 from ._table import SPANS
 

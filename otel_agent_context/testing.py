@@ -32,7 +32,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from ._api import AgentContext, _Ids, set_strict
+from ._api import AgentContext, _Ids
+from ._failsafe import set_strict
 from ._table import EVENTS
 from .rebuild import EventView, SpanView, rebuild, view_from_readable_span
 

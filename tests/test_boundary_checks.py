@@ -76,3 +76,24 @@ def test_the_boundary_runs_once() -> None:
     view = normalize_view(_view({"context.budget.target": "MODEL"}))
     again = normalize_view(view)
     assert again is view and len(view.repairs) == 1
+
+
+@pytest.mark.parametrize(("start", "end", "events", "fixed"), [
+    (1_000, 0, (1_500,), (1_000, 1_500)),  # no end: the last known time
+    (1_000, 900, (), (1_000, 1_000)),  # an end before the start
+    (0, 2_000, (1_200,), (1_200, 2_000)),  # no start: the first known time
+])
+def test_missing_or_reversed_span_times_are_repaired(start, end, events, fixed) -> None:
+    view = _view({}, tuple(EventView("context.window.segment", t,
+                                     {"context.window.segment": "history"}) for t in events))
+    view.start_time_unix_nano, view.end_time_unix_nano = start, end
+    normalize_view(view)
+    assert (view.start_time_unix_nano, view.end_time_unix_nano) == fixed
+    assert [r.kind for r in view.repairs] == ["span_time"]
+
+
+def test_an_empty_enum_value_counts_as_absent() -> None:
+    view = normalize_view(_view({}, (EventView("context.item.omitted", 1_500, {
+        "context.item.id": "d1", "context.omission.reason": ""}),)))
+    assert view.events == []  # an omission needs its reason
+    assert [r.kind for r in view.repairs] == ["enum_dropped", "event_dropped"]

@@ -39,9 +39,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .. import _api
 from .. import _semconv as S
-from .._api import AgentContext, _guard
+from .._api import AgentContext
 from .._attributes import digest_text
 from .._enums import (
     ContentMode,
@@ -55,6 +54,7 @@ from .._enums import (
     Severity,
     Visibility,
 )
+from .._failsafe import _guard, is_strict
 from .._records import (
     AssemblyBlock,
     Bundle,
@@ -810,7 +810,7 @@ class AgentInvocation:
                 f"invoke_agent {agent}", context=trace_parent(run_context, request),
                 kind=SpanKind.INTERNAL, attributes=attrs, start_time=self._start)
         except Exception:
-            if _api._strict:
+            if is_strict():
                 raise
             _log.warning("contextos: invokeAgent telemetry could not start; the call runs "
                          "without it", exc_info=True)

@@ -37,9 +37,11 @@ from typing import Any
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
-from .._api import AgentContext, Budget, Envelope, _run_envelope_parent, current_envelope
+from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
+from .._envelope import _run_envelope_parent
+from .._failsafe import is_strict
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from ._models import context_window
@@ -83,9 +85,7 @@ _NUMBERS = re.compile(r"(\d[\d,]*)\s*tokens")
 
 
 def _strict_now() -> bool:
-    from .. import _api
-
-    return _api._strict
+    return is_strict()
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

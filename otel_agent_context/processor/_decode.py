@@ -39,6 +39,7 @@ from ..rebuild._boundary import (
     check_attribute,
     check_event,
     dropped_event,
+    span_times,
     undated_event,
 )
 from ..rebuild._completion import Accepted
@@ -254,9 +255,10 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
     span_id = span.span_id.hex()
     repairs: list[Repair] = []
     # the span's attributes first, then its events: the order normalize_view repairs in
+    start, end = span_times(span.start_time_unix_nano, span.end_time_unix_nano,
+                            (event.time_unix_nano for event in span.events), span_id, repairs)
     span_attributes = _attributes(span.attributes, repairs, span_id)
     events = []
-    start = span.start_time_unix_nano
     for event in span.events:
         name = event.name
         attributes = _attributes(event.attributes, repairs, span_id, name)
@@ -275,7 +277,7 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
         span_id=span_id,
         name=span.name,
         start_time_unix_nano=start,
-        end_time_unix_nano=span.end_time_unix_nano,
+        end_time_unix_nano=end,
         attributes=span_attributes,
         events=events,
         parent_span_id=parent.hex() if parent else None,

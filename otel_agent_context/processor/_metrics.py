@@ -165,8 +165,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "context.* without a usable context.id.", "0"),
     SelfMetric("context_processor_repairs_total", "counter", ("kind",),
                "Values the boundary repaired or dropped alone (type, enum_case, enum_custom, "
-               "enum_dropped, non_finite, event_dropped, event_time, foreign_trace); each is "
-               "listed in its bundle's rebuild.repairs and told to the sender.",
+               "enum_dropped, non_finite, event_dropped, event_time, span_time, "
+               "foreign_trace); each listed in its bundle's rebuild.repairs and told to the "
+               "sender.",
                "0 for emitters that follow the contract"),
     SelfMetric("context_processor_spans_duplicate_total", "counter", (),
                "Spans received again (client retries); dropped, idempotently.",

@@ -52,9 +52,10 @@ ENUM_DROPPED = "enum_dropped"
 NON_FINITE = "non_finite"
 EVENT_DROPPED = "event_dropped"
 EVENT_TIME = "event_time"
+SPAN_TIME = "span_time"
 FOREIGN_TRACE = "foreign_trace"
 REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
-                EVENT_TIME, FOREIGN_TRACE)
+                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE)
 
 #: The partial reason of a bundle the boundary changed anything of.
 REPAIRED = "repaired"
@@ -120,6 +121,8 @@ Checked = tuple[Any, "tuple[str, str] | None"]
 def _enum(key: str, spec: AttributeSpec, value: str) -> Checked:
     if value in spec.members:
         return value, None
+    if not value:  # an empty value says nothing: as if it were not sent
+        return DROP, (ENUM_DROPPED, "empty: dropped")
     member = _FOLDED[key].get(value.lower())
     if member is not None:
         return member, (ENUM_CASE, f"matched ignoring case: {member}")
@@ -328,11 +331,30 @@ def normalize_events(events: Iterable[EventView], start: int, repairs: list[Repa
     return kept
 
 
+def span_times(start: int, end: int, event_times: Iterable[int], span_id: str,
+               repairs: list[Repair]) -> tuple[int, int]:
+    """A span's start and end, made usable: a missing start is its first known time, an end
+    missing or before the start is its last (a span never dated 1970 or ending before it
+    began)."""
+    if start and end >= start:
+        return start, end
+    known = [t for t in (*event_times, end, start) if t]
+    fixed_start = start or (min(known) if known else 0)
+    fixed_end = end if end >= fixed_start and end else max([fixed_start, *known])
+    repairs.append(Repair(SPAN_TIME, "time", f"{start}..{end}",
+                          f"missing or reversed span times: {fixed_start}..{fixed_end}",
+                          span_id))
+    return fixed_start, fixed_end
+
+
 def normalize_view(view: SpanView) -> SpanView:
     """``view`` after the boundary (the same object, once; later calls do nothing)."""
     if view.checked:
         return view
     repairs: list[Repair] = list(view.repairs)
+    view.start_time_unix_nano, view.end_time_unix_nano = span_times(
+        view.start_time_unix_nano, view.end_time_unix_nano,
+        (e.time_unix_nano for e in view.events), view.span_id, repairs)
     view.attributes = normalize_attributes(view.attributes, repairs, span_id=view.span_id)
     view.events = normalize_events(view.events, view.start_time_unix_nano, repairs,
                                    view.span_id)

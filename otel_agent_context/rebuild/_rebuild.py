@@ -316,7 +316,7 @@ class _Builder:
         for ev in events:
             ea = ev.attributes
             if ev.name == S.EVENT_BUDGET_TRUNCATED:
-                if S.ITEM_ID in ea:
+                if ea.get(S.ITEM_ID):
                     self.item(ea)
                 truncations.append(_pick(ea, _TRUNCATION_FIELDS, {}))
             elif ev.name == S.EVENT_WINDOW_SEGMENT:
@@ -349,7 +349,7 @@ class _Builder:
                 ea = ev.attributes
                 block = _pick(ea, _BLOCK_FIELDS, {"index": ea[S.BLOCK_INDEX]})
                 blocks.append(block)
-                if S.ITEM_ID in ea:
+                if ea.get(S.ITEM_ID):
                     sources[self.item(ea)] = None
         if blocks:
             rec["ordered_blocks"] = blocks

@@ -27,9 +27,10 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from ... import _api
-from ..._api import _RUN_ENVELOPE, Envelope, current_envelope
+from ..._api import Envelope, current_envelope
 from ..._enums import Scope
+from ..._envelope import _RUN_ENVELOPE
+from ..._failsafe import is_strict
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
 
@@ -95,7 +96,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
     @property
     def raise_error(self) -> bool:  # type: ignore[override]
         # internal errors surface under the test kit's strict mode, never in production
-        return _api._strict
+        return is_strict()
 
     # -- run trees ---------------------------------------------------------------------
 

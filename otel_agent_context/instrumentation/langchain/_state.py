@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeGuard, TypeVar
 
-from ... import _api
 from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
+from ..._failsafe import is_strict
 
 __all__ = ["ACTIVE_COMPACTION", "ACTIVE_RETRIEVAL", "STATE", "active_retrieval", "guarded",
            "recording",
@@ -52,7 +52,7 @@ ACTIVE_COMPACTION: contextvars.ContextVar[Any] = contextvars.ContextVar(
 
 def log_failure(what: str) -> None:
     """Internal error: raise under the test kit's strict mode, else log and carry on."""
-    if _api._strict:
+    if is_strict():
         raise
     _log.warning("otel_agent_context: LangChain %s failed; its context telemetry is lost",
                  what, exc_info=True)

@@ -1,0 +1,405 @@
+"""The envelope recorder: one context envelope, the parent of its stages.
+
+The envelope span (``context.envelope``, or a span the caller owns) carries
+``context.span_count`` (contract section 1) and the envelope-level events: injection,
+missing context, redaction. ``with`` makes the envelope current, for nested model calls
+and :func:`current_envelope`.
+
+Every context event of the envelope and its stages leaves through :meth:`Envelope._emit`: a
+span event, or, when the AgentContext sends events as logs, a log record on that span
+(:mod:`._events_out`), counted on the envelope span in ``context.event_count``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind
+
+from . import _events_out
+from . import _semconv as S
+from ._attributes import item_attributes, to_ns
+from ._enums import (
+    CompactionMethod,
+    InjectionPoint,
+    Lifecycle,
+    OverflowStrategy,
+    RedactionState,
+    Severity,
+    Visibility,
+)
+from ._failsafe import RECORDER, _guard
+from ._recorder import _enum, _put, _Recorder
+from ._records import ContextItem
+from ._stages import Assembly, Budget, Compaction, Selection, Surface
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._api import AgentContext
+
+__all__ = ["Envelope", "current_envelope"]
+
+_ENVELOPE_KEY = otel_context.create_key("otel_agent_context.envelope")
+_PRODUCER = f"otel-agent-context/{__version__}"
+
+
+class Envelope(_Recorder):
+    """One context envelope (a turn, task, session, tool call, review or handoff)."""
+
+    def __init__(self, owner: AgentContext, span: Span, owned: bool, context_id: str,
+                 lifecycle: str | None, agent: str, scope: str, logger: Any = None) -> None:
+        self._owner = owner
+        self._span = span
+        self._owned = owned
+        self.context_id = context_id
+        self._lifecycle = lifecycle
+        self._agent = agent
+        self._scope = scope
+        self._ctx = trace.set_span_in_context(span)
+        self._span_count = 0
+        self._ended = False
+        self._token: object | None = None
+        self._stages: set[str] = set()
+        self._redacted: set[str] = set()
+        self._joined: set[int] = set()  # spans of others that joined (e.g. inference spans)
+        self._capture = owner.capture_content  # read per item event: keep it one lookup away
+        self._blocked = owner.blocked_sensitivities
+        self._missing_severity: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._logger = logger  # events as log records (OTEP 4430) when set
+        self._event_count = 0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> Envelope:
+        ctx = otel_context.set_value(_ENVELOPE_KEY, self, self._ctx)
+        self._token = otel_context.attach(ctx)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._token = None
+        super().__exit__(exc_type, exc, tb)
+
+    def _finish(self, end_time: int | str | None) -> None:
+        lifecycle = self._lifecycle or self._derived_lifecycle()
+        # Set last: span limits drop the oldest attributes first, never these.
+        final: dict[str, Any] = {S.CONTEXT_LIFECYCLE: lifecycle, S.CONTEXT_SCOPE: self._scope,
+                                 S.CONTEXT_SPAN_COUNT: self._span_count,
+                                 S.CONTEXT_ID: self.context_id}
+        if self._logger is not None:
+            final[S.CONTEXT_EVENT_COUNT] = self._event_count
+        self._span.set_attributes(final)
+        self._owner._instruments.envelopes.add(
+            1, {"scope": self._scope, "agent": self._agent, "status": "complete"})
+        if self._owned:
+            self._span.end(end_time=to_ns(end_time))
+
+    def _derived_lifecycle(self) -> str:
+        for stage, state in (("injection", Lifecycle.INJECTED), ("assembly", Lifecycle.ASSEMBLED),
+                             ("selection", Lifecycle.SELECTED),
+                             ("compaction", Lifecycle.COMPACTED),
+                             ("surface", Lifecycle.AVAILABLE)):
+            if stage in self._stages:
+                return state.value
+        return Lifecycle.DRAFT.value
+
+    @property
+    def span(self) -> Span:
+        """The envelope span (to add links or attributes of your own)."""
+        return self._span
+
+    @_guard
+    def set_lifecycle(self, lifecycle: Lifecycle | str) -> None:
+        """Set the lifecycle state written at ``stop()`` (default: derived from the stages)."""
+        self._lifecycle = _enum(Lifecycle, lifecycle)
+
+    # -- stages -----------------------------------------------------------------------
+
+    def _child(self, name: str, attrs: dict[str, Any], start_time: int | str | None,
+               parent: Span | None = None) -> Span:
+        attrs[S.CONTEXT_ID] = self.context_id
+        ctx = self._ctx if parent is None else trace.set_span_in_context(parent)
+        span = self._owner._tracer.start_span(name, ctx, SpanKind.INTERNAL, attrs,
+                                              start_time=to_ns(start_time))
+        with self._lock:
+            self._span_count += 1
+        return span
+
+    @_guard(returns=RECORDER)
+    def surface(self, *, surface_id: str | None = None,
+                start_time: int | str | None = None) -> Surface:
+        """Start recording the candidates available before selection."""
+        sid = surface_id or self._owner._ids.new("srf")
+        stage = Surface(self, self._child(S.SPAN_SURFACE, {S.SURFACE_ID: sid}, start_time), sid)
+        self._stages.add("surface")
+        return stage
+
+    @_guard(returns=RECORDER)
+    def selection(
+        self, *, selection_id: str | None = None, surface_id: str | None = None,
+        intent: str | None = None, query: str | None = None, policy: str | None = None,
+        rationale: str | None = None, budget_id: str | None = None,
+        actor_ref: str | None = None, model_ref: str | None = None,
+        start_time: int | str | None = None,
+    ) -> Selection:
+        """Start recording a selection: call ``selected()`` and ``omitted()`` per candidate."""
+        sid = selection_id or self._owner._ids.new("sel")
+        attrs: dict[str, Any] = {S.SELECTION_ID: sid}
+        _put(attrs, S.SURFACE_ID, surface_id)
+        _put(attrs, S.SELECTION_INTENT, intent)
+        _put(attrs, S.SELECTION_POLICY, policy)
+        _put(attrs, S.BUDGET_ID, budget_id)
+        _put(attrs, S.SELECTION_ACTOR_REF, actor_ref)
+        _put(attrs, S.SELECTION_MODEL_REF, model_ref)
+        if self._owner.capture_content:
+            _put(attrs, S.SELECTION_QUERY, query)
+            _put(attrs, S.SELECTION_RATIONALE, rationale)
+        stage = Selection(self, self._child(S.SPAN_SELECTION, attrs, start_time), sid)
+        self._stages.add("selection")
+        return stage
+
+    @_guard(returns=RECORDER)
+    def budget(
+        self, *, budget_id: str | None = None, target: Visibility | str | None = Visibility.MODEL,
+        max_tokens: int | None = None, reserved_tokens: int | None = None,
+        max_bytes: int | None = None, max_items: int | None = None,
+        overflow_strategy: OverflowStrategy | str | None = None, window_id: str | None = None,
+        start_time: int | str | None = None,
+    ) -> Budget:
+        """Start recording a token budget and context window for a target."""
+        bid = budget_id or self._owner._ids.new("bud")
+        attrs: dict[str, Any] = {S.BUDGET_ID: bid}
+        _put(attrs, S.BUDGET_TARGET, _enum(Visibility, target))
+        _put(attrs, S.BUDGET_MAX_TOKENS, max_tokens)
+        _put(attrs, S.BUDGET_RESERVED_TOKENS, reserved_tokens)
+        _put(attrs, S.BUDGET_MAX_BYTES, max_bytes)
+        _put(attrs, S.BUDGET_MAX_ITEMS, max_items)
+        _put(attrs, S.BUDGET_OVERFLOW_STRATEGY, _enum(OverflowStrategy, overflow_strategy))
+        _put(attrs, S.WINDOW_ID, window_id)
+        stage = Budget(self, self._child(S.SPAN_BUDGET, attrs, start_time), bid, attrs)
+        self._stages.add("budget")
+        return stage
+
+    @_guard(returns=RECORDER)
+    def assembly(
+        self, *, assembly_id: str | None = None,
+        target: Visibility | str | None = Visibility.MODEL, budget_id: str | None = None,
+        wrapping_policy: str | None = None,
+        separator_policy: str | None = None,
+        redaction_state: RedactionState | str | None = None,
+        visibility: Sequence[Visibility | str] = (), start_time: int | str | None = None,
+    ) -> Assembly:
+        """Start recording the ordered blocks prepared for a target."""
+        aid = assembly_id or self._owner._ids.new("asm")
+        tgt = _enum(Visibility, target)
+        attrs: dict[str, Any] = {S.ASSEMBLY_ID: aid}
+        _put(attrs, S.ASSEMBLY_TARGET, tgt)
+        _put(attrs, S.BUDGET_ID, budget_id)
+        _put(attrs, S.ASSEMBLY_WRAPPING_POLICY, wrapping_policy)
+        _put(attrs, S.ASSEMBLY_SEPARATOR_POLICY, separator_policy)
+        _put(attrs, S.ASSEMBLY_REDACTION_STATE, _enum(RedactionState, redaction_state))
+        if visibility:
+            attrs[S.ASSEMBLY_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
+        stage = Assembly(self, self._child(S.SPAN_ASSEMBLY, attrs, start_time), aid, tgt)
+        self._stages.add("assembly")
+        return stage
+
+    @_guard(returns=RECORDER)
+    def compaction(
+        self, *, compaction_id: str | None = None,
+        method: CompactionMethod | str | None = CompactionMethod.ABSTRACTIVE_SUMMARY,
+        trigger: str | None = None, scope: str | None = None, validation: str | None = None,
+        replacement_policy: str | None = None, start_time: int | str | None = None,
+    ) -> Compaction:
+        """Start recording the replacement of context with a summary or digest."""
+        cid = compaction_id or self._owner._ids.new("cmp")
+        m = _enum(CompactionMethod, method)
+        attrs: dict[str, Any] = {S.COMPACTION_ID: cid}
+        _put(attrs, S.COMPACTION_METHOD, m)
+        _put(attrs, S.COMPACTION_TRIGGER, trigger)
+        _put(attrs, S.COMPACTION_SCOPE, scope)
+        _put(attrs, S.COMPACTION_VALIDATION, validation)
+        _put(attrs, S.COMPACTION_REPLACEMENT_POLICY, replacement_policy)
+        stage = Compaction(self, self._child(S.SPAN_COMPACTION, attrs, start_time), cid, m,
+                           trigger or "unknown")
+        self._stages.add("compaction")
+        return stage
+
+    # -- events on the envelope (or another span of it) --------------------------------
+
+    def _target_span(self, span: Span | None) -> Span:
+        if span is None or span is self._span:
+            return self._span
+        # A span outside the envelope's own (e.g. the GenAI inference span) joins it.
+        if span.is_recording():
+            span_id = span.get_span_context().span_id
+            if span_id not in self._joined:
+                span.set_attribute(S.CONTEXT_ID, self.context_id)
+                with self._lock:
+                    self._joined.add(span_id)
+                    self._span_count += 1
+        return span
+
+    def _event(self, span: Span | None, name: str, attrs: dict[str, Any],
+               timestamp: int | str | None) -> None:
+        ts = to_ns(timestamp)  # a bad time fails the call before a span joins
+        self._emit(self._target_span(span), name, attrs, ts)
+
+    def _emit(self, span: Span, name: str, attrs: dict[str, Any], timestamp: int | None) -> None:
+        """Send one context event on ``span``: a span event, or a log record on it."""
+        if self._logger is None:
+            span.add_event(name, attrs, timestamp)
+            return
+        _events_out.emit(self._logger, span, name, attrs, timestamp)
+        with self._lock:
+            self._event_count += 1
+
+    @_guard(returns="")
+    def injection(
+        self, *, assembly_id: str | None = None,
+        target: Visibility | str | None = Visibility.MODEL,
+        injection_point: InjectionPoint | str | None = InjectionPoint.MESSAGE_HISTORY,
+        injection_id: str | None = None, native_id: str | None = None, hash: str | None = None,
+        final_ref: str | None = None, visibility: Sequence[Visibility | str] = (),
+        span: Span | None = None, timestamp: int | str | None = None,
+    ) -> str:
+        """Record where assembled context became visible. ``span``: the span that saw it,
+        normally the GenAI inference span (``chat {model}``); it joins the envelope.
+        Returns the injection id."""
+        iid = injection_id or self._owner._ids.new("inj")
+        tgt = _enum(Visibility, target)
+        point = _enum(InjectionPoint, injection_point)
+        attrs: dict[str, Any] = {S.INJECTION_ID: iid}
+        _put(attrs, S.INJECTION_TARGET, tgt)
+        _put(attrs, S.INJECTION_POINT, point)
+        _put(attrs, S.ASSEMBLY_ID, assembly_id)
+        _put(attrs, S.INJECTION_NATIVE_ID, native_id)
+        _put(attrs, S.INJECTION_HASH, hash)
+        _put(attrs, S.INJECTION_FINAL_REF, final_ref)
+        if visibility:
+            attrs[S.INJECTION_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
+        self._event(span, S.EVENT_INJECTION_APPLIED, attrs, timestamp)
+        self._stages.add("injection")
+        self._owner._instruments.injections.add(
+            1, {"target": tgt or "unknown", "injection_point": point or "unknown"})
+        return iid
+
+    @_guard(returns="")
+    def missing(
+        self, *, missing_id: str | None = None, question: str | None = None,
+        needed_for: str | None = None, severity: Severity | str | None = Severity.MEDIUM,
+        candidate_sources: Sequence[str] = (), blocked_actions: Sequence[str] = (),
+        requested_from: str | None = None, status: str | None = "open",
+        scope: str | None = None,
+        span: Span | None = None, timestamp: int | str | None = None,
+    ) -> str:
+        """Record a known gap in the context (``context.missing.detected``); returns its id."""
+        mid = missing_id or self._owner._ids.new("mis")
+        sev = _enum(Severity, severity)
+        attrs: dict[str, Any] = {S.MISSING_ID: mid}
+        _put(attrs, S.MISSING_SEVERITY, sev)
+        _put(attrs, S.MISSING_STATUS, status)
+        if self._owner.capture_content:
+            _put(attrs, S.MISSING_QUESTION, question)
+        _put(attrs, S.MISSING_NEEDED_FOR, needed_for)
+        _put(attrs, S.MISSING_REQUESTED_FROM, requested_from)
+        _put(attrs, S.MISSING_SCOPE, scope)
+        if candidate_sources:
+            attrs[S.MISSING_CANDIDATE_SOURCES] = tuple(candidate_sources)
+        if blocked_actions:
+            attrs[S.MISSING_BLOCKED_ACTIONS] = tuple(blocked_actions)
+        self._event(span, S.EVENT_MISSING_DETECTED, attrs, timestamp)
+        self._missing_severity[mid] = sev or "unknown"
+        self._owner._instruments.missing_detected.add(1, {"agent": self._agent,
+                                                          "severity": sev or "unknown"})
+        return mid
+
+    @_guard
+    def missing_requested(self, missing_id: str, *, requested_from: str | None = None,
+                          span: Span | None = None,
+                          timestamp: int | str | None = None) -> None:
+        """Record that a missing input was asked for (user, tool, retrieval, peer)."""
+        attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
+        _put(attrs, S.MISSING_REQUESTED_FROM, requested_from)
+        self._event(span, S.EVENT_MISSING_REQUESTED, attrs, timestamp)
+
+    @_guard
+    def missing_resolved(self, missing_id: str, *, resolution_refs: Sequence[str] = (),
+                         span: Span | None = None,
+                         timestamp: int | str | None = None) -> None:
+        """Record that a missing input arrived; ``resolution_refs`` say where from."""
+        attrs: dict[str, Any] = {S.MISSING_ID: missing_id}
+        if resolution_refs:
+            attrs[S.MISSING_RESOLUTION_REFS] = tuple(resolution_refs)
+        self._event(span, S.EVENT_MISSING_RESOLVED, attrs, timestamp)
+        sev = self._missing_severity.get(missing_id, "unknown")
+        self._owner._instruments.missing_resolved.add(1, {"agent": self._agent,
+                                                          "severity": sev})
+
+    @_guard
+    def redaction(self, item_id: str, *,
+                  state: RedactionState | str = RedactionState.MASKED,
+                  method: str | None = None, redacted_by: str | None = None,
+                  policy_ref: str | None = None, timestamp: int | str | None = None) -> None:
+        """Record that an item's content was redacted before it became visible."""
+        attrs: dict[str, Any] = {S.ITEM_ID: item_id,
+                                 S.REDACTION_STATE: _enum(RedactionState, state)}
+        _put(attrs, S.REDACTION_METHOD, method)
+        _put(attrs, S.REDACTION_REDACTED_BY, redacted_by)
+        _put(attrs, S.POLICY_REF, policy_ref)
+        self._emit(self._span, S.EVENT_REDACTION_APPLIED, attrs, to_ns(timestamp))
+
+    @_guard
+    def mark_compacted(self, span: Span) -> None:
+        """Say that a compacted summary was sent on an inference span
+        (``gen_ai.conversation.compacted = true``; never set to false)."""
+        if span.is_recording():
+            span.set_attribute(S.GEN_AI_CONVERSATION_COMPACTED, True)
+
+    # -- internal: items and the sensitivity policy -----------------------------------
+
+    def _item_attrs(self, item: ContextItem) -> dict[str, Any]:
+        attrs, withheld = item_attributes(item, self._capture, self._blocked)
+        if withheld and item.item_id not in self._redacted:
+            self._redacted.add(item.item_id)
+            self.redaction(item.item_id, state=RedactionState.POLICY_BLOCKED,
+                           method="content_capture_policy", redacted_by=_PRODUCER,
+                           policy_ref=f"sensitivity:{item.sensitivity}")
+        return attrs
+
+
+#: The envelope of a framework run whose start and end callbacks may run in different
+#: contexts (LangChain's async callbacks): set without touching the OpenTelemetry context,
+#: so a reset that cannot happen leaves nothing but an ended envelope, which is ignored.
+_RUN_ENVELOPE: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
+    "otel_agent_context.run_envelope", default=None)
+
+
+def _run_envelope_parent() -> Context | None:
+    """The context to parent a span to when the current envelope is a framework run's (set
+    through ``_RUN_ENVELOPE``, so its span is not the current one): its span. None when the
+    current context already parents spans where they belong."""
+    if isinstance(otel_context.get_value(_ENVELOPE_KEY), Envelope):
+        return None
+    env = _RUN_ENVELOPE.get()
+    if env is None or env._ended:
+        return None
+    return trace.set_span_in_context(env._span)
+
+
+def current_envelope() -> Envelope | None:
+    """The envelope made current by ``with ctx.envelope(...)`` (or by an instrumented
+    framework run), if any."""
+    env = otel_context.get_value(_ENVELOPE_KEY)
+    if isinstance(env, Envelope) and not env._ended:
+        return env
+    env = _RUN_ENVELOPE.get()
+    return env if env is not None and not env._ended else None
