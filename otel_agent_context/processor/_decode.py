@@ -252,14 +252,19 @@ def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id:
 
 
 def _view(span: Any, resource: dict[str, Any]) -> SpanView:
+    # Each field of a lite span is read once: every read of a upb field costs a call.
     span_id = span.span_id.hex()
     repairs: list[Repair] = []
+    raw_events = span.events
+    start = span.start_time_unix_nano
+    end = span.end_time_unix_nano
+    if not start or end < start:
+        start, end = span_times(start, end, (e.time_unix_nano for e in raw_events), span_id,
+                                repairs)
     # the span's attributes first, then its events: the order normalize_view repairs in
-    start, end = span_times(span.start_time_unix_nano, span.end_time_unix_nano,
-                            (event.time_unix_nano for event in span.events), span_id, repairs)
     span_attributes = _attributes(span.attributes, repairs, span_id)
     events = []
-    for event in span.events:
+    for event in raw_events:
         name = event.name
         attributes = _attributes(event.attributes, repairs, span_id, name)
         lacking = check_event(name, attributes)
@@ -272,23 +277,14 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
             time = start
         events.append(EventView(name, time, attributes))
     parent = span.parent_span_id
+    links = span.links
+    # positional: the order of SpanView's fields
     return SpanView(
-        trace_id=span.trace_id.hex(),
-        span_id=span_id,
-        name=span.name,
-        start_time_unix_nano=start,
-        end_time_unix_nano=end,
-        attributes=span_attributes,
-        events=events,
-        parent_span_id=parent.hex() if parent else None,
-        dropped_attributes_count=span.dropped_attributes_count,
-        dropped_events_count=span.dropped_events_count,
-        links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
-        status_code=span.status.code,
-        resource=resource,
-        repairs=repairs,
-        checked=True,
-    )
+        span.trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
+        parent.hex() if parent else None, span.dropped_attributes_count,
+        span.dropped_events_count,
+        [(link.trace_id.hex(), link.span_id.hex()) for link in links] if links else [],
+        span.status.code, resource, repairs, True)
 
 
 def _describe(span: Any) -> str:
