@@ -327,7 +327,7 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
                     out.accepted.append(accepted)
                     keep.append((r, s, i))
     if out.accepted:
-        out.wal_payload = body if len(keep) == out.spans else _subset(lite, keep)
+        out.wal_payload = body if len(keep) == out.spans else subset(lite, keep, LiteRequest())
     return out
 
 
@@ -372,22 +372,28 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     return accepted
 
 
-def _subset(lite: Any, keep: list[tuple[int, int, int]]) -> bytes:
-    """The encoding of a request holding only the kept spans, under their resource and
-    scope (lite messages encode as OTLP: nothing is decoded to copy a span)."""
-    subset = LiteRequest()
+def subset(lite: Any, keep: list[tuple[int, int, int]], empty: Any,
+           kinds: tuple[str, str, str] = ("resource_spans", "scope_spans", "spans")) -> bytes:
+    """The encoding of a request holding only the kept items (``(resource, scope, item)``
+    indexes), under their resource and scope: ``empty`` is a new request of the lite type and
+    ``kinds`` its three repeated fields (spans, or logs). Lite messages encode as OTLP:
+    nothing is decoded to copy an item."""
+    resources_field, scopes_field, items_field = kinds
     current: tuple[int, int] | None = None
-    target = new_rs = None
+    target = new_resource = None
     for r, s, i in keep:
-        rs = lite.resource_spans[r]
+        resource = getattr(lite, resources_field)[r]
         if current is None or current[0] != r:
-            new_rs = subset.resource_spans.add(resource=rs.resource, schema_url=rs.schema_url)
+            new_resource = getattr(empty, resources_field).add(
+                resource=resource.resource, schema_url=resource.schema_url)
             current = (r, -1)
         if current[1] != s:
-            ss = rs.scope_spans[s]
-            assert new_rs is not None
-            target = new_rs.scope_spans.add(scope=ss.scope, schema_url=ss.schema_url)
+            scope = getattr(resource, scopes_field)[s]
+            assert new_resource is not None
+            target = getattr(new_resource, scopes_field).add(scope=scope.scope,
+                                                             schema_url=scope.schema_url)
             current = (r, s)
         assert target is not None
-        target.spans.append(rs.scope_spans[s].spans[i])
-    return bytes(subset.SerializeToString())
+        getattr(target, items_field).append(getattr(getattr(resource, scopes_field)[s],
+                                                    items_field)[i])
+    return bytes(empty.SerializeToString())

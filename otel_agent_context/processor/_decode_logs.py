@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any
 
 import orjson
 from google.protobuf import json_format
@@ -34,7 +33,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from .._table import EVENTS
 from ..rebuild._boundary import Repair, check_event, dropped_event, undated_event
 from ..rebuild._view import EventView
-from ._decode import Decoded, InvalidRequest, _attributes, _hex_ids_to_base64, _items
+from ._decode import Decoded, InvalidRequest, _attributes, _hex_ids_to_base64, _items, subset
 from ._wire import LiteLogRecord, LiteLogsRequest, LiteResource
 
 __all__ = [
@@ -154,7 +153,8 @@ def decode_logs_request(body: bytes,
                 if _accept(raw, service, out):
                     keep.append((r, s, i))
     if keep:
-        out.wal_payload = body if len(keep) == out.records else _subset(lite, keep)
+        out.wal_payload = body if len(keep) == out.records else subset(
+            lite, keep, LiteLogsRequest(), ("resource_logs", "scope_logs", "log_records"))
     return out
 
 
@@ -205,22 +205,3 @@ def _accept(raw: bytes, service: str, out: DecodedLogs) -> bool:
     return True
 
 
-def _subset(lite: Any, keep: list[tuple[int, int, int]]) -> bytes:
-    """The encoding of a request holding only the kept records, under their resource and
-    scope (lite messages encode as OTLP: nothing is decoded to copy a record)."""
-    subset = LiteLogsRequest()
-    current: tuple[int, int] | None = None
-    target = new_rl = None
-    for r, s, i in keep:
-        rl = lite.resource_logs[r]
-        if current is None or current[0] != r:
-            new_rl = subset.resource_logs.add(resource=rl.resource, schema_url=rl.schema_url)
-            current = (r, -1)
-        if current[1] != s:
-            sl = rl.scope_logs[s]
-            assert new_rl is not None
-            target = new_rl.scope_logs.add(scope=sl.scope, schema_url=sl.schema_url)
-            current = (r, s)
-        assert target is not None
-        target.log_records.append(rl.scope_logs[s].log_records[i])
-    return bytes(subset.SerializeToString())
