@@ -15,9 +15,9 @@ from typing import Any
 
 from . import _semconv as S
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
-from ._table import ATTRIBUTES, EVENTS
+from ._table import ATTRIBUTES, EVENTS, SPANS
 
-__all__ = ["digest_text", "item_attributes", "source_attributes"]
+__all__ = ["digest_text", "fields_to_attributes", "item_attributes", "source_attributes"]
 
 
 def digest_text(text: str | bytes) -> str:
@@ -84,6 +84,30 @@ def _writer(plan: tuple[tuple[str, str, int], ...], name: str) -> Any:
 _write_item = _writer(_ITEM_PLAN, "write_item")
 _write_content = _writer(_CONTENT, "write_content")
 _write_source = _writer(_SOURCE_PLAN, "write_source")
+
+
+#: (span or event name, record) -> {record field: (attribute, is content)}
+_FIELDS: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {
+    (name, record): {f.field: (f.attribute, ATTRIBUTES[f.attribute].content) for f in fields}
+    for table in (SPANS, EVENTS) for name, spec in table.items()
+    for record, fields in spec.records.items()
+}
+
+
+def fields_to_attributes(where: str, record: str, capture_content: bool,
+                         **fields: Any) -> dict[str, Any]:
+    """Attributes of a span or event from the fields of the record it carries, through the
+    table: the fields that are set, content fields only under content capture."""
+    mapping = _FIELDS[(where, record)]
+    out: dict[str, Any] = {}
+    for field, value in fields.items():
+        if value is None or value == ():
+            continue
+        attribute, content = mapping[field]
+        if content and not capture_content:
+            continue
+        out[attribute] = value
+    return out
 
 
 def source_attributes(src: ContextSourceRef, out: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, SpanKind
 
 from . import _events_out
 from . import _semconv as S
-from ._attributes import item_attributes, to_ns
+from ._attributes import fields_to_attributes, item_attributes, to_ns
 from ._enums import (
     CompactionMethod,
     InjectionPoint,
@@ -138,7 +138,8 @@ class Envelope(_Recorder):
                 start_time: int | str | None = None) -> Surface:
         """Start recording the candidates available before selection."""
         sid = surface_id or self._owner._ids.new("srf")
-        stage = Surface(self, self._child(S.SPAN_SURFACE, {S.SURFACE_ID: sid}, start_time), sid)
+        attrs = fields_to_attributes(S.SPAN_SURFACE, "ContextSurface", False, surface_id=sid)
+        stage = Surface(self, self._child(S.SPAN_SURFACE, attrs, start_time), sid)
         self._stages.add("surface")
         return stage
 
@@ -152,16 +153,11 @@ class Envelope(_Recorder):
     ) -> Selection:
         """Start recording a selection: call ``selected()`` and ``omitted()`` per candidate."""
         sid = selection_id or self._owner._ids.new("sel")
-        attrs: dict[str, Any] = {S.SELECTION_ID: sid}
-        _put(attrs, S.SURFACE_ID, surface_id)
-        _put(attrs, S.SELECTION_INTENT, intent)
-        _put(attrs, S.SELECTION_POLICY, policy)
-        _put(attrs, S.BUDGET_ID, budget_id)
-        _put(attrs, S.SELECTION_ACTOR_REF, actor_ref)
-        _put(attrs, S.SELECTION_MODEL_REF, model_ref)
-        if self._owner.capture_content:
-            _put(attrs, S.SELECTION_QUERY, query)
-            _put(attrs, S.SELECTION_RATIONALE, rationale)
+        attrs = fields_to_attributes(
+            S.SPAN_SELECTION, "ContextSelection", self._owner.capture_content,
+            selection_id=sid, surface_id=surface_id, intent=intent, selection_policy=policy,
+            budget_ref=budget_id, actor_ref=actor_ref, model_ref=model_ref, query=query,
+            rationale=rationale)
         stage = Selection(self, self._child(S.SPAN_SELECTION, attrs, start_time), sid)
         self._stages.add("selection")
         return stage
@@ -176,14 +172,11 @@ class Envelope(_Recorder):
     ) -> Budget:
         """Start recording a token budget and context window for a target."""
         bid = budget_id or self._owner._ids.new("bud")
-        attrs: dict[str, Any] = {S.BUDGET_ID: bid}
-        _put(attrs, S.BUDGET_TARGET, _enum(Visibility, target))
-        _put(attrs, S.BUDGET_MAX_TOKENS, max_tokens)
-        _put(attrs, S.BUDGET_RESERVED_TOKENS, reserved_tokens)
-        _put(attrs, S.BUDGET_MAX_BYTES, max_bytes)
-        _put(attrs, S.BUDGET_MAX_ITEMS, max_items)
-        _put(attrs, S.BUDGET_OVERFLOW_STRATEGY, _enum(OverflowStrategy, overflow_strategy))
-        _put(attrs, S.WINDOW_ID, window_id)
+        attrs = fields_to_attributes(
+            S.SPAN_BUDGET, "ContextBudget", False, budget_id=bid,
+            target=_enum(Visibility, target), max_tokens=max_tokens,
+            reserved_tokens=reserved_tokens, max_bytes=max_bytes, max_items=max_items,
+            overflow_strategy=_enum(OverflowStrategy, overflow_strategy), window_ref=window_id)
         stage = Budget(self, self._child(S.SPAN_BUDGET, attrs, start_time), bid, attrs)
         self._stages.add("budget")
         return stage
@@ -200,14 +193,12 @@ class Envelope(_Recorder):
         """Start recording the ordered blocks prepared for a target."""
         aid = assembly_id or self._owner._ids.new("asm")
         tgt = _enum(Visibility, target)
-        attrs: dict[str, Any] = {S.ASSEMBLY_ID: aid}
-        _put(attrs, S.ASSEMBLY_TARGET, tgt)
-        _put(attrs, S.BUDGET_ID, budget_id)
-        _put(attrs, S.ASSEMBLY_WRAPPING_POLICY, wrapping_policy)
-        _put(attrs, S.ASSEMBLY_SEPARATOR_POLICY, separator_policy)
-        _put(attrs, S.ASSEMBLY_REDACTION_STATE, _enum(RedactionState, redaction_state))
-        if visibility:
-            attrs[S.ASSEMBLY_VISIBILITY] = tuple(_enum(Visibility, v) for v in visibility)
+        attrs = fields_to_attributes(
+            S.SPAN_ASSEMBLY, "ContextAssembly", False, assembly_id=aid, target=tgt,
+            budget_ref=budget_id, wrapping_policy=wrapping_policy,
+            separator_policy=separator_policy,
+            redaction_state=_enum(RedactionState, redaction_state),
+            visibility=tuple(_enum(Visibility, v) for v in visibility))
         stage = Assembly(self, self._child(S.SPAN_ASSEMBLY, attrs, start_time), aid, tgt)
         self._stages.add("assembly")
         return stage
@@ -222,12 +213,10 @@ class Envelope(_Recorder):
         """Start recording the replacement of context with a summary or digest."""
         cid = compaction_id or self._owner._ids.new("cmp")
         m = _enum(CompactionMethod, method)
-        attrs: dict[str, Any] = {S.COMPACTION_ID: cid}
-        _put(attrs, S.COMPACTION_METHOD, m)
-        _put(attrs, S.COMPACTION_TRIGGER, trigger)
-        _put(attrs, S.COMPACTION_SCOPE, scope)
-        _put(attrs, S.COMPACTION_VALIDATION, validation)
-        _put(attrs, S.COMPACTION_REPLACEMENT_POLICY, replacement_policy)
+        attrs = fields_to_attributes(
+            S.SPAN_COMPACTION, "ContextCompaction", False, compaction_id=cid, method=m,
+            trigger=trigger, scope=scope, validation=validation,
+            replacement_policy=replacement_policy)
         stage = Compaction(self, self._child(S.SPAN_COMPACTION, attrs, start_time), cid, m,
                            trigger or "unknown")
         self._stages.add("compaction")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from . import _semconv as S
-from ._attributes import digest_text, ordered_hash, to_ns
+from ._attributes import digest_text, fields_to_attributes, ordered_hash, to_ns
 from ._checks import compile_check
 from ._enums import ContextKind, InjectionPoint, OmissionReason, OverflowStrategy, Visibility
 from ._failsafe import _guard
@@ -208,10 +208,9 @@ class Budget(_Stage):
                 reserved_tokens: int | None = None, used_tokens: int | None = None,
                 timestamp: int | str | None = None) -> None:
         """A reserved segment of the window (system, tools, history, retrieval, output...)."""
-        attrs: dict[str, Any] = {S.WINDOW_SEGMENT: segment}
-        _put(attrs, S.WINDOW_ORDER, order)
-        _put(attrs, S.WINDOW_RESERVED_TOKENS, reserved_tokens)
-        _put(attrs, S.WINDOW_USED_TOKENS, used_tokens)
+        attrs = fields_to_attributes(
+            S.EVENT_WINDOW_SEGMENT, "WindowSegment", False, segment=segment, order=order,
+            reserved_tokens=reserved_tokens, used_tokens=used_tokens)
         self._env._emit(self._span, S.EVENT_WINDOW_SEGMENT, attrs, to_ns(timestamp))
 
     @_guard
@@ -222,12 +221,10 @@ class Budget(_Stage):
         """An item or a segment was cut to fit (name one of ``item_id`` or ``segment``)."""
         ts = to_ns(timestamp)
         strat = _enum(OverflowStrategy, strategy)
-        attrs: dict[str, Any] = {}
-        _put(attrs, S.ITEM_ID, item_id)
-        _put(attrs, S.WINDOW_SEGMENT, segment)
-        _put(attrs, S.TRUNCATION_STRATEGY, strat)
-        _put(attrs, S.TRUNCATION_TOKENS_BEFORE, tokens_before)
-        _put(attrs, S.TRUNCATION_TOKENS_AFTER, tokens_after)
+        attrs = fields_to_attributes(
+            S.EVENT_BUDGET_TRUNCATED, "TruncationRecord", False, item_id=item_id,
+            segment=segment, strategy=strat, tokens_before=tokens_before,
+            tokens_after=tokens_after)
         key = strat or self._strategy or "unknown"
         self._truncations[key] = self._truncations.get(key, 0) + 1
         if tokens_before is not None and tokens_after is not None:
@@ -430,14 +427,12 @@ class Compaction(_Stage):
         """The summary that replaces the sources; returns its id."""
         ts = to_ns(timestamp)
         sid = summary_id or self._env._owner._ids.new("sum")
-        attrs: dict[str, Any] = {S.SUMMARY_ID: sid}
-        _put(attrs, S.SUMMARY_TOKEN_ESTIMATE, token_estimate)
-        _put(attrs, S.SUMMARY_REFRESH_POLICY, refresh_policy)
         if digest is None and content is not None:
             digest = digest_text(content)
-        _put(attrs, S.SUMMARY_DIGEST, digest)
-        if self._env._owner.capture_content:
-            _put(attrs, S.SUMMARY_CONTENT, content)
+        attrs = fields_to_attributes(
+            S.EVENT_SUMMARY_CREATED, "ContextSummary", self._env._owner.capture_content,
+            summary_id=sid, token_estimate=token_estimate, refresh_policy=refresh_policy,
+            digest=digest, content=content)
         self._summary_id = sid
         self._summary_tokens = token_estimate
         self._env._emit(self._span, S.EVENT_SUMMARY_CREATED, attrs, ts)
