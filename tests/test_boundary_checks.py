@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 
 from otel_agent_context.rebuild import EventView, SpanView
@@ -97,3 +98,19 @@ def test_an_empty_enum_value_counts_as_absent() -> None:
         "context.item.id": "d1", "context.omission.reason": ""}),)))
     assert view.events == []  # an omission needs its reason
     assert [r.kind for r in view.repairs] == ["enum_dropped", "event_dropped"]
+
+
+def test_a_bundle_json_cannot_carry_is_made_writable_and_said() -> None:
+    from otel_agent_context.rebuild._encode import encode_bundle
+
+    bundle = {"context_envelope": {"context_id": "c", "metadata": {"k\udc80": "v",
+                                                                    "big": 1 << 70}},
+              "rebuild": {"status": "complete"}}
+    line = encode_bundle(bundle)
+    written = orjson.loads(line)
+    assert written["context_envelope"]["metadata"] == {"k\ufffd": "v", "big": str(1 << 70)}
+    assert written["rebuild"]["status"] == "partial"
+    assert written["rebuild"]["partial_reasons"] == ["repaired"]
+    assert sorted(r["kind"] for r in written["rebuild"]["repairs"]) == ["text", "text"]
+    clean = {"context_envelope": {"context_id": "c"}, "rebuild": {"status": "complete"}}
+    assert encode_bundle(clean) == orjson.dumps(clean) + b"\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import jsonschema
 import orjson
 import pytest
 from opentelemetry import trace
@@ -25,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_agent_context import AgentContext
+from otel_agent_context import AgentContext, bundle_json_schema
 from otel_agent_context._demo_agent import run_demo
 from otel_agent_context.processor._config import ProcessorConfig
 from otel_agent_context.processor._decode import decode_request
@@ -495,3 +496,29 @@ def test_example_agent_prints_a_complete_bundle() -> None:
     assert bundle["missing_context"][0]["severity"] == "blocking"
     assert bundle["context_budgets"][0]["truncation_records"][0]["item_id"] == "msg:2"
     assert not any("content" in item for item in bundle["context_items"])  # capture off
+
+
+def test_text_json_cannot_carry_is_repaired_and_the_other_envelopes_still_written(
+        tmp_path) -> None:
+    # A lone surrogate (a bad decode upstream in the application): JSON cannot carry it and
+    # orjson refuses it. The envelope is written anyway, repaired and said, and valid.
+    path = tmp_path / "bundles.jsonl"
+    provider = TracerProvider()
+    processor = BundleSpanProcessor(path=path)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    for cid, agent in (("ctx-ok-1", "agent"), ("ctx-bad", "agent-\ud800"), ("ctx-ok-2", "a")):
+        env, _ = _envelope(tracer, cid, 0)
+        env.set_attribute("gen_ai.agent.name", agent)
+        env.end()
+    assert processor.force_flush()
+    lines = path.read_bytes().splitlines()
+    found = {b["context_envelope"]["context_id"]: b for b in map(orjson.loads, lines)}
+    assert set(found) == {"ctx-ok-1", "ctx-bad", "ctx-ok-2"}
+    bad = found["ctx-bad"]["rebuild"]
+    assert bad["status"] == "partial" and "repaired" in bad["partial_reasons"]
+    assert [r["kind"] for r in bad["repairs"]] == ["text"]
+    assert "\ufffd" in orjson.dumps(found["ctx-bad"]).decode()
+    jsonschema.validate(found["ctx-bad"], bundle_json_schema())
+    assert found["ctx-ok-1"]["rebuild"]["status"] == "complete"
+    provider.shutdown()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -39,6 +39,7 @@ from ..rebuild._boundary import (
     check_attribute,
     check_event,
     dropped_event,
+    duplicate_keys,
     span_times,
     undated_event,
 )
@@ -230,11 +231,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 120 else text[:120] + "…"
 
 
-def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id: str = "",
+def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str = "",
                 event: str = "") -> dict[str, Any]:
     """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
     out: dict[str, Any] = {}
     cache = _DECODED
+    dropped = 0
     for buf in encoded:
         decoded = cache.get(buf)
         if decoded is None:
@@ -243,11 +245,21 @@ def _attributes(encoded: Iterable[bytes], repairs: list[Repair] | None, span_id:
                 cache.clear()
             cache[buf] = decoded
         key, value, noted = decoded
-        if noted is not None and repairs is not None:
-            key_name = key or decode_key_value(buf)[0]
-            repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id, event))
         if key is not None:
             out[key] = value
+        else:
+            dropped += 1
+            if noted is not None:
+                key_name = decode_key_value(buf)[0]
+                out.pop(key_name, None)  # a repeated key: its last occurrence decides
+                if repairs is not None:
+                    repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id,
+                                          event))
+        if noted is not None and key is not None and repairs is not None:
+            repairs.append(Repair(noted[0], key, noted[2], noted[1], span_id, event))
+    if len(out) + dropped < len(encoded) and repairs is not None:  # OTLP keys are unique
+        repairs.extend(duplicate_keys([decode_key_value(buf)[0] for buf in encoded], span_id,
+                                      event))
     return out
 
 

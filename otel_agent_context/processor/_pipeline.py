@@ -36,6 +36,7 @@ from google.protobuf.internal import api_implementation
 from .._measure import measure
 from .._version import __version__
 from ..rebuild._completion import (
+    CONFLICT,
     DUPLICATE,
     FOREIGN,
     LATE,
@@ -43,6 +44,7 @@ from ..rebuild._completion import (
     Finished,
     TraceBuffer,
 )
+from ..rebuild._encode import encode_bundle
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
@@ -238,7 +240,8 @@ class Pipeline:
                     if (view.trace_id, accepted.context_id) in written:
                         self.events.forget_written(view.trace_id, view.span_id)
                         continue
-                    if self.buffer.add(accepted, segment, finished) not in (DUPLICATE, LATE):
+                    outcome = self.buffer.add(accepted, segment, finished)
+                    if outcome not in (DUPLICATE, LATE, CONFLICT):
                         replayed += 1
                     else:
                         self.events.span_done(view.trace_id, view.span_id)
@@ -313,6 +316,7 @@ class Pipeline:
         finished: list[Finished] = []
         duplicates = late = late_events = 0
         foreign: list[str] = []
+        conflicts: list[str] = []
         if decoded.accepted:
             assert decoded.wal_payload is not None
             with self._lock:
@@ -321,11 +325,14 @@ class Pipeline:
                 add = self.buffer.add
                 for accepted in decoded.accepted:
                     outcome = add(accepted, segment, finished)
-                    if outcome is DUPLICATE or outcome is LATE:
-                        if outcome is DUPLICATE:
-                            duplicates += 1
-                        else:
+                    if outcome is DUPLICATE or outcome is LATE or outcome is CONFLICT:
+                        if outcome is LATE:
                             late += 1
+                        else:
+                            duplicates += 1
+                            if outcome is CONFLICT:
+                                conflicts.append(f"span {accepted.view.span_id}: sent again "
+                                                 "with other content: the first kept")
                         view = accepted.view
                         late_events += self.events.span_done(view.trace_id, view.span_id)
                     elif outcome is FOREIGN:
@@ -342,9 +349,12 @@ class Pipeline:
         if foreign:
             self.metrics.self.inc("context_processor_repairs_total", ("foreign_trace",),
                                   len(foreign))
+        if conflicts:
+            self.metrics.self.inc("context_processor_repairs_total", ("duplicate_span",),
+                                  len(conflicts))
         message = "; ".join(filter(None, (
             decoded.error_message() if decoded.rejected or decoded.repairs else "",
-            *foreign[:5])))
+            *foreign[:5], *conflicts[:5])))
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)
@@ -486,7 +496,7 @@ class Pipeline:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
                                        repairs=finished.repairs)
-                line = orjson.dumps(bundle, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+                line = encode_bundle(bundle)
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)

@@ -17,7 +17,9 @@ The rules, all from the one table (``_table``):
   free-form string is due, a numeric string where a number is due, one string where a
   string array is due), else dropped;
 - an event lacking an attribute it must carry (its id, say) is dropped alone;
-- an event without a time takes its span's start.
+- an event without a time takes its span's start;
+- a key repeated in one OTLP attribute list takes its last occurrence; a span id sent again
+  with other content keeps its first sighting (both said, never silent).
 
 Checking one attribute is a pure function of its name and value, so the processor caches it
 by the attribute's encoding.
@@ -42,6 +44,7 @@ __all__ = [
     "normalize_attributes",
     "normalize_view",
     "repair_json",
+    "same_span",
 ]
 
 #: Kinds of repair: the ``kind`` label of ``context_processor_repairs_total``.
@@ -54,8 +57,11 @@ EVENT_DROPPED = "event_dropped"
 EVENT_TIME = "event_time"
 SPAN_TIME = "span_time"
 FOREIGN_TRACE = "foreign_trace"
+DUPLICATE_KEY = "duplicate_key"
+DUPLICATE_SPAN = "duplicate_span"
+TEXT = "text"
 REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
-                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE)
+                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, TEXT)
 
 #: The partial reason of a bundle the boundary changed anything of.
 REPAIRED = "repaired"
@@ -368,6 +374,34 @@ def foreign_trace(span: SpanView, trace_id: str) -> Repair:
     return Repair(FOREIGN_TRACE, "trace_id", span.trace_id,
                   f"an envelope lives in one trace ({trace_id}): span left out",
                   span.span_id)
+
+
+def same_span(a: SpanView, b: SpanView) -> bool:
+    """Whether two sightings of one span id say the same (a client retry) or not."""
+    return (a.name == b.name and a.start_time_unix_nano == b.start_time_unix_nano
+            and a.end_time_unix_nano == b.end_time_unix_nano and a.attributes == b.attributes
+            and [(e.name, e.time_unix_nano, e.attributes) for e in a.events]
+            == [(e.name, e.time_unix_nano, e.attributes) for e in b.events])
+
+
+def duplicate_span(span: SpanView) -> Repair:
+    """A span id sent again with other content: the first sighting is kept."""
+    return Repair(DUPLICATE_SPAN, "span_id", span.span_id,
+                  "the span id was sent again with other content: the first kept",
+                  span.span_id)
+
+
+def duplicate_keys(keys: Sequence[str], span_id: str, event: str) -> list[Repair]:
+    """Keys an attribute list repeats (OTLP keys are unique): the last occurrence is the
+    value, checked as any other (so a last value the boundary drops leaves none)."""
+    seen: set[str] = set()
+    out = []
+    for key in keys:
+        if key in seen:
+            out.append(Repair(DUPLICATE_KEY, key, "", "the key repeated in one attribute "
+                              "list: the last occurrence kept", span_id, event))
+        seen.add(key)
+    return out
 
 
 def collect(spans: Sequence[SpanView]) -> list[Repair]:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _semconv as S
-from ._boundary import Repair, foreign_trace
+from ._boundary import Repair, duplicate_span, foreign_trace, same_span
 from ._view import SpanView
 
 __all__ = [
@@ -87,6 +87,8 @@ REASON_MISSING_EVENTS = "missing_events"
 
 ADDED = "added"
 DUPLICATE = "duplicate"
+#: a span id seen before with other content (the first kept, a repair in the bundle)
+CONFLICT = "conflict"
 LATE = "late"
 FOREIGN = "foreign"
 
@@ -141,12 +143,12 @@ class Finished:
 
 
 class _Pending:
-    __slots__ = ("events", "expected", "expected_events", "foreign", "has_envelope", "key",
+    __slots__ = ("events", "expected", "expected_events", "has_envelope", "key", "repairs",
                  "last", "segments", "spans")
 
     def __init__(self, key: Key, now: float) -> None:
         self.key = key
-        self.foreign: list[Repair] = []
+        self.repairs: list[Repair] = []
         self.spans: dict[str, SpanView] = {}
         self.has_envelope = False
         self.expected: int | None = None
@@ -275,7 +277,12 @@ class TraceBuffer:
                 self._orphans.move_to_end(key)
         else:
             self._waiting.move_to_end(key)
-        if view.span_id in pending.spans:
+        seen = pending.spans.get(view.span_id)
+        if seen is not None:
+            if not same_span(seen, view) and not any(
+                    r.span_id == view.span_id for r in pending.repairs):
+                pending.repairs.append(duplicate_span(view))
+                return CONFLICT
             return DUPLICATE
         pending.spans[view.span_id] = view
         pending.last = now
@@ -329,9 +336,9 @@ class TraceBuffer:
         key = (owner, span.context_id)
         pending = self._waiting.get(key) or self._orphans.get(key)
         seen = pending is not None and any(
-            r.span_id == span.view.span_id for r in pending.foreign)
+            r.span_id == span.view.span_id for r in pending.repairs)
         if pending is not None and not seen:
-            pending.foreign.append(foreign_trace(span.view, owner))
+            pending.repairs.append(foreign_trace(span.view, owner))
         return FOREIGN
 
     def _make_room(self, trace_id: str, out: list[Finished]) -> None:
@@ -371,7 +378,7 @@ class TraceBuffer:
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
         finished = Finished(key, list(pending.spans.values()), reasons,
-                            tuple(pending.segments), pending.last, tuple(pending.foreign))
+                            tuple(pending.segments), pending.last, tuple(pending.repairs))
         self.on_finish(finished)
         return finished
 

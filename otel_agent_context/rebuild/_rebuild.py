@@ -13,7 +13,16 @@ from typing import Any
 from .. import _semconv as S
 from .._records import ns_to_rfc3339
 from .._table import ATTRIBUTES, EVENTS, SPANS, FieldSpec
-from ._boundary import REPAIRED, Repair, collect, foreign_trace, normalize_view, repair_json
+from ._boundary import (
+    REPAIRED,
+    Repair,
+    collect,
+    duplicate_span,
+    foreign_trace,
+    normalize_view,
+    repair_json,
+    same_span,
+)
 from ._view import EventView, SpanView
 
 __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
@@ -467,9 +476,14 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     the spans.
     """
     # Deterministic whatever the arrival order; duplicates (client retries) count once.
+    # A span id sent again with other content keeps its first sighting, and says so.
     unique: dict[tuple[str, str], SpanView] = {}
+    duplicates: list[Repair] = []
     for span in spans:
-        unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
+        seen = unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
+        if seen is not span and not same_span(seen, normalize_view(span)) and not any(
+                r.span_id == span.span_id for r in duplicates):
+            duplicates.append(duplicate_span(span))
     # Spans that start at the same time (records replayed with one timestamp) keep the
     # lifecycle's order, so records and the event timeline do not depend on random span ids.
     # The trace id last: two traces' spans may share everything else (the envelope's trace
@@ -489,10 +503,18 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     context_id = str(ordered[0].attributes.get(S.CONTEXT_ID))
     b = _Builder(context_id)
 
+    # Item overflow spans (context.items) add their events to the stage span above them,
+    # through any number of context.items levels.
     items_parts: dict[str, list[SpanView]] = {}
+    items_parent = {s.span_id: s.parent_span_id for s in ordered if s.name == S.SPAN_ITEMS}
     for span in ordered:
         if span.name == S.SPAN_ITEMS and span.parent_span_id is not None:
-            items_parts.setdefault(span.parent_span_id, []).append(span)
+            stage = span.parent_span_id
+            for _ in range(len(items_parent)):  # bounded: a parent cycle cannot loop
+                if stage not in items_parent or items_parent[stage] is None:
+                    break
+                stage = items_parent[stage]  # type: ignore[assignment]
+            items_parts.setdefault(stage, []).append(span)
     for parts in items_parts.values():
         parts.sort(key=lambda s: (s.attributes.get(S.ITEMS_PART, 0), s.start_time_unix_nano))
 
@@ -576,7 +598,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
                      "(span limits)")
     if b.notes:
         reasons.append("uncounted_items")
-    repairs = [*collect(ordered), *foreign, *repairs]
+    repairs = [*collect(ordered), *foreign, *duplicates, *repairs]
     if repairs:
         reasons.append(REPAIRED)
     rebuild_info: dict[str, Any] = {

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
@@ -37,6 +36,7 @@ from ._completion import (
     Finished,
     TraceBuffer,
 )
+from ._encode import encode_bundle
 from ._rebuild import rebuild_envelope
 from ._view import view_from_readable_span
 
@@ -291,9 +291,9 @@ class BundleSpanProcessor(SpanProcessor):
             return
         if self._path is not None:
             try:
+                lines = b"".join(encode_bundle(b) for b in bundles)
                 with self._path.open("ab") as fh:
-                    fh.write(b"".join(orjson.dumps(b, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-                                      for b in bundles))
+                    fh.write(lines)
             except Exception:  # noqa: BLE001
                 _log.exception("BundleSpanProcessor: cannot append bundles to %s", self._path)
         if self._on_bundle is not None:

@@ -36,6 +36,7 @@ from otel_agent_context._records import ns_to_rfc3339
 from otel_agent_context.processor._decode import decode_request, parse_protobuf
 from otel_agent_context.rebuild import (
     BundleSpanProcessor,
+    EventView,
     SpanView,
     rebuild,
     rebuild_envelope,
@@ -686,15 +687,86 @@ def test_red_team_inputs_make_valid_bundles_and_keep_the_good_records(case):
     assert {"item_id": "good-2", "reason": "budget"} in selection["omitted_item_refs"]
 
 
-def test_duplicate_keys_in_one_attribute_list_the_last_usable_value_wins() -> None:
+def test_a_repeated_key_takes_its_last_occurrence_and_is_reported() -> None:
+    # OTLP keys are unique in one list; a repeat is the sender's bug, said in the bundle. The
+    # last occurrence decides, checked as any value: an unusable last value leaves none (the
+    # earlier "draft" does not come back).
     root = envelope("ctx-dup", 0)
     root.attributes.extend([KeyValue(key="context.lifecycle", value=AnyValue(string_value="draft")),
                             KeyValue(key="context.lifecycle", value=AnyValue(string_value="x"))])
     root.attributes.append(KeyValue(key="context.scope", value=AnyValue(string_value="Task")))
+    root.attributes.append(KeyValue(key="context.producer", value=AnyValue(string_value="a")))
+    root.attributes.append(KeyValue(key="context.producer", value=AnyValue(string_value="b")))
     body = request([root]).SerializeToString()
     (accepted,) = decode_request(body, parse_protobuf(body)).accepted
     bundle = rebuild_envelope([accepted.view])
-    assert bundle["context_envelope"]["scope"] == "task"
-    assert bundle["context_envelope"]["lifecycle"] == "draft"  # "x" has no custom: dropped
+    jsonschema.validate(orjson.loads(orjson.dumps(bundle)), SCHEMA)
+    envelope_record = bundle["context_envelope"]
+    assert envelope_record["scope"] == "task"
+    assert "lifecycle" not in envelope_record  # "x" has no custom: dropped, "draft" not kept
+    assert envelope_record["producer"] == "b"
+    assert sorted((r["kind"], r["field"]) for r in bundle["rebuild"]["repairs"]) == [
+        ("duplicate_key", "context.lifecycle"), ("duplicate_key", "context.producer"),
+        ("duplicate_key", "context.scope"),  # envelope() sent "turn" before "Task"
+        ("enum_case", "context.scope"), ("enum_dropped", "context.lifecycle")]
+    assert bundle["rebuild"]["status"] == "partial"
+
+
+def test_a_span_id_sent_again_with_other_content_keeps_the_first_and_says_so(
+        start_processor) -> None:
+    processor = start_processor()
+    first = stage(2, "context.selection", "ctx-twice", {"context.selection.id": "s1"}, events=[
+        ("context.item.selected", {"context.item.id": "a"})])
+    retry = stage(2, "context.selection", "ctx-twice", {"context.selection.id": "s1"}, events=[
+        ("context.item.selected", {"context.item.id": "a"})])
+    other = stage(2, "context.selection", "ctx-twice", {"context.selection.id": "s1"}, events=[
+        ("context.item.selected", {"context.item.id": "b"})])
+    post(processor, [first])
+    post(processor, [retry])  # a client retry: the same content, nothing to say
+    answer = post(processor, [other])
+    assert "sent again with other content" in answer.partial_success.error_message
+    post(processor, [envelope("ctx-twice", 1)])
+    (bundle,) = bundles(processor)
+    jsonschema.validate(bundle, SCHEMA)
+    assert bundle["context_selections"][0]["selected_item_refs"] == ["a"]
+    assert repairs(bundle) == [("duplicate_span", "span_id")]
+    text, families = metrics(processor)
+    assert [s.value for s in samples(families, "context_processor_repairs",
+                                      "context_processor_repairs_total")
+            if s.labels.get("kind") == "duplicate_span"] == [1.0]
+
+
+def test_a_span_id_twice_with_other_content_in_process_is_said_too() -> None:
+    def view(item: str) -> SpanView:
+        return SpanView(f"{TRACE:032x}", f"{2:016x}", "context.selection", T0, T0 + 5,
+                        {"context.id": "c", "context.selection.id": "s1"},
+                        [EventView("context.item.selected", T0 + 1, {"context.item.id": item})],
+                        parent_span_id=f"{1:016x}")
+    bundle = rebuild_envelope([view("a"), view("a"), view("b")])
     assert [(r["kind"], r["received"]) for r in bundle["rebuild"]["repairs"]] == [
-        ("enum_dropped", "x"), ("enum_case", "Task")]
+        ("duplicate_span", f"{2:016x}")]
+    assert bundle["context_selections"][0]["selected_item_refs"] == ["a"]
+    assert rebuild_envelope([view("a"), view("a")])["rebuild"].get("repairs") is None
+
+
+def test_items_spans_nested_in_items_spans_keep_their_events() -> None:
+    trace = f"{TRACE:032x}"
+    root = SpanView(trace, f"{1:016x}", "invoke_agent a", T0, T0 + 100,
+                    {"context.id": "c", "context.scope": "turn", "context.span_count": 3})
+    selection = SpanView(trace, f"{2:016x}", "context.selection", T0 + 1, T0 + 50,
+                         {"context.id": "c", "context.selection.id": "s1"},
+                         [EventView("context.item.selected", T0 + 2, {"context.item.id": "a"})],
+                         parent_span_id=f"{1:016x}")
+    part = SpanView(trace, f"{3:016x}", "context.items", T0 + 3, T0 + 4,
+                    {"context.id": "c", "context.items.part": 1},
+                    [EventView("context.item.selected", T0 + 3, {"context.item.id": "b"})],
+                    parent_span_id=f"{2:016x}")
+    nested = SpanView(trace, f"{4:016x}", "context.items", T0 + 5, T0 + 6,
+                      {"context.id": "c", "context.items.part": 2},
+                      [EventView("context.item.omitted", T0 + 5, {
+                          "context.item.id": "c", "context.omission.reason": "budget"})],
+                      parent_span_id=f"{3:016x}")
+    bundle = rebuild_envelope([nested, part, selection, root])
+    (record,) = bundle["context_selections"]
+    assert record["selected_item_refs"] == ["a", "b"]
+    assert record["omitted_item_refs"] == [{"item_id": "c", "reason": "budget"}]

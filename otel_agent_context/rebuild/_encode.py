@@ -1,0 +1,81 @@
+"""A bundle as one JSON line, whatever text the application handed the API.
+
+In process, a string can hold what JSON cannot carry (a lone surrogate, from a bad decode
+upstream) and a number can exceed 64 bits where the boundary never looked (resource and
+metadata values). ``orjson`` refuses both; rather than lose the envelope, such values are
+made writable (text with U+FFFD for what is not Unicode, big numbers as text) and each
+change is a ``text`` repair in the bundle, which is then partial.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from ._boundary import REPAIRED, TEXT, Repair, repair_json
+
+__all__ = ["encode_bundle"]
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_bundle(bundle: dict[str, Any]) -> bytes:
+    """``bundle`` as one JSON line (``\\n`` included); values JSON cannot carry are repaired
+    in place first, and listed in ``bundle["rebuild"]["repairs"]``."""
+    try:
+        return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
+    except orjson.JSONEncodeError:
+        pass
+    repairs: list[Repair] = []
+    for key in list(bundle):
+        bundle[key] = _clean(bundle[key], key, repairs)
+    rebuild = bundle.setdefault("rebuild", {})
+    if isinstance(rebuild, dict) and repairs:
+        rebuild["status"] = "partial"
+        reasons = rebuild.setdefault("partial_reasons", [])
+        if REPAIRED not in reasons:
+            reasons.append(REPAIRED)
+        rebuild.setdefault("repairs", []).extend(repair_json(r) for r in repairs)
+    return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
+
+
+def _text(value: str, path: str, repairs: list[Repair]) -> str:
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        fixed = _SURROGATE.sub("\ufffd", value)
+        shown = fixed if len(fixed) <= 120 else fixed[:120] + "…"
+        repairs.append(Repair(TEXT, path, shown,
+                              "not valid Unicode (a lone surrogate): replaced with U+FFFD"))
+        return fixed
+
+
+def _clean(value: Any, path: str, repairs: list[Repair]) -> Any:
+    if isinstance(value, str):
+        return _text(value, path, repairs)
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        if _INT64[0] <= value <= _INT64[1]:
+            return value
+        repairs.append(Repair(TEXT, path, f"<int of {value.bit_length()} bits>",
+                              "an int beyond 64 bits: written as text"))
+        try:
+            return str(value)
+        except ValueError:  # beyond Python's 4,300-digit limit for decimal text
+            return hex(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = _text(k if isinstance(k, str) else str(k), path, repairs)
+            out[key] = _clean(v, f"{path}.{key}", repairs)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, f"{path}[{i}]", repairs) for i, v in enumerate(value)]
+    repairs.append(Repair(TEXT, path, type(value).__name__, "not a JSON value: written as text"))
+    return _text(str(value), path, repairs)
