@@ -91,6 +91,13 @@ PROCESSORS: dict[str, Component] = {
     "batch": Component(dict.fromkeys((
         "metadata_cardinality_limit", "metadata_keys", "send_batch_max_size", "send_batch_size",
         "timeout"), ANY), module="go.opentelemetry.io/collector/processor/batchprocessor"),
+    "filter": Component({
+        "error_mode": ANY,
+        "traces": {"span": ANY, "spanevent": ANY},
+        "metrics": {"metric": ANY, "datapoint": ANY},
+        "logs": {"log_record": ANY},
+    }, module="github.com/open-telemetry/opentelemetry-collector-contrib/processor/"
+              "filterprocessor"),
 }
 
 EXPORTERS: dict[str, Component] = {

@@ -245,3 +245,30 @@ def test_the_checker_rejects_what_the_collector_would_reject(tmp_path):
             test_pipelines_are_wired_and_ordered(cfg)
             test_component_settings_are_plausible(cfg)
         assert text != base, label
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_agents_log_events_reach_the_processor_and_nothing_else_does(path):
+    # The filter's OTTL condition, read back and applied here to each name: a log record is
+    # dropped from the processor's pipeline when the condition holds.
+    from otel_agent_context._semconv import SPAN_ENVELOPE
+    from otel_agent_context._table import EVENTS
+
+    cfg = load(path)
+    pipeline = cfg["service"]["pipelines"]["logs/context_events"]
+    assert pipeline["receivers"] == ["otlp"]
+    (exporter,) = pipeline["exporters"]
+    assert exporter in cfg["service"]["pipelines"]["traces"]["exporters"]  # where spans go
+    assert exporter != "otlp_grpc/jaeger"
+    (condition,) = cfg["processors"]["filter/context_events"]["logs"]["log_record"]
+    match = re.fullmatch(r'not IsMatch\(event_name, "(.+)"\) or event_name == "(.+)"', condition)
+    assert match, condition
+    pattern = re.compile(match.group(1).replace("\\\\", "\\"))
+    excluded = match.group(2)
+
+    def dropped(name: str) -> bool:
+        return not pattern.search(name) or name == excluded
+
+    assert EVENTS and not any(dropped(name) for name in EVENTS)
+    assert dropped(SPAN_ENVELOPE)  # the processor's own output never loops back into it
+    assert dropped("http.request") and dropped("")
