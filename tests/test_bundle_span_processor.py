@@ -522,3 +522,73 @@ def test_text_json_cannot_carry_is_repaired_and_the_other_envelopes_still_writte
     jsonschema.validate(found["ctx-bad"], bundle_json_schema())
     assert found["ctx-ok-1"]["rebuild"]["status"] == "complete"
     provider.shutdown()
+
+
+def _log_mode_turn(tracer_provider: Any, logger_provider: Any) -> None:
+    ac = AgentContext(tracer_provider=tracer_provider, logger_provider=logger_provider,
+                      events_as="logs" if logger_provider is not None else "span_events")
+    with ac.envelope(agent_name="agent", context_id="ctx-logs") as env:
+        with env.selection() as selection:
+            selection.selected("doc-1", rank=1, score=0.5)
+            selection.omitted("doc-2", reason="budget")
+        with env.budget(max_tokens=100) as budget:
+            budget.segment("message_history", order=0, used_tokens=10)
+        env.missing(question="Which order?", needed_for="refund")
+
+
+def _comparable(value: Any) -> Any:
+    """What does not depend on the run: the records without generated ids and times."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()
+                if k not in ("context_envelope", "context_events", "rebuild")
+                and not (k.endswith(("_id", "_at")) and k != "item_id")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def test_log_based_events_join_their_spans_in_process() -> None:
+    from opentelemetry.sdk._logs import LoggerProvider
+
+    reference: list[dict] = []
+    provider = TracerProvider()
+    bsp = BundleSpanProcessor(reference.append)
+    provider.add_span_processor(bsp)
+    _log_mode_turn(provider, None)
+    assert bsp.force_flush()
+
+    found: list[dict] = []
+    provider = TracerProvider()
+    bsp = BundleSpanProcessor(found.append)
+    provider.add_span_processor(bsp)
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(bsp.log_record_processor)
+    _log_mode_turn(provider, logger_provider)
+    assert bsp.force_flush()
+    (bundle,) = found
+    assert bundle["rebuild"]["status"] == "complete", bundle["rebuild"]
+    assert _comparable(bundle) == _comparable(reference[0])
+    assert bundle["context_selections"][0]["omitted_item_refs"] == [
+        {"item_id": "doc-2", "reason": "budget"}]
+    assert len(bundle["context_events"]) == len(reference[0]["context_events"])
+    jsonschema.validate(bundle, bundle_json_schema())
+    provider.shutdown()
+    logger_provider.shutdown()
+
+
+def test_without_the_log_processor_a_log_mode_envelope_says_what_it_lacks() -> None:
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    found: list[dict] = []
+    provider = TracerProvider()
+    bsp = BundleSpanProcessor(found.append, envelope_timeout=0.2)
+    provider.add_span_processor(bsp)
+    logger_provider = LoggerProvider()  # records go elsewhere, not to the bsp
+    logger_provider.add_log_record_processor(
+        SimpleLogRecordProcessor(InMemoryLogRecordExporter()))
+    _log_mode_turn(provider, logger_provider)
+    _wait_for(lambda: bool(found) or not bsp.force_flush())
+    (bundle,) = found
+    assert "missing_events" in bundle["rebuild"]["partial_reasons"]
+    provider.shutdown()

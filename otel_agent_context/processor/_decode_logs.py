@@ -32,6 +32,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 
 from .._table import EVENTS
 from ..rebuild._boundary import Repair, check_event, dropped_event, undated_event
+from ..rebuild._events import EVENT_OVERHEAD, LogEvent
 from ..rebuild._view import EventView
 from ._decode import Decoded, InvalidRequest, _attributes, _hex_ids_to_base64, _items, subset
 from ._wire import LiteLogRecord, LiteLogsRequest, LiteResource
@@ -48,27 +49,6 @@ _NEEDLE = b"context."
 _SERVICE_NAME = "service.name"
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
-#: Fixed cost of a held event beyond its encoding (objects, dict slots): for the byte cap.
-EVENT_OVERHEAD = 256
-
-
-@dataclasses.dataclass(slots=True)
-class LogEvent:
-    """A context event from a log record, checked, not yet on its span."""
-
-    trace_id: str
-    span_id: str
-    name: str
-    #: None when the boundary dropped it (it lacks an attribute it must carry): it still
-    #: counts as arrived, and its repair goes to its span.
-    event: EventView | None
-    repairs: list[Repair]
-    #: (event name, time, attributes) digested: a retried record is a duplicate
-    digest: int
-    #: its encoded size plus a fixed overhead: what holding it costs, for the byte cap
-    size: int
-    #: no time and no observed time: dated at its span's start when it joins it
-    undated: bool = False
 
 
 @dataclasses.dataclass(slots=True)

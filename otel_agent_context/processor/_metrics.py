@@ -166,8 +166,8 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_repairs_total", "counter", ("kind",),
                "Values the boundary repaired or dropped alone (type, enum_case, enum_custom, "
                "enum_dropped, non_finite, event_dropped, event_time, span_time, "
-               "foreign_trace, duplicate_key, duplicate_span, text); each listed in its bundle's rebuild.repairs and told to the "
-               "sender.",
+               "foreign_trace, duplicate_key, duplicate_span, text); each listed in its "
+               "bundle's rebuild.repairs and told to the sender.",
                "0 for emitters that follow the contract"),
     SelfMetric("context_processor_spans_duplicate_total", "counter", (),
                "Spans received again (client retries); dropped, idempotently.",

@@ -45,10 +45,10 @@ from ..rebuild._completion import (
     TraceBuffer,
 )
 from ..rebuild._encode import encode_bundle
+from ..rebuild._events import EventStore
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
-from ._events import EventStore
 from ._forward import Forwarder
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key

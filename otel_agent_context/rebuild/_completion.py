@@ -24,7 +24,7 @@ is counted, not turned into a second bundle. To keep that memory small, an envel
 ids are kept as a 128-bit mask, so a late span is now and then counted as a duplicate
 (about 6% of the time for an envelope of 8 spans); either way it is dropped.
 
-Log-based context events (``processor._events`` holds them until their span is here):
+Log-based context events (``_events`` holds them until their span is here):
 ``on_span`` hands a span's waiting events over as it is added, :meth:`TraceBuffer.attach`
 adds later ones, ``on_finish`` tells the event store an envelope is done. An envelope whose
 span carries ``context.event_count`` is complete only once that many events joined too

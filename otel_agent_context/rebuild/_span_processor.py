@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .. import _semconv as S
+from .._table import EVENTS
 from ._boundary import normalize_view
 from ._completion import (
     DEFAULT_DEDUPE_MAX,
@@ -37,6 +39,7 @@ from ._completion import (
     TraceBuffer,
 )
 from ._encode import encode_bundle
+from ._events import EventStore, log_event_from_record
 from ._rebuild import rebuild_envelope
 from ._view import view_from_readable_span
 
@@ -53,6 +56,9 @@ _ROUND = 512
 #: At most one warning about dropped spans per this many seconds.
 _DROP_WARNING_INTERVAL = 5.0
 _CONTEXT_ID = S.CONTEXT_ID
+_EVENT_NAMES = frozenset(EVENTS)
+#: Log-based events held for spans that have not ended yet (count; bytes at 1 KiB each).
+_MAX_HELD_EVENTS = 100_000
 
 
 def _context_id(span: ReadableSpan) -> object:
@@ -81,6 +87,34 @@ class _Marker:
         self.done = threading.Event()
 
 
+class _Log:
+    """A log record on the worker's queue (a context event, or not: the worker decides)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Any) -> None:
+        self.record = record
+
+
+class _LogEvents(LogRecordProcessor):
+    """The SDK ``LogRecordProcessor`` side of a :class:`BundleSpanProcessor`."""
+
+    def __init__(self, owner: BundleSpanProcessor) -> None:
+        self._owner = weakref.ref(owner)
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner._on_log(log_record.log_record)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        owner = self._owner()
+        return owner.force_flush(timeout_millis) if owner is not None else True
+
+    def shutdown(self) -> None:
+        return None  # the span processor's shutdown drains both
+
+
 class BundleSpanProcessor(SpanProcessor):
     """Rebuild each envelope when its spans have ended and hand the bundle on.
 
@@ -97,6 +131,11 @@ class BundleSpanProcessor(SpanProcessor):
     on that thread. Errors there are logged (logger ``otel_agent_context``), never raised.
     A process forked from the application (a pre-forking server's workers) gets its own
     worker and starts empty; the parent emits what it had pending.
+
+    Context events sent as log records (``AgentContext(events_as="logs")``) reach it through
+    :attr:`log_record_processor`, added to the SDK ``LoggerProvider`` the API logs with; they
+    join their spans as in the processor service (before or after them, duplicates once), and
+    an envelope promising ``context.event_count`` such events waits for them.
 
     Args:
         on_bundle: called with each bundle dict (on the worker thread).
@@ -143,7 +182,9 @@ class BundleSpanProcessor(SpanProcessor):
             max_traces=max_traces, max_spans=max_spans,
             dedupe_window=DEFAULT_DEDUPE_WINDOW, dedupe_max=DEFAULT_DEDUPE_MAX)
         self._max_queue_size = max_queue_size
+        self._orphan_timeout = orphan_timeout
         self._stopped = False
+        self._log_processor = _LogEvents(self)
         self._start()
         if hasattr(os, "register_at_fork"):
             restart = weakref.WeakMethod(self._after_fork_in_child)
@@ -157,8 +198,14 @@ class BundleSpanProcessor(SpanProcessor):
 
     def _start(self) -> None:
         """An empty engine and queue, and a worker thread for them."""
-        self._buffer = self._new_buffer()
-        self._queue: collections.deque[ReadableSpan | _Marker] = collections.deque()
+        self._events = EventStore(
+            orphan_timeout=self._orphan_timeout, max_events=_MAX_HELD_EVENTS,
+            max_bytes=_MAX_HELD_EVENTS * 1024, remember_for=DEFAULT_DEDUPE_WINDOW,
+            remember_max=DEFAULT_MAX_SPANS)
+        self._buffer = self._new_buffer(on_span=self._events.on_span,
+                                        on_finish=self._events.on_finish)
+        self._events.buffer = self._buffer
+        self._queue: collections.deque[ReadableSpan | _Log | _Marker] = collections.deque()
         self._wake = threading.Event()
         self._state_lock = threading.Lock()
         self._dropped = 0
@@ -178,9 +225,27 @@ class BundleSpanProcessor(SpanProcessor):
         """Spans dropped because the queue was full."""
         return self._dropped
 
+    @property
+    def log_record_processor(self) -> LogRecordProcessor:
+        """Add this to the SDK ``LoggerProvider`` when context events go as log records
+        (``logger_provider.add_log_record_processor(bsp.log_record_processor)``)."""
+        return self._log_processor
+
     # -- the application's side ------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
+
+    def _on_log(self, record: Any) -> None:
+        # Only what may be a context event is queued: the application's other logs pass by.
+        if self._stopped or record.event_name not in _EVENT_NAMES:
+            return
+        queue = self._queue
+        if len(queue) >= self._max_queue_size:
+            self._drop()
+            return
+        queue.append(_Log(record))
+        if not self._wake.is_set():
+            self._wake.set()
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._stopped or not isinstance(_context_id(span), str):
@@ -254,6 +319,7 @@ class BundleSpanProcessor(SpanProcessor):
                     else:
                         self._add(item, finished)
                 buffer.expire(finished)
+                self._events.expire()
                 if stop:
                     while queue:  # spans that raced shutdown
                         item = queue.popleft()
@@ -270,7 +336,15 @@ class BundleSpanProcessor(SpanProcessor):
             if stop:
                 return
 
-    def _add(self, span: ReadableSpan, finished: list[Finished]) -> None:
+    def _add(self, span: ReadableSpan | _Log, finished: list[Finished]) -> None:
+        if isinstance(span, _Log):
+            try:
+                event = log_event_from_record(span.record)
+                if event is not None:
+                    self._events.add(event, None, finished)
+            except Exception:  # noqa: BLE001 - one bad record must not stop the others
+                _log.exception("BundleSpanProcessor: a log record cannot be taken")
+            return
         try:
             accepted = Accepted.of(normalize_view(view_from_readable_span(span)))
             if accepted is not None:
@@ -279,6 +353,8 @@ class BundleSpanProcessor(SpanProcessor):
             _log.exception("BundleSpanProcessor: span %r cannot be taken", span.name)
 
     def _emit(self, finished: list[Finished]) -> None:
+        if finished:  # their log-based events' spans are remembered as written from now
+            self._events.written([envelope.key for envelope in finished], time.time())
         bundles = []
         for envelope in finished:
             try:

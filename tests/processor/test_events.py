@@ -9,13 +9,13 @@ from processor_testkit import as_log_events, envelope_spans, log_event, logs_req
 
 from otel_agent_context.processor._decode import decode_request
 from otel_agent_context.processor._decode_logs import decode_logs_request
-from otel_agent_context.processor._events import ACCEPTED, DUPLICATE, LATE, EventStore
 from otel_agent_context.rebuild._completion import (
     REASON_EVICTED,
     REASON_MISSING_EVENTS,
     REASON_TIMEOUT,
     TraceBuffer,
 )
+from otel_agent_context.rebuild._events import ACCEPTED, DUPLICATE, LATE, EventStore
 
 
 class Clock:

@@ -22,25 +22,35 @@ WAL (compaction deletes the older segment), so the spans of written envelopes wi
 log-based events go into the WAL's DONE records and checkpoints (:meth:`written`,
 :meth:`done_spans`): at replay, events for them are known duplicates, not held.
 
-Only the pipeline calls this, under its lock, like the buffer.
+The processor's pipeline calls this under its lock, like the buffer; the in-process
+``BundleSpanProcessor`` from its worker thread (records of the SDK's ``LoggerProvider``,
+through :func:`log_event_from_record`).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import _semconv as S
-from ..rebuild._completion import DUPLICATE, LATE, Finished, Key, TraceBuffer
-from ..rebuild._view import EventView, SpanView
-from ._decode_logs import LogEvent
+import orjson
 
-__all__ = ["ACCEPTED", "DUPLICATE", "LATE", "EventStore"]
+from .. import _semconv as S
+from .._table import EVENTS
+from ._boundary import Repair, check_event, dropped_event, normalize_attributes, undated_event
+from ._completion import DUPLICATE, LATE, Finished, Key, TraceBuffer
+from ._view import EventView, SpanView
+
+__all__ = ["ACCEPTED", "DUPLICATE", "EVENT_OVERHEAD", "LATE", "EventStore", "LogEvent",
+           "log_event_from_record"]
 
 ACCEPTED = "accepted"
+#: Fixed cost of a held event beyond its encoding (objects, dict slots): for the byte cap.
+EVENT_OVERHEAD = 256
 
 SpanKey = tuple[str, str]  # (trace id, span id)
 
@@ -54,6 +64,51 @@ def _bit(digest: int) -> int:
 
 def _time(event: EventView) -> int:
     return event.time_unix_nano
+
+
+@dataclasses.dataclass(slots=True)
+class LogEvent:
+    """A context event from a log record, checked, not yet on its span."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    #: None when the boundary dropped it (it lacks an attribute it must carry): it still
+    #: counts as arrived, and its repair goes to its span.
+    event: EventView | None
+    repairs: list[Repair]
+    #: (event name, time, attributes) digested: a retried record is a duplicate
+    digest: int
+    #: its encoded size plus a fixed overhead: what holding it costs, for the byte cap
+    size: int
+    #: no time and no observed time: dated at its span's start when it joins it
+    undated: bool = False
+
+
+def log_event_from_record(record: Any) -> LogEvent | None:
+    """An SDK log record (``opentelemetry._logs.LogRecord``) as a context event, through the
+    boundary; None when it is not one (another event name, or no span to join)."""
+    name = record.event_name
+    if name not in EVENTS or not record.trace_id or not record.span_id:
+        return None
+    span_id = format(record.span_id, "016x")
+    repairs: list[Repair] = []
+    attributes = dict(record.attributes) if record.attributes else {}
+    checked = normalize_attributes(attributes, repairs, span_id=span_id, event=name)
+    time = record.timestamp or record.observed_timestamp or 0
+    digest = hashlib.blake2b(orjson.dumps([name, time, attributes], default=repr,
+                                          option=orjson.OPT_SORT_KEYS), digest_size=8)
+    lacking = check_event(name, checked)
+    event: EventView | None = None
+    if lacking is not None:
+        repairs.append(dropped_event(name, lacking, span_id))
+    else:
+        event = EventView(name, time, dict(checked))
+        if not time:
+            repairs.append(undated_event(name, span_id))
+    return LogEvent(format(record.trace_id, "032x"), span_id, name, event, repairs,
+                    int.from_bytes(digest.digest(), "little"), EVENT_OVERHEAD,
+                    event is not None and not time)
 
 
 class _Held:
