@@ -37,6 +37,7 @@ from ._enums import (
 from ._failsafe import RECORDER, _guard
 from ._recorder import _enum, _put, _Recorder
 from ._records import ContextItem
+from ._sdk_events import add_event
 from ._stages import Assembly, Budget, Compaction, Selection, Surface
 from ._version import __version__
 
@@ -245,7 +246,7 @@ class Envelope(_Recorder):
     def _emit(self, span: Span, name: str, attrs: dict[str, Any], timestamp: int | None) -> None:
         """Send one context event on ``span``: a span event, or a log record on it."""
         if self._logger is None:
-            span.add_event(name, attrs, timestamp)
+            add_event(span, name, attrs, timestamp)
             return
         _events_out.emit(self._logger, span, name, attrs, timestamp)
         with self._lock:
