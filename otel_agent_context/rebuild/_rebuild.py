@@ -196,7 +196,21 @@ class _Builder:
             if updated_at is not None:
                 self._set_by_update(item_id, seen, updated_at)
             return item_id  # type: ignore[no-any-return]
-        times = None if updated_at is None else self.updated.setdefault(item_id, {})
+        if updated_at is None:  # a sighting: fills what is lacking (inline: the common case)
+            for key, value in _item_from(attrs, signals).items():
+                if key not in seen:
+                    seen[key] = value
+                elif key == "source_refs":
+                    source = seen[key][0]
+                    for name, part in value[0].items():
+                        if name not in source:
+                            source[name] = part
+                        elif name == "external_mappings":
+                            mappings = source[name]
+                            for native, text in part.items():
+                                mappings.setdefault(native, text)
+            return item_id  # type: ignore[no-any-return]
+        times = self.updated.setdefault(item_id, {})
         for key, value in _item_from(attrs, signals).items():
             if key != "source_refs":
                 _set_field(seen, key, value, times, key, updated_at)
