@@ -11,7 +11,10 @@ from run id to the run tree's root:
   instead. The envelope is current while the run lasts, so other instrumentations (the
   OpenAI and Anthropic ones) and the patches (``trim_messages``, summarization, filters)
   record into it; nested runs join their root's envelope.
-* a retriever run collects a :class:`~._retrieval.Retrieval`; the outermost one records it.
+* a retriever run collects a :class:`~._retrieval.Retrieval`; the outermost one records it;
+* a node inside a run whose state update removes messages (``RemoveMessage``, the LangChain
+  1.x way of trimming in a ``@before_model`` middleware) is a budget with one truncation
+  record per removed message (:mod:`._removals`).
 
 The handler runs inline (``run_inline``): LangChain then calls it in the caller's context,
 sync and async alike, which is what makes the envelope current for the run.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -31,6 +35,7 @@ from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
+from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
 
@@ -92,6 +97,8 @@ class ContextCallbackHandler(BaseCallbackHandler):
         super().__init__()
         self._roots: dict[UUID, _Root] = {}
         self._retrievals: dict[UUID, Retrieval] = {}
+        #: node run -> (the state's messages it started with, its start time)
+        self._inputs: dict[UUID, tuple[list[Any], int]] = {}
 
     @property
     def raise_error(self) -> bool:  # type: ignore[override]
@@ -154,13 +161,25 @@ class ContextCallbackHandler(BaseCallbackHandler):
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, parent_run_id, opens=True, name=_name(serialized, kwargs),
                     metadata=metadata)
+        if parent_run_id is not None and parent_run_id in self._roots:
+            messages = input_messages(inputs)
+            if messages is not None:  # a node of a run: it may remove some of them
+                self._inputs[run_id] = (messages, time.time_ns())
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end(run_id, None)
+        started = self._inputs.pop(run_id, None)
+        try:
+            if started is not None:
+                root = self._roots.get(run_id)
+                record_removals(root.env if root is not None else None, started[0], outputs,
+                                started[1])
+        finally:
+            self._end(run_id, None)
 
     @guarded
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._inputs.pop(run_id, None)
         self._end(run_id, error)
 
     @guarded
