@@ -17,7 +17,12 @@ What it records (``docs/instrumentation-langchain.md`` has the full table):
   truncation record per dropped or cut message;
 * ``SummarizationMiddleware`` (LangChain 1.x agents) and the classic summary memories are a
   ``context.compaction`` (``rolling_summary``) whose sources are the summarized messages,
-  with the coverage of what the summarizer actually saw.
+  with the coverage of what the summarizer actually saw;
+* the model calls of a summarizer or an LLM filter, extractor or reranker run in an envelope
+  of their own (scope ``task`` or ``review``, ``context.parent_id`` the agent's), never in the
+  agent's assemblies;
+* a node's ``RemoveMessage`` edits (LangChain 1.x trimming middleware) are a budget with a
+  truncation record per removed message.
 
 Mechanism: LangChain's own callback system for runs and retrievers (a handler registered
 with ``register_configure_hook``, which LangChain adds to every callback manager it
@@ -39,6 +44,8 @@ import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from ..._api import AgentContext
+from ..._enums import Scope
+from ._auxiliary import SUMMARIZERS, wrap_auxiliary
 from ._retrieval import FILTERS, PIPELINES, wrap_filter
 from ._state import STATE
 from ._summary import MEMORIES, MIDDLEWARE, wrap_memory, wrap_middleware
@@ -65,7 +72,8 @@ def _targets() -> dict[str, list[_Target]]:
     ])
     for group, make in ((FILTERS, lambda a: wrap_filter(False, a)),
                         (PIPELINES, lambda a: wrap_filter(True, a)),
-                        (MIDDLEWARE, wrap_middleware), (MEMORIES, wrap_memory)):
+                        (MIDDLEWARE, wrap_middleware), (MEMORIES, wrap_memory),
+                        (SUMMARIZERS, lambda a: wrap_auxiliary(Scope.TASK, a))):
         for module, cls, sync, asyn in group:
             out.setdefault(module, []).extend([(cls, sync, make(False)), (cls, asyn, make(True))])
     return out

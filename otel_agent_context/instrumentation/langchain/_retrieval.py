@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._api import Envelope
-from ..._enums import OmissionReason
+from ..._enums import OmissionReason, Scope
+from ._auxiliary import JUDGES, auxiliary
 from ._items import DocIndex, doc_item, doc_scores
 from ._state import ACTIVE_RETRIEVAL, active_retrieval, guarded, recording, stage_envelope
 
@@ -231,15 +232,18 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         docs = _documents(args, kwargs)
         if not STATE.active or docs is None:
             return wrapped(*args, **kwargs)
+        judge = type(instance).__name__ in JUDGES  # its model calls: its own envelope
         active = active_retrieval()
         if active is not None:
-            out = wrapped(*args, **kwargs)
+            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                out = wrapped(*args, **kwargs)
             _record(active, instance, docs, out, pipeline)
             return out
         with stage_envelope() as env:
             retrieval = _start_standalone(instance, args, kwargs)
             try:
-                out = wrapped(*args, **kwargs)
+                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                    out = wrapped(*args, **kwargs)
             finally:
                 _end_standalone(retrieval)
             if retrieval is not None:
@@ -252,15 +256,18 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         docs = _documents(args, kwargs)
         if not STATE.active or docs is None:
             return await wrapped(*args, **kwargs)
+        judge = type(instance).__name__ in JUDGES
         active = active_retrieval()
         if active is not None:
-            out = await wrapped(*args, **kwargs)
+            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                out = await wrapped(*args, **kwargs)
             _record(active, instance, docs, out, pipeline)
             return out
         with stage_envelope() as env:
             retrieval = _start_standalone(instance, args, kwargs)
             try:
-                out = await wrapped(*args, **kwargs)
+                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                    out = await wrapped(*args, **kwargs)
             finally:
                 _end_standalone(retrieval)
             if retrieval is not None:

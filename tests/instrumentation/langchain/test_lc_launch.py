@@ -31,10 +31,16 @@ ANSWERS = ["Refunds take up to 14 days.", "About five days."]
 def check_bundles(bundles: list[dict[str, Any]], capture: bool) -> None:
     """What the app's two agent runs must rebuild into, however it was instrumented."""
     by_agent = {b["context_envelope"]["metadata"]["gen_ai.agent.name"]: b for b in bundles}
-    assert sorted(by_agent) == ["rag_agent", "summarizing_agent"]
+    # the two agents' turns, and the summarizer's model call in an envelope of its own
+    assert sorted(by_agent) == ["SummarizationMiddleware", "rag_agent", "summarizing_agent"]
     for bundle in bundles:
         assert bundle["rebuild"]["status"] == "complete", bundle["rebuild"]
-        assert bundle["context_envelope"]["scope"] == "turn"
+    assert by_agent["rag_agent"]["context_envelope"]["scope"] == "turn"
+    assert by_agent["summarizing_agent"]["context_envelope"]["scope"] == "turn"
+    summarizer = by_agent["SummarizationMiddleware"]["context_envelope"]
+    assert summarizer["scope"] == "task"
+    assert summarizer["parent_id"] == \
+        by_agent["summarizing_agent"]["context_envelope"]["context_id"]
 
     rag = by_agent["rag_agent"]
     assert rag["context_envelope"]["metadata"]["gen_ai.conversation.id"] == "thread-1"
@@ -143,11 +149,11 @@ def test_opentelemetry_instrument_launcher(receiver, capture: bool) -> None:
     assert proc.stdout.split("\n")[:2] == ANSWERS
     assert "otel_agent_context" not in proc.stderr  # no internal error was logged
     deadline = time.monotonic() + 10
-    while rec.envelopes() < 2 and time.monotonic() < deadline:
+    while rec.envelopes() < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
 
     bundles = rebuild(views(rec.requests))  # groups the spans that carry context.id
-    assert len(bundles) == 2
+    assert len(bundles) == 3
     check_bundles(bundles, capture)
     for bundle in bundles:
         spans = {r["span_name"] for r in bundle["context_envelope"]["telemetry_refs"]}

@@ -195,16 +195,22 @@ def test_compression_pipeline_drops_are_omissions_with_reasons(tel) -> None:
         ("duplicate_coverage", 1), ("low_relevance", 2)]
 
 
-def test_llm_filter_runs_inside_the_retrieval_envelope(tel) -> None:
+def test_llm_filter_judges_in_an_envelope_of_its_own_linked_to_the_retrieval(tel) -> None:
     judge = FakeListChatModel(responses=["YES", "NO", "YES", "NO"])
     retriever = ContextualCompressionRetriever(
         base_compressor=LLMChainFilter.from_llm(judge),
         base_retriever=knowledge_base().as_retriever(search_kwargs={"k": 4}))
     docs = retriever.invoke(QUERY)
     assert [d.id for d in docs] == ["refunds", "about"]
-    # the judge's model runs joined the retrieval's envelope: no envelope of their own
-    assert [s.name for s in tel.spans()].count("context.envelope") == 1
-    (bundle,) = tel.bundles()
+    # the judge's model calls are not the agent's: they run in a review envelope of their
+    # own, linked to the retrieval's; what it dropped is the retrieval's selection
+    by_scope = {b["context_envelope"]["scope"]: b for b in tel.bundles()}
+    assert sorted(by_scope) == ["review", "turn"]
+    review = by_scope["review"]["context_envelope"]
+    assert review["parent_id"] == by_scope["turn"]["context_envelope"]["context_id"]
+    assert review["metadata"]["gen_ai.agent.name"] == "LLMChainFilter"
+    assert "context_selections" not in by_scope["review"]
+    bundle = by_scope["turn"]
     (sel,) = bundle["context_selections"]
     why = "LLMChainFilter: judged not relevant by the model"
     assert sel["selected_item_refs"] == ["refunds", "about"]

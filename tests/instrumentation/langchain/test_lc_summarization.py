@@ -51,8 +51,12 @@ def test_summarization_middleware_is_a_compaction_with_coverage(tel) -> None:
                                    {"configurable": {"thread_id": "t-1"}})
     assert [m.content for m in out["messages"]][:1] == [SUMMARY_MESSAGE]
 
-    # the summarizer's input was trimmed to 18 words: h1, a1, h2 kept, h0 and a0 cut
-    assert tree(tel) == [("context.envelope", None), ("context.budget", "context.envelope"),
+    # the summarizer's input was trimmed to 18 words: h1, a1, h2 kept, h0 and a0 cut. The
+    # summarizer works for the agent, not as the agent: its model call and that trim are in
+    # an envelope of its own (scope task, linked to the agent's); the compaction is the
+    # agent's.
+    assert tree(tel) == [("context.envelope", None), ("context.envelope", "context.envelope"),
+                         ("context.budget", "context.envelope"),
                          ("context.compaction", "context.envelope")]
     sources = ["h0", "a0", "h1", "a1", "h2"]
     before = sum(tokens(texts[i]) for i in sources)
@@ -79,9 +83,18 @@ def test_summarization_middleware_is_a_compaction_with_coverage(tel) -> None:
     ]
     budget = one(tel, "context.budget")  # the trim of the summarizer's input
     assert budget.attributes[S.BUDGET_MAX_TOKENS] == 18
+    assert budget.attributes[S.CONTEXT_ID] == "ctx_2"  # the summarizer's envelope
     assert [e[S.ITEM_ID] for _, e in events(budget)] == ["h0", "a0"]
 
-    (bundle,) = tel.bundles()
+    bundles = {b["context_envelope"]["scope"]: b for b in tel.bundles()}
+    assert sorted(bundles) == ["task", "turn"]
+    summarizer = bundles["task"]
+    assert summarizer["context_envelope"]["parent_id"] == "ctx_1"
+    assert summarizer["context_envelope"]["metadata"] == {
+        "gen_ai.agent.name": "SummarizationMiddleware", "gen_ai.conversation.id": "t-1"}
+    assert [b["max_tokens"] for b in summarizer["context_budgets"]] == [18]
+    bundle = bundles["turn"]
+    assert "context_budgets" not in bundle  # nothing of the agent's own context was cut
     assert bundle["context_envelope"]["lifecycle"] == "compacted"
     assert bundle["context_envelope"]["metadata"] == {"gen_ai.agent.name": "support_agent",
                                                       "gen_ai.conversation.id": "t-1"}
@@ -110,7 +123,7 @@ def test_summary_content_is_recorded_only_under_capture(tel_content) -> None:
     assert S.COMPACTION_LOSS_NOTES not in compaction.attributes
     (summary,) = [e for e in compaction.events if e.name == S.EVENT_SUMMARY_CREATED]
     assert summary.attributes[S.SUMMARY_CONTENT] == SUMMARY_MESSAGE
-    (bundle,) = tel_content.bundles()
+    (bundle,) = [b for b in tel_content.bundles() if b["context_envelope"]["scope"] == "turn"]
     assert bundle["context_summaries"][0]["content"] == SUMMARY_MESSAGE
 
 
