@@ -13,8 +13,9 @@ a retrieval of its own.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._api import Envelope
@@ -108,10 +109,17 @@ class Retrieval:
             iid = self.index.add(doc)
             self.candidates.setdefault(iid, None)
 
-    def filtered(self, component: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        """``component`` turned ``inputs`` into ``outputs``: the rest were dropped."""
+    def filtered(self, component: Any, inputs: Sequence[Any], outputs: Sequence[Any],
+                 input_scores: Sequence[float] | None = None) -> None:
+        """``component`` turned ``inputs`` into ``outputs``: the rest were dropped.
+        ``input_scores``: the score it gave each input (kept or not), when it was seen."""
         reason, detail = describe_filter(component)
         self.add_candidates(inputs)
+        if input_scores is not None and len(input_scores) == len(inputs):
+            for doc, score in zip(inputs, input_scores, strict=True):
+                iid = self.index.find(doc)
+                if iid is not None:
+                    self.scores.setdefault(iid, {}).setdefault(_SIMILARITY, score)
         kept = set()
         for doc in outputs:
             iid = self.index.find(doc)
@@ -193,11 +201,68 @@ def _query(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     return query if isinstance(query, str) else None
 
 
+#: The score ``EmbeddingsFilter`` gives a document (it keeps it in the kept ones' state).
+_SIMILARITY = "query_similarity_score"
+#: What the current filter call's similarity function returned (see ``_scores_seen``).
+_SEEN: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "otel_agent_context.langchain.similarity", default=None)
+
+
+class _Watching:
+    """A filter's ``similarity_fn``, unchanged, also handing its result to ``_SEEN``."""
+
+    def __init__(self, fn: Any) -> None:
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__(*args, **kwargs)
+        seen = _SEEN.get()
+        if seen is not None:
+            seen.append(result)
+        return result
+
+
+@contextlib.contextmanager
+def _scores_seen(instance: Any) -> Iterator[list[Any]]:
+    """The similarities an ``EmbeddingsFilter`` computes during the call, the documents it
+    drops included (it keeps only the kept ones' in their state): its ``similarity_fn`` is
+    watched for the call, then put back. No embedding is computed twice."""
+    seen: list[Any] = []
+    fn = getattr(instance, "similarity_fn", None)
+    if fn is None or isinstance(fn, _Watching) or type(instance).__name__ != "EmbeddingsFilter":
+        yield seen
+        return
+    try:
+        object.__setattr__(instance, "similarity_fn", _Watching(fn))
+    except Exception:  # noqa: BLE001 - a model that refuses it: no scores, nothing else
+        yield seen
+        return
+    token = _SEEN.set(seen)
+    try:
+        yield seen
+    finally:
+        _SEEN.reset(token)
+        if isinstance(getattr(instance, "similarity_fn", None), _Watching):
+            with contextlib.suppress(Exception):
+                object.__setattr__(instance, "similarity_fn", fn)
+
+
+def _input_scores(seen: list[Any], count: int) -> list[float] | None:
+    """The one row of similarities (query against each input) the filter computed."""
+    if len(seen) != 1:
+        return None
+    try:
+        row = [float(x) for x in seen[0][0]]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return row if len(row) == count else None
+
+
 @guarded
 def _record(retrieval: Retrieval, instance: Any, docs: Sequence[Any], out: Any,
-            pipeline: bool) -> None:
+            pipeline: bool, seen: list[Any] | None = None) -> None:
     if not pipeline and isinstance(out, Sequence):
-        retrieval.filtered(instance, docs, out)
+        retrieval.filtered(instance, docs, out, _input_scores(seen or [], len(docs)))
 
 
 @guarded
@@ -235,19 +300,21 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         judge = type(instance).__name__ in JUDGES  # its model calls: its own envelope
         active = active_retrieval()
         if active is not None:
-            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext(), \
+                    _scores_seen(instance) as seen:
                 out = wrapped(*args, **kwargs)
-            _record(active, instance, docs, out, pipeline)
+            _record(active, instance, docs, out, pipeline, seen)
             return out
         with stage_envelope() as env:
             retrieval = _start_standalone(instance, args, kwargs)
             try:
-                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext(), \
+                        _scores_seen(instance) as seen:
                     out = wrapped(*args, **kwargs)
             finally:
                 _end_standalone(retrieval)
             if retrieval is not None:
-                _record(retrieval, instance, docs, out, pipeline)
+                _record(retrieval, instance, docs, out, pipeline, seen)
                 _emit_standalone(retrieval, env, out)
             return out
 
@@ -259,19 +326,21 @@ def wrap_filter(pipeline: bool, is_async: bool) -> Any:
         judge = type(instance).__name__ in JUDGES
         active = active_retrieval()
         if active is not None:
-            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+            with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext(), \
+                    _scores_seen(instance) as seen:
                 out = await wrapped(*args, **kwargs)
-            _record(active, instance, docs, out, pipeline)
+            _record(active, instance, docs, out, pipeline, seen)
             return out
         with stage_envelope() as env:
             retrieval = _start_standalone(instance, args, kwargs)
             try:
-                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext():
+                with auxiliary(instance, Scope.REVIEW) if judge else contextlib.nullcontext(), \
+                        _scores_seen(instance) as seen:
                     out = await wrapped(*args, **kwargs)
             finally:
                 _end_standalone(retrieval)
             if retrieval is not None:
-                _record(retrieval, instance, docs, out, pipeline)
+                _record(retrieval, instance, docs, out, pipeline, seen)
                 _emit_standalone(retrieval, env, out)
             return out
 

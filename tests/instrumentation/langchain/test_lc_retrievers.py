@@ -28,6 +28,7 @@ from lc_helpers import (
 
 from otel_agent_context import _semconv as S
 from otel_agent_context._attributes import digest_text
+from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community is sunsetting
@@ -167,6 +168,9 @@ def test_compression_pipeline_drops_are_omissions_with_reasons(tel) -> None:
     assert selected[1] == {**FAQ, S.SELECTION_RANK: 1}
     dup = "EmbeddingsRedundantFilter(similarity_threshold=0.95): near-duplicate of a kept document"
     low = "EmbeddingsFilter(similarity_threshold=0.9, k=20): not similar enough to the query"
+    # what EmbeddingsFilter dropped keeps the similarity it was dropped for (below 0.9)
+    dropped_scores = [a.pop(S.SELECTION_SCORE) for _, a in omitted[1:]]
+    assert all(score < 0.9 for score in dropped_scores) and len(dropped_scores) == 2
     assert omitted == [
         (S.EVENT_ITEM_OMITTED, {**REFUNDS, S.OMISSION_REASON: "duplicate_coverage",
                                 S.OMISSION_DETAIL: dup}),
@@ -182,8 +186,10 @@ def test_compression_pipeline_drops_are_omissions_with_reasons(tel) -> None:
     assert sel["selected_item_refs"] == ["faq-refunds"]
     assert sel["omitted_item_refs"] == [
         {"item_id": "refunds", "reason": "duplicate_coverage", "detail": dup},
-        {"item_id": "about", "reason": "low_relevance", "detail": low},
-        {"item_id": "shipping", "reason": "low_relevance", "detail": low},
+        {"item_id": "about", "reason": "low_relevance", "detail": low,
+         "score": dropped_scores[0]},
+        {"item_id": "shipping", "reason": "low_relevance", "detail": low,
+         "score": dropped_scores[1]},
     ]
     assert sel["ranking_signals"] == [{"item_id": "faq-refunds", "rank": 1,
                                        "score": pytest.approx(1.0)}]
@@ -234,8 +240,10 @@ def test_compressor_on_its_own_is_a_selection_in_an_implicit_envelope(tel) -> No
     assert sel["selection_policy"] == "EmbeddingsFilter"
     assert sel["selected_item_refs"] == [refunds_id]
     why = "EmbeddingsFilter(similarity_threshold=0.9, k=3): not similar enough to the query"
-    assert sel["omitted_item_refs"] == [{"item_id": about_id, "reason": "low_relevance",
-                                         "score": 0.2, "detail": why}]
+    # its score is the similarity the filter dropped it for (its retriever's 0.2 aside)
+    (omitted,) = sel["omitted_item_refs"]
+    assert omitted.pop("score") < 0.9
+    assert omitted == {"item_id": about_id, "reason": "low_relevance", "detail": why}
     items = {i["item_id"]: i for i in bundle["context_items"]}
     assert items[refunds_id]["source_refs"] == [{"uri": "kb/refunds.md",
                                                   "source_kind": "document"}]
@@ -270,3 +278,15 @@ def test_a_finished_async_retrieval_does_not_swallow_later_filtering(tel) -> Non
     assert len(bundles) == 2  # the retrieval, then the filter on its own
     assert bundles[1]["context_selections"][0]["selection_policy"] == "EmbeddingsFilter"
     assert len(bundles[1]["context_selections"][0]["omitted_item_refs"]) == 1
+
+
+def test_watching_the_filter_s_similarity_leaves_the_filter_as_it_was(tel) -> None:
+    docs = [Document(QUERY, metadata={"source": "kb/refunds.md"}),
+            Document(ABOUT, metadata={"source": "kb/about.md"})]
+    flt = EmbeddingsFilter(embeddings=embeddings(), similarity_threshold=0.9)
+    before = flt.similarity_fn
+    kept = flt.compress_documents(docs, QUERY)
+    assert flt.similarity_fn is before  # put back after the call
+    LangChainContextInstrumentor().uninstrument()
+    assert [d.page_content for d in flt.compress_documents(docs, QUERY)] == \
+        [d.page_content for d in kept]
