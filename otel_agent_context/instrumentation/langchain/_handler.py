@@ -5,7 +5,9 @@ manager LangChain configures carries it (and hands it down to child runs). It ke
 from run id to the run tree's root:
 
 * a top-level chain (an agent or a LangGraph graph invocation, a chain, a runnable) opens an
-  envelope (scope ``turn``, ``gen_ai.agent.name`` = the run name, ``gen_ai.conversation.id``
+  envelope (scope ``turn``, ``gen_ai.agent.name`` = the run name, e.g. ``create_agent(name=)``
+  or the graph's configured name, none for a default one such as ``LangGraph`` or
+  ``RunnableSequence``, ``gen_ai.conversation.id``
   = LangGraph's ``thread_id``); a top-level retriever or model call opens an implicit one;
   an envelope that is already current (the application's own, or an outer run's) is joined
   instead. The envelope is current while the run lasts, so other instrumentations (the
@@ -59,6 +61,19 @@ class _Root:
         self.owned = owned
         #: the run variable's token (None for an envelope the run joined)
         self.token: contextvars.Token[Any] | None = None
+
+
+#: Run names LangChain and LangGraph give a runnable nobody named: a class, not an agent.
+_DEFAULT_NAMES = frozenset({
+    "LangGraph", "CompiledStateGraph", "CompiledGraph", "Pregel", "RunnableSequence",
+    "RunnableParallel", "RunnableLambda", "RunnableAssign", "RunnablePassthrough",
+    "RunnableBinding", "RunnableWithFallbacks", "RunnableBranch"})
+
+
+def _agent_name(name: str | None) -> str | None:
+    """The run's name as the agent's, unless it is only the class's default (then the
+    envelope has no agent name rather than a misleading one)."""
+    return None if name in _DEFAULT_NAMES else name
 
 
 def _name(serialized: Any, kwargs: Mapping[str, Any]) -> str | None:
@@ -128,7 +143,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         if env is not None:
             return _Root(run_id, env, owned=False)
         thread = (metadata or {}).get("thread_id")
-        env = ctx.envelope(scope=Scope.TURN, agent_name=name,
+        env = ctx.envelope(scope=Scope.TURN, agent_name=_agent_name(name),
                            conversation_id=str(thread) if thread is not None else None,
                            model=model)
         root = _Root(run_id, env, owned=True)

@@ -94,3 +94,15 @@ def test_the_agent_answers_the_same_with_and_without_the_instrumentor(tel) -> No
     LangChainContextInstrumentor().uninstrument()
     without = _answer(keep_system_and_last_two)
     assert with_instrumentor == without
+
+
+def test_a_named_chain_names_the_agent_and_a_default_name_does_not(tel) -> None:
+    from langchain_core.runnables import RunnableLambda
+
+    chain = RunnableLambda(lambda x: x) | RunnableLambda(lambda x: x)
+    chain.invoke(1)
+    chain.with_config(run_name="triage_agent").invoke(1)
+    first, second = sorted((s for s in tel.spans() if s.name == S.SPAN_ENVELOPE),
+                           key=lambda s: s.start_time)
+    assert S.GEN_AI_AGENT_NAME not in first.attributes
+    assert second.attributes[S.GEN_AI_AGENT_NAME] == "triage_agent"
