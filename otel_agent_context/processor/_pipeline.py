@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from google.protobuf.internal import api_implementation
 
 from .._measure import measure
@@ -44,7 +43,7 @@ from ..rebuild._completion import (
     Finished,
     TraceBuffer,
 )
-from ..rebuild._encode import encode_bundle
+from ..rebuild._encode import encode_bundle, encode_record
 from ..rebuild._events import EventStore
 from ._config import ProcessorConfig
 from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
@@ -133,6 +132,18 @@ def _span_json(span: Any) -> dict[str, Any]:
                     "attributes": dict(e.attributes)} for e in span.events],
     }
 
+
+
+def _dead_letter(finished: Finished, exc: BaseException) -> bytes:
+    """The spans of an envelope the rebuild raised on, as one line: whatever they hold, it
+    is written once (a line that cannot carry them says so), never retried forever."""
+    record = {"trace_id": finished.key[0], "context_id": finished.key[1],
+              "reasons": list(finished.reasons), "error": repr(exc)}
+    try:
+        return encode_record({**record, "spans": [_span_json(s) for s in finished.spans]})
+    except Exception as again:  # noqa: BLE001 - the spans themselves cannot be written
+        return encode_record({**record, "spans_lost": len(finished.spans),
+                              "dead_letter_error": repr(again)})
 
 class Pipeline:
     """Owns the WAL, the buffer, the queue to the sinks and the two worker threads."""
@@ -501,11 +512,7 @@ class Pipeline:
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
                 self.metrics.self.inc("context_processor_rebuild_errors_total")
-                dead.append(orjson.dumps({
-                    "trace_id": finished.key[0], "context_id": finished.key[1],
-                    "reasons": list(finished.reasons), "error": repr(exc),
-                    "spans": [_span_json(s) for s in finished.spans],
-                }, option=orjson.OPT_NON_STR_KEYS) + b"\n")
+                dead.append(_dead_letter(finished, exc))
                 continue
             if bundle_key(bundle) != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "

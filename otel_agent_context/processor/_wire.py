@@ -113,6 +113,7 @@ LiteLogRecord: Any = _CLASSES["LogRecord"]
 _unpack_double = struct.Struct("<d").unpack_from
 _SIGN = 1 << 63
 _WRAP = 1 << 64
+_MASK = _WRAP - 1
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -122,7 +123,9 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result, pos
+            # A 10-byte varint carries up to 70 bits; protobuf (upb) keeps the low 64, and
+            # so must this reader, or a value no int64 can hold gets through.
+            return result & _MASK, pos
         shift += 7
         if shift > 63:
             raise IndexError("varint too long")

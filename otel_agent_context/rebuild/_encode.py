@@ -16,7 +16,7 @@ import orjson
 
 from ._boundary import REPAIRED, TEXT, Repair, repair_json
 
-__all__ = ["encode_bundle"]
+__all__ = ["encode_bundle", "encode_record"]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -41,6 +41,15 @@ def encode_bundle(bundle: dict[str, Any]) -> bytes:
             reasons.append(REPAIRED)
         rebuild.setdefault("repairs", []).extend(repair_json(r) for r in repairs)
     return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """Any other record (a dead letter) as one JSON line, made writable the same way; it
+    never raises for a value: what cannot be written becomes text."""
+    try:
+        return orjson.dumps(record, option=_OPTIONS) + b"\n"
+    except orjson.JSONEncodeError:
+        return orjson.dumps(_clean(record, "", []), option=_OPTIONS) + b"\n"
 
 
 def _text(value: str, path: str, repairs: list[Repair]) -> str:
