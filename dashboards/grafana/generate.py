@@ -681,9 +681,12 @@ def processor_health() -> dict[str, Any]:
              f'(sum(rate(context_envelopes_total{{{s},status="partial"}}[{RATE}])) or vector(0))'
              f" / sum(rate(context_envelopes_total{{{s}}}[{RATE}]))",
              unit="percentunit", thresholds=PCT_ALERT),
-        stat("Sink and rebuild errors", "Failed sink writes and envelopes the rebuild raised on, "
-             "in the selected time range.",
+        stat("Sink, WAL and rebuild errors", "Failed sink writes, exports refused because the "
+             "write-ahead log could not write (a full disk), and envelopes the rebuild raised "
+             "on, in the selected time range.",
              f"(sum(increase(context_processor_sink_errors_total{{{s}}}[{RANGE}])) or vector(0))"
+             f" + (sum(increase(context_processor_wal_write_errors_total{{{s}}}[{RANGE}]))"
+             f" or vector(0))"
              f" + (sum(increase(context_processor_rebuild_errors_total{{{s}}}[{RANGE}]))"
              f" or vector(0))",
              thresholds=ANY_IS_RED, decimals=0),

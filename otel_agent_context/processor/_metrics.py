@@ -169,6 +169,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "foreign_trace, duplicate_key, duplicate_span, text); each listed in its "
                "bundle's rebuild.repairs and told to the sender.",
                "0 for emitters that follow the contract"),
+    SelfMetric("context_processor_wal_write_errors_total", "counter", (),
+               "Exports refused because the write-ahead log could not write or sync (a full "
+               "disk, an I/O error): answered UNAVAILABLE/503 with a retry delay.", "0"),
     SelfMetric("context_processor_spans_duplicate_total", "counter", (),
                "Spans received again (client retries); dropped, idempotently.",
                "small; grows with export retries"),

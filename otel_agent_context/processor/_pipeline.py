@@ -205,6 +205,7 @@ class Pipeline:
         self.problems = _ProblemLog()
         self._marked_position: tuple[int, int] | None = None
         self._threads: list[threading.Thread] = []
+        self._storage_warned_at = 0.0
         self._register_gauges()
 
     # -- start ---------------------------------------------------------------------------------
@@ -331,7 +332,7 @@ class Pipeline:
         if decoded.accepted:
             assert decoded.wal_payload is not None
             with self._lock:
-                position = self.wal.append(SPANS, decoded.wal_payload)
+                position = self._append(SPANS, decoded.wal_payload)
                 segment = position[0]
                 add = self.buffer.add
                 for accepted in decoded.accepted:
@@ -349,7 +350,7 @@ class Pipeline:
                     elif outcome is FOREIGN:
                         foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
                                        "lives in another trace: span left out")
-            self.wal.sync(position)
+            self._sync(position)
         if finished:
             self._enqueue(finished)
         if self.forwarder is not None:
@@ -369,6 +370,31 @@ class Pipeline:
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)
+
+    def _append(self, kind: int, payload: bytes) -> tuple[int, int]:
+        """A WAL append, or Backpressure when the disk refuses it (full, read-only, I/O
+        error): nothing is acknowledged that is not durable, and the client retries."""
+        try:
+            return self.wal.append(kind, payload)
+        except OSError as exc:
+            self._storage_failed(exc)
+            raise AssertionError("unreachable") from exc
+
+    def _sync(self, position: tuple[int, int]) -> None:
+        try:
+            self.wal.sync(position)
+        except OSError as exc:
+            self._storage_failed(exc)
+
+    def _storage_failed(self, exc: OSError) -> None:
+        self.metrics.self.inc("context_processor_wal_write_errors_total")
+        now = time.monotonic()
+        if now >= self._storage_warned_at:  # once every 10 s while it lasts
+            self._storage_warned_at = now + 10.0
+            log.error("WAL: cannot write (%s); refusing exports with UNAVAILABLE/503 until it "
+                      "can", exc)
+        raise Backpressure(f"the write-ahead log cannot write ({exc.strerror or exc}): "
+                           "retry later", self.config.retry_after) from exc
 
     def ingest_logs(self, body: bytes | None, transport: str, request: Any = None
                     ) -> IngestResult:
@@ -390,13 +416,13 @@ class Pipeline:
         if decoded.events:
             assert decoded.wal_payload is not None
             with self._lock:
-                position = self.wal.append(EVENTS, decoded.wal_payload)
+                position = self._append(EVENTS, decoded.wal_payload)
                 segment = position[0]
                 add = self.events.add
                 for event in decoded.events:
                     outcome = add(event, segment, finished)
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            self.wal.sync(position)
+            self._sync(position)
         if finished:
             self._enqueue(finished)
         if self.forwarder is not None:

@@ -121,6 +121,7 @@ class WriteAheadLog:
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._segments: dict[int, int] = {}  # number -> size in bytes
+        self._torn = False  # a failed write could not be cut away: rotate before the next
         self._head = 0  # size of the active segment's checkpoint
         self._pins: dict[int, int] = {}
         self._active = 0
@@ -216,12 +217,25 @@ class WriteAheadLog:
     # -- appends -------------------------------------------------------------------------------
     def _write(self, kind: int, payload: bytes) -> Position:
         header = _HEADER.pack(len(payload), zlib.crc32(payload, zlib.crc32(bytes((kind,)))), kind)
-        written = os.writev(self._fd, (header, payload))
         expected = len(header) + len(payload)
-        while written < expected:  # writev may be short on signals; finish the record
-            tail = (header + payload)[written:]
-            written += os.write(self._fd, tail)
-        size = self._segments[self._active] + expected
+        before = self._segments[self._active]
+        try:
+            written = os.writev(self._fd, (header, payload))
+            while written < expected:  # writev may be short on signals; finish the record
+                tail = (header + payload)[written:]
+                written += os.write(self._fd, tail)
+        except OSError:
+            # A full disk stops a record part-way: cut the segment back to where the record
+            # began, so what is appended once space returns follows whole records (a torn
+            # record in the middle would end the replay there, losing what comes after).
+            try:
+                os.ftruncate(self._fd, before)
+            except OSError:
+                log.exception("WAL: cannot cut a torn record from segment %d; the next "
+                              "record starts a new segment", self._active)
+                self._torn = True
+            raise
+        size = before + expected
         self._segments[self._active] = size
         self.bytes_written += expected
         self._written = (self._active, size)
@@ -230,8 +244,9 @@ class WriteAheadLog:
     def append(self, kind: int, payload: bytes) -> Position:
         """Append a record (rotating first if the segment is full); its end position."""
         with self._lock:
-            if self._segments[self._active] - self._head >= self.segment_bytes:
+            if self._torn or self._segments[self._active] - self._head >= self.segment_bytes:
                 self._rotate()
+                self._torn = False
             return self._write(kind, payload)
 
     @property
