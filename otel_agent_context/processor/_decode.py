@@ -199,6 +199,10 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 #: and checking and shares the value objects; bounded, cleared when full.
 _DECODED: dict[bytes, tuple[str | None, Any, tuple[str, str, str] | None]] = {}
 _MAX_DECODED = 65_536
+#: Only short encodings are cached (ids, kinds, reasons, names repeat; a 40 MiB document
+#: does not, and caching it would hold it after its request is written): at most
+#: 65,536 x 512 bytes of keys, plus their values, about 64 MiB in all.
+_MAX_CACHED_BYTES = 512
 _INTERNED = {name: name for name in ATTRIBUTES}
 _OPAQUE = ("kvlist_value", "bytes_value")
 
@@ -241,9 +245,10 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
         decoded = cache.get(buf)
         if decoded is None:
             decoded = _decode_checked(buf)
-            if len(cache) >= _MAX_DECODED:
-                cache.clear()
-            cache[buf] = decoded
+            if len(buf) <= _MAX_CACHED_BYTES:
+                if len(cache) >= _MAX_DECODED:
+                    cache.clear()
+                cache[buf] = decoded
         key, value, noted = decoded
         if key is not None:
             out[key] = value

@@ -1,6 +1,8 @@
-"""A poison request fails alone: an int attribute encoded as a 10-byte varint (70 bits,
-which protobuf itself cuts to 64) once stopped all output, also after a restart (the WAL
-replayed it). Over gRPC and HTTP, against a real ``serve``, across a SIGTERM and restart."""
+"""A poison request fails alone, and a big one leaves nothing behind.
+
+An int attribute encoded as a 10-byte varint (70 bits, which protobuf itself cuts to 64)
+once stopped all output, also after a restart (the WAL replayed it). Over gRPC and HTTP,
+against a real ``serve``, across a SIGTERM and restart."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ import urllib.request
 from pathlib import Path
 
 import grpc
-from processor_testkit import by_context, envelope_spans, read_bundles, request, serve, wait_for
+from processor_testkit import (
+    by_context,
+    envelope_spans,
+    key_values,
+    read_bundles,
+    request,
+    serve,
+    wait_for,
+)
 
 from otel_agent_context.processor._wire import LiteRequest, LiteSpan
 
@@ -90,3 +100,22 @@ def test_the_wire_reader_keeps_64_bits_as_protobuf_does() -> None:
     key, value, kind = decode_key_value(POISON)
     assert (key, kind) == ("context.bench.poison", "int_value")
     assert value == KeyValue.FromString(POISON).value.int_value == -1
+
+
+def test_big_attribute_values_are_not_kept_after_their_request() -> None:
+    # 30 values of 40 MiB once stayed in the decode cache (2.5 GB after all were written).
+    import gc
+
+    from otel_agent_context.processor import _decode
+
+    before = sum(len(k) for k in _decode._DECODED)
+    for i in range(3):
+        big = {"context.bench.blob": "x" * (8 << 20) + str(i)}
+        spans = envelope_spans(900 + i, f"big-{i}", stages=1)
+        spans[1].attributes.extend(key_values(big))
+        body = request(spans).SerializeToString()
+        decoded = _decode.decode_request(body, _decode.parse_protobuf(body))
+        assert decoded.accepted
+        del decoded, body, spans
+    gc.collect()
+    assert sum(len(k) for k in _decode._DECODED) - before < 1 << 20  # not 24 MiB more
