@@ -6,10 +6,12 @@ Malformed or half-written files give a warning (logged, and kept in :attr:`_Read
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ GC_POLICY = "context/gc.policy"
 SWAP_INDEX = "context/swap/index.jsonl"
 DEDUP_INDEX = "context/dedup/index.jsonl"
 CHILD_DIR = "context/child"
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 #: a range of lines (1-based, inclusive)
 Range = tuple[int, int]
@@ -49,10 +53,36 @@ class FileState:
         return cls(int(data["size"]), int(data["mtime_ns"]), str(data["sha256"]))
 
 
+#: The most of one session file read (a pack, an index, a history): beyond, a warning.
+MAX_FILE_BYTES = 64 << 20
+
+
 class _Reader:
+    """Reads files of one session folder and nothing outside it.
+
+    A session folder is written by an agent runtime and may be crafted: a name that leaves
+    the folder (absolute, ``..``, or through a symlinked directory), a symlink, a FIFO or
+    device, or a file past :data:`MAX_FILE_BYTES` is refused with a warning, never read
+    (a symlinked summary once carried ``/etc/shadow`` out as content).
+    """
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._real_root = os.path.realpath(root)
         self.warnings: list[str] = []
+
+    def _inside(self, rel: str) -> Path | None:
+        """``root / rel`` when it names something inside the folder, else None (warned)."""
+        parts = Path(rel).parts
+        if not rel or Path(rel).is_absolute() or ".." in parts:
+            self.warn(rel, "names a path outside the session folder: not read")
+            return None
+        path = self.root / rel
+        parent = os.path.realpath(path.parent)
+        if parent != self._real_root and not parent.startswith(self._real_root + os.sep):
+            self.warn(rel, "lies outside the session folder (a symlinked directory): not read")
+            return None
+        return path
 
     def warn(self, rel: str, message: str) -> None:
         text = f"{rel}: {message}"
@@ -60,27 +90,69 @@ class _Reader:
         _log.warning("context runtime session %s: %s", self.root, text)
 
     def stat(self, rel: str) -> os.stat_result | None:
+        """The file's own status (a symlink is not followed: it is reported and refused)."""
+        path = self._inside(rel)
+        if path is None:
+            return None
         try:
-            st = (self.root / rel).stat()
+            st = path.lstat()
         except FileNotFoundError:
             return None
         except OSError as exc:
             self.warn(rel, f"cannot stat ({exc.strerror or exc})")
             return None
+        if stat.S_ISLNK(st.st_mode):
+            self.warn(rel, "is a symbolic link: not followed")
+            return None
         return st
 
     def read(self, rel: str) -> bytes | None:
-        """The file's bytes; None when absent, unreadable or not a file (with a warning)."""
-        path = self.root / rel
+        """The file's bytes; None when absent, unreadable, not a regular file inside the
+        folder, or too large (with a warning)."""
+        path = self._inside(rel)
+        if path is None:
+            return None
         try:
-            return path.read_bytes()
+            # O_NOFOLLOW: a symlink fails to open; O_NONBLOCK: a FIFO does not hang us
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        except IsADirectoryError:
-            self.warn(rel, "is a directory, expected a file")
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or path.is_symlink():
+                self.warn(rel, "is a symbolic link: not followed")
+            elif exc.errno == errno.EISDIR:
+                self.warn(rel, "is a directory, expected a file")
+            else:
+                self.warn(rel, f"cannot read ({exc.strerror or exc})")
+            return None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                self.warn(rel, "is a directory, expected a file")
+                return None
+            if not stat.S_ISREG(st.st_mode):
+                self.warn(rel, "is not a regular file: not read")
+                return None
+            if st.st_size > MAX_FILE_BYTES:
+                self.warn(rel, f"is {st.st_size} bytes, over {MAX_FILE_BYTES}: not read")
+                return None
+            chunks = []
+            left = MAX_FILE_BYTES + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            if left <= 0:
+                self.warn(rel, f"grew past {MAX_FILE_BYTES} bytes while read: not read")
+                return None
+            return b"".join(chunks)
         except OSError as exc:
             self.warn(rel, f"cannot read ({exc.strerror or exc})")
-        return None
+            return None
+        finally:
+            os.close(fd)
 
     def text(self, rel: str, data: bytes) -> str:
         try:

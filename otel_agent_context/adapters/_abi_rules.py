@@ -166,7 +166,9 @@ def log_breach(root: Path, breach: RuleBreach) -> None:
 
 def missing_child_result(root: Path, path: str, referrer: str) -> RuleBreach | None:
     """A breach when ``path``, a child result that ``referrer`` points at, does not exist."""
-    if not path.startswith(CHILD_DIR + "/") or (root / path).exists():
+    # only names inside the child folder are looked up: never probe outside the session
+    if not path.startswith(CHILD_DIR + "/") or ".." in Path(path).parts \
+            or os.path.lexists(root / path):
         return None
     return RuleBreach(RULE_GC_KEEPS_REFERENCED_CHILD_RESULT, path,
                       f"{path} is referenced by {referrer} but does not exist")
