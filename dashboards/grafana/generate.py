@@ -722,6 +722,15 @@ def processor_health() -> dict[str, Any]:
                    "them by service.name.",
                    [per_second("context_processor_repairs_total", "kind", "{{kind}}")],
                    unit="ops", stack=True, w=8),
+        timeseries("Metric limits", "Per second: contract metric label values counted as "
+                   "'other' (a label past metrics.label_values distinct values, by metric and "
+                   "label), and measurements left out because they would make a histogram's "
+                   "sum infinite.",
+                   [per_second("context_processor_metric_label_overflow_total",
+                               "metric, label", "{{metric}} {{label}}"),
+                    per_second("context_processor_measurements_dropped_total", "instance",
+                               "dropped {{instance}}")],
+                   unit="ops", w=8),
         timeseries("Log-based context events", "OTLP log records per second: received, "
                    "ignored (not context events), and context events by outcome: accepted "
                    "(on their span, or held for it), duplicate (retries), late (their envelope "

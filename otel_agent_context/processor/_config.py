@@ -65,6 +65,8 @@ DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SINK_TIMEOUT = 10.0
 DEFAULT_FORWARD_QUEUE = 1_000
 DEFAULT_METRICS_INTERVAL = 15.0
+#: Distinct values of one label of a contract metric (beyond: 'other').
+DEFAULT_LABEL_VALUES = 100
 
 _OFF = frozenset({"off", "none", "disabled", "false", ""})
 
@@ -232,6 +234,10 @@ SETTINGS: tuple[Setting, ...] = (
             "also push the metrics over OTLP/gRPC to ENDPOINT", "ENDPOINT"),
     Setting("metrics.otlp.interval", DEFAULT_METRICS_INTERVAL, _positive_float, None,
             "seconds between OTLP metric pushes"),
+    Setting("metrics.label_values", DEFAULT_LABEL_VALUES, _positive_int,
+            "--metrics-label-values",
+            "distinct values one label of a contract metric takes at most; more count as "
+            "'other'", "N"),
     Setting("output.dir", DEFAULT_OUT, _optional_str, "--out",
             "directory of the JSON Lines bundles (the default sink)", "DIR"),
     Setting("output.max_file_bytes", DEFAULT_MAX_FILE_BYTES, _positive_int, None,
@@ -305,6 +311,7 @@ class ProcessorConfig:
     metrics: Endpoint | None
     metrics_otlp: Target | None
     metrics_interval: float
+    metrics_label_values: int
     out_dir: Path
     max_file_bytes: int
     output_fsync: bool
@@ -403,6 +410,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         metrics=p["metrics.endpoint"],
         metrics_otlp=p["metrics.otlp.endpoint"],
         metrics_interval=p["metrics.otlp.interval"],
+        metrics_label_values=p["metrics.label_values"],
         out_dir=out,
         max_file_bytes=p["output.max_file_bytes"],
         output_fsync=p["output.fsync"],

@@ -31,7 +31,7 @@ from prometheus_client.samples import Exemplar
 from .. import _semconv as S
 from .._measure import HISTOGRAMS, Measurement
 from .._table import METRICS
-from ._config import Target
+from ._config import DEFAULT_LABEL_VALUES, Target
 
 __all__ = [
     "BUCKETS",
@@ -64,12 +64,18 @@ class _Histogram:
         self.exemplars: list[Exemplar | None] = [None] * (len(bounds) + 1)
         self.sum = 0.0
 
-    def observe(self, value: float, trace_id: str | None) -> None:
+    def observe(self, value: float, trace_id: str | None) -> bool:
+        """Count ``value``; False (nothing counted) when the sum would stop being finite
+        (two finite ratios near 1.7e308 once made it +Inf for the life of the process)."""
+        total = self.sum + value
+        if total - total != 0.0:  # inf or nan
+            return False
         index = bisect.bisect_left(self.bounds, value)
         self.counts[index] += 1
-        self.sum += value
+        self.sum = total
         if trace_id:
             self.exemplars[index] = Exemplar({"trace_id": trace_id}, value, time.time())
+        return True
 
     def buckets(self) -> list[tuple[Any, ...]]:
         out: list[tuple[Any, ...]] = []
@@ -94,7 +100,10 @@ class ContractMetrics:
             name: {} for name in HISTOGRAMS
         }
 
-    def record(self, measurements: Iterable[Measurement]) -> None:
+    def record(self, measurements: Iterable[Measurement]) -> int:
+        """Add the measurements; how many were left out (a value that would make a
+        histogram's sum infinite)."""
+        dropped = 0
         with self._lock:
             for m in measurements:
                 series = self._histograms.get(m.name)
@@ -105,7 +114,9 @@ class ContractMetrics:
                     histogram = series.get(m.labels)
                     if histogram is None:
                         histogram = series[m.labels] = _Histogram(BUCKETS[m.name])
-                    histogram.observe(m.value, m.trace_id)
+                    if not histogram.observe(m.value, m.trace_id):
+                        dropped += 1
+        return dropped
 
     def value(self, name: str, labels: tuple[str, ...]) -> float:
         """A counter's value (tests and the demo's summary)."""
@@ -169,6 +180,13 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "foreign_trace, duplicate_key, duplicate_span, text); each listed in its "
                "bundle's rebuild.repairs and told to the sender.",
                "0 for emitters that follow the contract"),
+    SelfMetric("context_processor_metric_label_overflow_total", "counter", ("metric", "label"),
+               "Contract metric label values counted as 'other' because the label already "
+               "had metrics.label_values distinct values (per metric and label).",
+               "0; a free-form label (agent, trigger) with that many values needs a look"),
+    SelfMetric("context_processor_measurements_dropped_total", "counter", (),
+               "Measurements left out because they would make a histogram's sum infinite "
+               "(absurdly large finite values).", "0"),
     SelfMetric("context_processor_wal_write_errors_total", "counter", (),
                "Exports refused because the write-ahead log could not write or sync (a full "
                "disk, an I/O error): answered UNAVAILABLE/503 with a retry delay.", "0"),
@@ -323,10 +341,53 @@ class _Collector:
         self.collect = collect
 
 
+#: Beyond ``metrics.label_values`` distinct values of a label (per metric and label), a new
+#: value is counted as ``other``. Enum labels stay far below (the boundary keeps them to the
+#: spec's values); free-form ones (agent, trigger) are what it bounds.
+OTHER = "other"
+
+
+class _LabelLimit:
+    """Caps the distinct values of each label of each contract metric."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[str, int], set[str]] = {}
+        self._lock = threading.Lock()
+
+    def apply(self, measurements: Sequence[Measurement]) -> tuple[list[Measurement],
+                                                                  dict[tuple[str, str], int]]:
+        """The measurements with over-limit values as ``other``; (metric, label) -> how
+        many values were replaced."""
+        out = []
+        overflow: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for m in measurements:
+                labels = m.labels
+                capped: list[str] | None = None
+                for index, value in enumerate(labels):
+                    seen = self._seen.get((m.name, index))
+                    if seen is None:
+                        seen = self._seen[(m.name, index)] = set()
+                    if value in seen:
+                        continue
+                    if len(seen) < self.limit:
+                        seen.add(value)
+                        continue
+                    if capped is None:
+                        capped = list(labels)
+                    capped[index] = OTHER
+                    key = (S.PROMETHEUS_NAMES.get(m.name, m.name), S.METRIC_LABELS[m.name][index])
+                    overflow[key] = overflow.get(key, 0) + 1
+                out.append(m if capped is None else m._replace(labels=tuple(capped)))
+        return out, overflow
+
+
 class MetricsRegistry:
     """Both metric sets behind one ``prometheus_client`` registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, label_values: int = DEFAULT_LABEL_VALUES) -> None:
+        self.labels = _LabelLimit(label_values)
         self.contract = ContractMetrics()
         self.self = SelfMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
@@ -335,7 +396,12 @@ class MetricsRegistry:
         self.push: OtlpMetricsPush | None = None
 
     def record(self, measurements: Sequence[Measurement]) -> None:
-        self.contract.record(measurements)
+        measurements, overflow = self.labels.apply(measurements)
+        for (metric, label), count in overflow.items():
+            self.self.inc("context_processor_metric_label_overflow_total", (metric, label), count)
+        dropped = self.contract.record(measurements)
+        if dropped:
+            self.self.inc("context_processor_measurements_dropped_total", (), dropped)
         if self.push is not None:
             self.push.record(measurements)
 

@@ -63,7 +63,7 @@ class Processor:
     def __init__(self, config: ProcessorConfig, *, rebuild: RebuildFunction | None = None,
                  sinks: Sequence[Sink] | None = None) -> None:
         self.config = config
-        self.metrics = MetricsRegistry()
+        self.metrics = MetricsRegistry(config.metrics_label_values)
         self.pipeline = Pipeline(config, self.metrics, rebuild=rebuild, sinks=sinks)
         self.grpc: GrpcReceiver | None = None
         self.http: OtlpHttpReceiver | None = None
