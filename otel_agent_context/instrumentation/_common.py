@@ -65,6 +65,7 @@ __all__ = [
     "overflow_tokens_from",
     "short_digest",
     "sync_wrapper",
+    "Wrapped",
     "unwrap_all",
     "wrap_all",
 ]
@@ -831,33 +832,51 @@ def _fail(call: Call, exc: BaseException) -> None:
     call.fail(exc)
 
 
-def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> list[tuple[Any, str]]:
-    """``wrap_function_wrapper`` each (module, "Class.method", wrapper) whose target exists;
-    returns (class, method) pairs to unwrap."""
-    import importlib
+class Wrapped(list):  # type: ignore[type-arg]
+    """(class, method) pairs wrapped so far; ``active`` is False once unwrapped (a module
+    imported later is then left alone)."""
 
-    from wrapt import wrap_function_wrapper
+    active = True
 
-    done = []
+
+def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
+    """Wrap each (module, "Class.method", wrapper) when its module is imported: now if the
+    application imported it already, else from a post-import hook. Instrumenting imports
+    no client library (``openai`` alone takes a second or more to import), so an
+    application pays only for the libraries it uses. Returns what to unwrap."""
+    import wrapt
+
+    done = Wrapped()
+    by_module: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
     for module_name, name, wrapper in targets:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        cls_name, _, method = name.partition(".")
-        cls = getattr(module, cls_name, None)
-        if cls is None or not hasattr(cls, method):
-            continue
-        wrap_function_wrapper(module_name, name, wrapper)
-        done.append((cls, method))
+        by_module.setdefault(module_name, []).append((name, wrapper))
+
+    for module_name, wanted in by_module.items():
+        def apply(module: Any, wanted: list[tuple[str, Callable[..., Any]]] = wanted) -> None:
+            if not done.active:
+                return
+            for name, wrapper in wanted:
+                try:
+                    cls_name, _, method = name.partition(".")
+                    cls = getattr(module, cls_name, None)
+                    if cls is None or not hasattr(cls, method) or (cls, method) in done:
+                        continue
+                    wrapt.wrap_function_wrapper(module, name, wrapper)
+                    done.append((cls, method))
+                except Exception:  # noqa: BLE001 - a library we cannot wrap: left alone
+                    _log.warning("otel_agent_context: cannot instrument %s.%s",
+                                 getattr(module, "__name__", "?"), name, exc_info=True)
+
+        # wrapt calls the hook at once when the module is already imported
+        wrapt.register_post_import_hook(apply, module_name)
     return done
 
 
 def unwrap_all(done: list[tuple[Any, str]]) -> None:
     from opentelemetry.instrumentation.utils import unwrap
 
+    if isinstance(done, Wrapped):
+        done.active = False  # hooks still pending do nothing from now on
     for cls, method in done:
         unwrap(cls, method)
     done.clear()
-
-
