@@ -236,7 +236,7 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
     """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
     out: dict[str, Any] = {}
     cache = _DECODED
-    dropped = 0
+    dropped_names: set[str] | None = None
     for buf in encoded:
         decoded = cache.get(buf)
         if decoded is None:
@@ -248,16 +248,19 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
         if key is not None:
             out[key] = value
         else:
-            dropped += 1
-            if noted is not None:
-                key_name = decode_key_value(buf)[0]
-                out.pop(key_name, None)  # a repeated key: its last occurrence decides
-                if repairs is not None:
-                    repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id,
-                                          event))
+            key_name = decode_key_value(buf)[0]
+            out.pop(key_name, None)  # a repeated key: its last occurrence decides
+            if dropped_names is None:
+                dropped_names = set()
+            dropped_names.add(key_name)
+            if noted is not None and repairs is not None:
+                repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id, event))
         if noted is not None and key is not None and repairs is not None:
             repairs.append(Repair(noted[0], key, noted[2], noted[1], span_id, event))
-    if len(out) + dropped < len(encoded) and repairs is not None:  # OTLP keys are unique
+    # OTLP keys are unique: fewer names than entries is a repeat (whichever came first)
+    if repairs is not None and (
+            len(out) < len(encoded) if dropped_names is None
+            else len(out.keys() | dropped_names) < len(encoded)):
         repairs.extend(duplicate_keys([decode_key_value(buf)[0] for buf in encoded], span_id,
                                       event))
     return out
