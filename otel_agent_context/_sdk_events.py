@@ -22,11 +22,14 @@ __all__ = ["add_event"]
 
 _SCALARS = frozenset({str, int, float, bool})
 _FAST = callable(getattr(SdkSpan, "_add_event", None))
+_SDK_ADD_EVENT = SdkSpan.add_event
 
 
 def add_event(span: Any, name: str, attributes: dict[str, Any], timestamp: int | None) -> None:
     """``span.add_event(name, attributes, timestamp)``, as the SDK would record it."""
-    if _FAST and isinstance(span, SdkSpan):
+    # The SDK's own add_event only: a subclass or a proxy (which passes isinstance) that
+    # overrides it, e.g. to redact, gets every event through its override.
+    if _FAST and isinstance(span, SdkSpan) and type(span).add_event is _SDK_ADD_EVENT:
         limits = span._limits
         limit = limits.max_event_attributes
         if limits.max_attribute_length is None and (limit is None or len(attributes) <= limit):

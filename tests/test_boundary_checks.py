@@ -114,3 +114,16 @@ def test_a_bundle_json_cannot_carry_is_made_writable_and_said() -> None:
     assert sorted(r["kind"] for r in written["rebuild"]["repairs"]) == ["text", "text"]
     clean = {"context_envelope": {"context_id": "c"}, "rebuild": {"status": "complete"}}
     assert encode_bundle(clean) == orjson.dumps(clean) + b"\n"
+
+
+def test_keys_that_meet_once_made_writable_keep_both_values() -> None:
+    # Two keys that differ only in a lone surrogate (or one of them already holding U+FFFD)
+    # become the same key once repaired: neither value may vanish.
+    from otel_agent_context.rebuild._encode import encode_bundle
+
+    metadata = {"k" + chr(0xDC80): "a", "k" + chr(0xDC81): "b", "k\ufffd": "c"}
+    bundle = {"context_envelope": {"context_id": "c", "metadata": metadata},
+              "rebuild": {"status": "complete"}}
+    written = orjson.loads(encode_bundle(bundle))
+    assert sorted(written["context_envelope"]["metadata"].values()) == ["a", "b", "c"]
+    assert written["rebuild"]["status"] == "partial"

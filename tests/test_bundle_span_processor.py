@@ -592,3 +592,43 @@ def test_without_the_log_processor_a_log_mode_envelope_says_what_it_lacks() -> N
     (bundle,) = found
     assert "missing_events" in bundle["rebuild"]["partial_reasons"]
     provider.shutdown()
+
+
+def test_identical_log_based_events_in_process_are_all_kept() -> None:
+    # Two calls with the same explicit time and values (a replay, a coarse framework clock)
+    # are two events: the SDK hands each record over once, so in process no record is a
+    # retry. Span-event mode keeps both; log mode must too, and come out complete at once.
+    from opentelemetry.sdk._logs import LoggerProvider
+
+    t = 1_700_000_000_000_000_000
+
+    def turn(tracer_provider: Any, logger_provider: Any) -> None:
+        ac = AgentContext(tracer_provider=tracer_provider, logger_provider=logger_provider,
+                          events_as="logs" if logger_provider is not None else "span_events")
+        with ac.envelope(agent_name="agent", context_id="ctx-twins") as env:
+            with env.budget(max_tokens=100) as budget:
+                for _ in range(2):
+                    budget.truncated(item_id="i1", tokens_before=50, tokens_after=10,
+                                     timestamp=t)
+                    budget.segment("history", used_tokens=10, timestamp=t)
+            with env.selection() as selection:
+                for _ in range(2):
+                    selection.selected("d", rank=1, timestamp=t)
+
+    found: dict[str, list[dict]] = {"spans": [], "logs": []}
+    for mode in found:
+        provider = TracerProvider()
+        bsp = BundleSpanProcessor(found[mode].append)
+        provider.add_span_processor(bsp)
+        logger_provider = None
+        if mode == "logs":
+            logger_provider = LoggerProvider()
+            logger_provider.add_log_record_processor(bsp.log_record_processor)
+        turn(provider, logger_provider)
+        assert bsp.force_flush()
+        provider.shutdown()
+    (spans,) = found["spans"]
+    (logs,) = found["logs"]  # complete: emitted by force_flush, no timeout waited for
+    assert len(spans["context_budgets"][0]["truncation_records"]) == 2
+    assert logs["rebuild"]["status"] == "complete", logs["rebuild"]
+    assert _comparable(logs) == _comparable(spans)

@@ -75,3 +75,25 @@ def test_values_the_table_did_not_type_take_the_public_path() -> None:
     ours, sdk = recorded
     assert ours == sdk
     assert ours[0][1] == {"k": ("x", "y"), "n": 1} and ours[1][2] == 5
+
+
+def test_a_span_that_overrides_add_event_gets_its_own_add_event() -> None:
+    """A subclass of the SDK span (or a proxy around one, which passes ``isinstance``) that
+    overrides ``add_event``, e.g. to redact or enrich, sees every context event: the fast
+    path is only for the SDK's own ``add_event``."""
+    import wrapt  # opentelemetry-instrumentation's dependency, so always installed
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+
+    class Enriching(wrapt.ObjectProxy):  # type: ignore[misc, name-defined]
+        def add_event(self, name: str, attributes: Any = None, timestamp: Any = None) -> None:
+            self.__wrapped__.add_event(name, {**(attributes or {}), "seen": True}, timestamp)
+
+    span = tracer.start_span("s")
+    _sdk_events.add_event(Enriching(span), "e", {"k": "v"}, None)
+    span.end()
+    (event,) = memory.get_finished_spans()[0].events
+    assert dict(event.attributes) == {"k": "v", "seen": True}

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -160,12 +162,42 @@ def _items(obj: dict[str, Any], *names: str) -> list[Any]:
     return []
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    return value
+
+
+def load_json(body: bytes) -> Any:
+    """The JSON document of an OTLP/JSON request. A lone surrogate escape (JSON.stringify
+    writes one for a string cut inside a surrogate pair) is read as U+FFFD, as the
+    Collector's OTLP receiver reads it, instead of costing the whole request."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in str(exc):
+            raise InvalidRequest(f"malformed JSON: {exc}") from None
+        first = exc
+    try:
+        return _without_surrogates(json.loads(body, parse_constant=_reject_constant))
+    except (ValueError, RecursionError):
+        raise InvalidRequest(f"malformed JSON: {first}") from None
+
+
 def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
     """OTLP/JSON (hex ids, lowerCamelCase, integer enums) -> the protobuf request."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"malformed JSON: {exc}") from None
+    document = load_json(body)
     if not isinstance(document, dict):
         raise InvalidRequest("expected a JSON object (ExportTraceServiceRequest)")
     for r, rs in enumerate(_items(document, "resourceSpans", "resource_spans")):
@@ -240,7 +272,7 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
     """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
     out: dict[str, Any] = {}
     cache = _DECODED
-    dropped = 0
+    dropped_names: set[str] | None = None
     for buf in encoded:
         decoded = cache.get(buf)
         if decoded is None:
@@ -253,16 +285,19 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
         if key is not None:
             out[key] = value
         else:
-            dropped += 1
-            if noted is not None:
-                key_name = decode_key_value(buf)[0]
-                out.pop(key_name, None)  # a repeated key: its last occurrence decides
-                if repairs is not None:
-                    repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id,
-                                          event))
+            key_name = decode_key_value(buf)[0]
+            out.pop(key_name, None)  # a repeated key: its last occurrence decides
+            if dropped_names is None:
+                dropped_names = set()
+            dropped_names.add(key_name)
+            if noted is not None and repairs is not None:
+                repairs.append(Repair(noted[0], key_name, noted[2], noted[1], span_id, event))
         if noted is not None and key is not None and repairs is not None:
             repairs.append(Repair(noted[0], key, noted[2], noted[1], span_id, event))
-    if len(out) + dropped < len(encoded) and repairs is not None:  # OTLP keys are unique
+    # OTLP keys are unique: fewer names than entries is a repeat (whichever came first)
+    if repairs is not None and (
+            len(out) < len(encoded) if dropped_names is None
+            else len(out.keys() | dropped_names) < len(encoded)):
         repairs.extend(duplicate_keys([decode_key_value(buf)[0] for buf in encoded], span_id,
                                       event))
     return out

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -34,7 +33,15 @@ from .._table import EVENTS
 from ..rebuild._boundary import Repair, check_event, dropped_event, undated_event
 from ..rebuild._events import EVENT_OVERHEAD, LogEvent
 from ..rebuild._view import EventView
-from ._decode import Decoded, InvalidRequest, _attributes, _hex_ids_to_base64, _items, subset
+from ._decode import (
+    Decoded,
+    InvalidRequest,
+    _attributes,
+    _hex_ids_to_base64,
+    _items,
+    load_json,
+    subset,
+)
 from ._wire import LiteLogRecord, LiteLogsRequest, LiteResource
 
 __all__ = [
@@ -75,10 +82,7 @@ def parse_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
 
 def logs_json_to_protobuf(body: bytes) -> ExportLogsServiceRequest:
     """OTLP/JSON logs (hex ids, lowerCamelCase, integer enums) -> the protobuf request."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"malformed JSON: {exc}") from None
+    document = load_json(body)
     if not isinstance(document, dict):
         raise InvalidRequest("expected a JSON object (ExportLogsServiceRequest)")
     for r, rl in enumerate(_items(document, "resourceLogs", "resource_logs")):

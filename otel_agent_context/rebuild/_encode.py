@@ -82,6 +82,12 @@ def _clean(value: Any, path: str, repairs: list[Repair]) -> Any:
         out = {}
         for k, v in value.items():
             key = _text(k if isinstance(k, str) else str(k), path, repairs)
+            if key in out:  # two keys became one once repaired: keep both values
+                base, n = key, 2
+                while key in out:
+                    key, n = f"{base}#{n}", n + 1
+                repairs.append(Repair(TEXT, path, key,
+                                      "a key equal to another once repaired: renamed"))
             out[key] = _clean(v, f"{path}.{key}", repairs)
         return out
     if isinstance(value, (list, tuple)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import logging
 import os
 import threading
@@ -198,6 +199,7 @@ class BundleSpanProcessor(SpanProcessor):
 
     def _start(self) -> None:
         """An empty engine and queue, and a worker thread for them."""
+        self._log_seq = itertools.count()
         self._events = EventStore(
             orphan_timeout=self._orphan_timeout, max_events=_MAX_HELD_EVENTS,
             max_bytes=_MAX_HELD_EVENTS * 1024, remember_for=DEFAULT_DEDUPE_WINDOW,
@@ -341,6 +343,9 @@ class BundleSpanProcessor(SpanProcessor):
             try:
                 event = log_event_from_record(span.record)
                 if event is not None:
+                    # The SDK hands each record over once: in process no record is a retry,
+                    # so two alike (same name, time and values) are two events.
+                    event.digest = next(self._log_seq)
                     self._events.add(event, None, finished)
             except Exception:  # noqa: BLE001 - one bad record must not stop the others
                 _log.exception("BundleSpanProcessor: a log record cannot be taken")

@@ -712,6 +712,27 @@ def test_a_repeated_key_takes_its_last_occurrence_and_is_reported() -> None:
     assert bundle["rebuild"]["status"] == "partial"
 
 
+def test_a_repeated_key_whose_earlier_occurrence_was_unusable_is_reported_too() -> None:
+    # The order the sender used must not hide the repeat: an unusable value before a usable
+    # one (and a value-less KeyValue after a usable one, which must leave none) is a
+    # duplicate_key as much as two usable values are.
+    root = envelope("ctx-dup2", 0)
+    root.attributes.extend([KeyValue(key="context.lifecycle", value=AnyValue(string_value="x")),
+                            KeyValue(key="context.lifecycle",
+                                     value=AnyValue(string_value="draft")),
+                            KeyValue(key="context.producer", value=AnyValue(string_value="a")),
+                            KeyValue(key="context.producer", value=AnyValue())])
+    body = request([root]).SerializeToString()
+    (accepted,) = decode_request(body, parse_protobuf(body)).accepted
+    bundle = rebuild_envelope([accepted.view])
+    jsonschema.validate(orjson.loads(orjson.dumps(bundle)), SCHEMA)
+    assert bundle["context_envelope"]["lifecycle"] == "draft"
+    assert "producer" not in bundle["context_envelope"]  # the last occurrence had no value
+    kinds = sorted((r["kind"], r["field"]) for r in bundle["rebuild"]["repairs"])
+    assert ("duplicate_key", "context.lifecycle") in kinds
+    assert ("duplicate_key", "context.producer") in kinds
+
+
 def test_a_span_id_sent_again_with_other_content_keeps_the_first_and_says_so(
         start_processor) -> None:
     processor = start_processor()

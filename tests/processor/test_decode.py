@@ -232,3 +232,18 @@ def test_logs_only_context_event_records_are_kept_and_made_durable() -> None:
     assert decode_logs_request(alone).wal_payload is alone
     retried = decode_logs_request(alone).events[0]
     assert retried.digest == event.digest  # the same record is the same event
+
+
+def test_a_lone_surrogate_in_otlp_json_loses_no_span() -> None:
+    # JSON.stringify (the OpenTelemetry JS exporter's OTLP/JSON) writes a string cut inside
+    # a surrogate pair as a lone "\ud83d" escape; the Collector's receiver reads it as U+FFFD.
+    # One such value must not cost the request: every span is taken, the value repaired.
+    spans = envelope_spans(7, "ctx-lone", stages=1)
+    spans[0].attributes.add(key="gen_ai.agent.description").value.string_value = "LONE"
+    body = _otlp_json(request(spans)).replace(b"LONE", b"cut \\ud83d")
+    from_json = json_to_protobuf(body)
+    decoded = decode_request(from_json.SerializeToString(), from_json)
+    assert len(decoded.accepted) == 2
+    values = [kv.value.string_value for kv in from_json.resource_spans[0].scope_spans[0]
+              .spans[0].attributes if kv.key == "gen_ai.agent.description"]
+    assert values == ["cut \ufffd"]
