@@ -7,13 +7,13 @@ registry); the rebuild (``rebuild/_rebuild.py``) reads the same table back.
 from __future__ import annotations
 
 import enum
-import hashlib
 import types
 import typing
 from collections.abc import Iterable
 from typing import Any
 
 from . import _semconv as S
+from ._digest import digest_bytes, ordered_digest
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
 from ._table import ATTRIBUTES, EVENTS, SPANS
 
@@ -21,9 +21,10 @@ __all__ = ["digest_text", "fields_to_attributes", "item_attributes", "source_att
 
 
 def digest_text(text: str | bytes) -> str:
-    """``sha256:<hex>`` of text (UTF-8) or bytes: the digest recorded with or without content."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    """The digest of text (UTF-8) or bytes, recorded with or without content: keyed
+    (``hmac-sha256:<hex>``) unless plain ones were asked for (see ``_digest``)."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return digest_bytes(data)
 
 
 def _value(v: Any) -> Any:
@@ -138,12 +139,8 @@ def item_attributes(item: ContextItem, capture_content: bool,
 
 
 def ordered_hash(parts: Iterable[str]) -> str:
-    """``sha256:`` over ordered parts, newline-separated (assembly and injection hashes)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8"))
-        h.update(b"\n")
-    return "sha256:" + h.hexdigest()
+    """The digest of ordered parts, newline-separated (assembly and injection hashes)."""
+    return ordered_digest(parts)
 
 
 def to_ns(value: int | str | None) -> int | None:

@@ -37,3 +37,14 @@ OTEL_AGENT_CONTEXT_EVENTS = "OTEL_AGENT_CONTEXT_EVENTS"
 records with ``event_name`` on the event's span (OpenTelemetry's log-based events, OTEP 4430),
 counted on the envelope span in ``context.event_count``. Needs an SDK ``LoggerProvider``
 (without one, events stay span events). ``AgentContext(events_as=...)`` wins over it."""
+
+OTEL_AGENT_CONTEXT_DIGEST = "OTEL_AGENT_CONTEXT_DIGEST"
+"""How content is digested: ``hmac-sha256`` (default: keyed, ``hmac-sha256:<hex>``) or
+``sha256`` (plain ``sha256:<hex>``, which anyone can test a guess against)."""
+
+OTEL_AGENT_CONTEXT_DIGEST_KEY = "OTEL_AGENT_CONTEXT_DIGEST_KEY"
+"""The key of keyed digests (its UTF-8 bytes). Share it between the services whose digests
+must match. Without it (and without a key file), a per-host key is created on first use."""
+
+OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE = "OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE"
+"""A file holding the key of keyed digests (keeps it out of the process's environment)."""

@@ -332,7 +332,7 @@ class ContextItem(_Record):
     redaction_state: RedactionState | None = None
     visibility: list[Visibility] = []
     priority: int | None = None
-    digest: str | None = None  # "sha256:<hex>" of the content; recorded with or without content
+    digest: str | None = None  # of the content ("hmac-sha256:<hex>" keyed, or "sha256:<hex>")
     created_at: str | None = None
     metadata: dict[str, str] = {}
 

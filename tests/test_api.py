@@ -116,7 +116,7 @@ def test_content_capture_follows_the_genai_switch(monkeypatch) -> None:
         attrs = span.events[0].attributes
         assert ("context.item.content" in attrs) is captured, value
         assert ("context.selection.query" in span.attributes) is captured, value
-        assert attrs["context.item.digest"].startswith("sha256:")  # always
+        assert attrs["context.item.digest"].startswith("hmac-sha256:")  # always
         tel.shutdown()
 
 
@@ -128,7 +128,7 @@ def test_blocked_sensitivity_never_captured_and_gets_a_redaction_event() -> None
         srf.add(secret)
     (bundle,) = tel.bundles()
     assert "content" not in bundle["context_items"][0]
-    assert bundle["context_items"][0]["digest"].startswith("sha256:")
+    assert bundle["context_items"][0]["digest"].startswith("hmac-sha256:")
     redactions = [e for e in bundle["context_events"]
                   if e["event_class"] == "context.redaction.applied"]
     assert len(redactions) == 1  # once per item per envelope

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _semconv as S
+from .._digest import digest_bytes
 from .._enums import (
     CompactionMethod,
     ContentMode,
@@ -638,7 +639,8 @@ def _bundle(build: _Build, pack: dict[str, Any], pack_key: tuple[int, str], agen
     assembly = ContextAssembly(
         assembly_id=ASSEMBLY_ID, target=Visibility.MODEL, ordered_blocks=blocks,
         budget_ref=BUDGET_ID,
-        block_count=len(blocks), token_count=actual, hash="sha256:" + sha, created_at=at)
+        block_count=len(blocks), token_count=actual, hash=digest_bytes(bytes.fromhex(sha)),
+        created_at=at)
 
     surface_items = list(build.items.values())
     surface = ContextSurface(

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from .._digest import digest_bytes
 from ..instrumentation._tokens import estimate_tokens
 
 _log = logging.getLogger("otel_agent_context.adapters")
@@ -199,7 +200,9 @@ def _sha256(data: bytes) -> str:
 
 
 def _digest(data: bytes) -> str:
-    return "sha256:" + _sha256(data)
+    """The digest recorded for a file's content (keyed, see ``_digest``); ``_sha256`` is
+    the watcher's own change detection, never exported."""
+    return digest_bytes(data)
 
 
 def _str(value: Any) -> str | None:

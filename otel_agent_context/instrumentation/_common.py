@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import logging
 import re
@@ -39,6 +38,7 @@ from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrappe
 
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
+from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
@@ -117,8 +117,9 @@ def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
 
 
 def short_digest(*parts: str) -> str:
-    """12 hex characters naming a message by its content (stable across turns)."""
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:12]
+    """12 hex characters naming a message by its content (stable across turns; keyed, so
+    the id does not reveal a guessable text)."""
+    return _short_digest(*parts)
 
 
 @dataclass(slots=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from otel_agent_context._digest import digest_bytes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_SESSION = FIXTURES / "abi" / "seed_session"
@@ -25,7 +26,8 @@ def ns(rfc3339: str) -> int:
 
 
 def sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    """The digest the adapters record for these bytes (keyed: see ``_digest``)."""
+    return digest_bytes(data)
 
 
 def set_times(session: Path, files_at: str = FILES_AT, pack_at: str = PACK_AT) -> None:

@@ -10,12 +10,14 @@ adapter's records are emitted as spans, and the spans are rebuilt.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from adapters_helpers import FILES_AT, PACK_AT, copy_session, events, ns, records, sha
 
 from otel_agent_context import Bundle
+from otel_agent_context._digest import digest_bytes
 from otel_agent_context.adapters import emit_session, read_session, session_bundle
 from otel_agent_context.testing import CapturedTelemetry
 
@@ -46,7 +48,7 @@ def _segments(*spec: tuple[int, int, bool]) -> tuple[list[str], list[dict[str, A
 
 def expected_seed_bundle(session: Path) -> dict[str, Any]:
     pack = _file(session, "context/pack.json")
-    pack_sha = sha(pack)[len("sha256:"):]
+    pack_sha = hashlib.sha256(pack).hexdigest()  # the watcher's own change key (plain)
     lines = _file(session, "messages.jsonl").splitlines(keepends=True)
     assert len(lines) == 240
     tail = b"".join(lines[200:240])  # tail:40 of 240 messages: lines 201-240
@@ -196,7 +198,7 @@ def expected_seed_bundle(session: Path) -> dict[str, Any]:
         }],
         "context_assemblies": [{
             "assembly_id": "abi-assembly", "target": "model", "budget_ref": "abi-budget",
-            "block_count": 5, "token_count": 10900, "hash": "sha256:" + pack_sha,
+            "block_count": 5, "token_count": 10900, "hash": digest_bytes(bytes.fromhex(pack_sha)),
             "ordered_blocks": [
                 {"index": 0, "item_id": "context/pinned/system.md",
                  "context_kind": "system_prompt", "tokens": 1200,

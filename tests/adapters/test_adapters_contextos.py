@@ -10,7 +10,6 @@ Fixtures (tests/adapters/fixtures/contextos) are the seed's examples as they are
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from typing import Any
 
@@ -19,6 +18,7 @@ from adapters_helpers import CONTEXTOS, events, load, records
 
 from otel_agent_context import _semconv as S
 from otel_agent_context import emit_bundle
+from otel_agent_context._attributes import digest_text
 from otel_agent_context.adapters import (
     AgentInvocation,
     ContextOSRefs,
@@ -45,7 +45,7 @@ BUCKETS = [("policy", 1800, 940), ("tool", 1500, 220), ("evidence", 3500, 2100),
 
 
 def sha(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return digest_text(text)  # keyed, as the adapter records it
 
 
 def canonical(value: Any) -> str:

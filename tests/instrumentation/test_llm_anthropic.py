@@ -195,7 +195,7 @@ def test_content_capture(capture_setup, stub) -> None:
     inf = one_inference(spans)
     (asm,) = named(spans, S.SPAN_ASSEMBLY)
     last = events(asm, S.EVENT_ASSEMBLY_BLOCK)[-1]
-    assert last[S.BLOCK_DIGEST].startswith("sha256:")
+    assert last[S.BLOCK_DIGEST].startswith("hmac-sha256:")
     if capture_setup.capture:
         assert last[S.ITEM_CONTENT] == "When will it arrive?"
         assert "When will it arrive?" in inf.attributes[S.GEN_AI_INPUT_MESSAGES]

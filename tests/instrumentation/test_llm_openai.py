@@ -82,7 +82,7 @@ def check_chat_call(tel: CapturedTelemetry, *, streamed: bool = False) -> None:
     block_events = events(asm, S.EVENT_ASSEMBLY_BLOCK)
     assert block_events[3][S.ITEM_ID] == "tool_result:call_1"
     assert block_events[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
-    assert all(e[S.BLOCK_DIGEST].startswith("sha256:") for e in block_events)
+    assert all(e[S.BLOCK_DIGEST].startswith("hmac-sha256:") for e in block_events)
     assert asm.attributes[S.ASSEMBLY_BLOCK_COUNT] == 5
     (inj,) = events(inf, S.EVENT_INJECTION_APPLIED)
     assert inj[S.ASSEMBLY_ID] == asm.attributes[S.ASSEMBLY_ID]
@@ -276,7 +276,7 @@ def test_content_capture(capture_setup, stub) -> None:
     inf = one_inference(spans)
     (asm,) = named(spans, S.SPAN_ASSEMBLY)
     first = events(asm, S.EVENT_ASSEMBLY_BLOCK)[0]
-    assert first[S.BLOCK_DIGEST].startswith("sha256:")
+    assert first[S.BLOCK_DIGEST].startswith("hmac-sha256:")
     if capture_setup.capture:
         assert first[S.ITEM_CONTENT] == SYSTEM
         assert json.loads(inf.attributes[S.GEN_AI_SYSTEM_INSTRUCTIONS])[0]["content"] == SYSTEM

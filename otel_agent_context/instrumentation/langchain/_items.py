@@ -7,11 +7,11 @@ document to the id it got when first seen, by object, native id, content and met
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..._digest import short_digest
 from ..._enums import ContentMode, ContextKind
 from ..._records import ContextItem, ContextSourceRef
 from .._tokens import estimate_tokens
@@ -38,11 +38,7 @@ SUMMARY_SOURCE = "summarization"
 
 
 def _short_hash(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\n")
-    return h.hexdigest()[:16]
+    return short_digest(*parts, length=16)  # keyed: an id must not reveal the text
 
 
 # -- documents ------------------------------------------------------------------------------

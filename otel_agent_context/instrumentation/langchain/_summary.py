@@ -13,12 +13,12 @@ summarized again next time: method ``rolling_summary``.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..._api import Envelope
+from ..._digest import short_digest
 from ..._enums import CompactionMethod, ContextKind
 from ..._records import ContextItem
 from .._tokens import estimate_tokens
@@ -109,7 +109,7 @@ def _record_memory(env: Envelope | None, memory: Any, messages: Any, existing: A
                                 trigger="token_limit" if buffered else "every_turn",
                                 scope=_SCOPE, replacement_policy=_REPLACE, start_time=start)
     if isinstance(existing, str) and existing:
-        digest = hashlib.sha256(existing.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        digest = short_digest(existing, length=16)
         compaction.source(ContextItem(item_id=f"summary_{digest}",
                                       context_kind=ContextKind.THREAD_SUMMARY,
                                       token_estimate=estimate_tokens(existing)), covered=True)

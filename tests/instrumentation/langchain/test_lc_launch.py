@@ -53,7 +53,7 @@ def check_bundles(bundles: list[dict[str, Any]], capture: bool) -> None:
     assert ("query" in sel) is capture
     items = {i["item_id"]: i for i in rag["context_items"]}
     assert all(("content" in items[i]) is capture for i in ("refunds", "faq-refunds"))
-    assert all(items[i]["digest"].startswith("sha256:") for i in ("refunds", "faq-refunds"))
+    assert all(items[i]["digest"].startswith("hmac-sha256:") for i in ("refunds", "faq-refunds"))
     (budget,) = rag["context_budgets"]
     assert (budget["max_tokens"], budget["actual_tokens"], budget["overflow"]) == (12, 12, True)
     assert [r["item_id"] for r in budget["truncation_records"]] == ["h1", "a1"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 
 import pytest
@@ -28,6 +27,7 @@ from lc_helpers import (
 
 from otel_agent_context import _semconv as S
 from otel_agent_context._attributes import digest_text
+from otel_agent_context._digest import short_digest
 from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 
 with warnings.catch_warnings():
@@ -235,8 +235,8 @@ def test_compressor_on_its_own_is_a_selection_in_an_implicit_envelope(tel) -> No
     assert bundle["context_envelope"]["scope"] == "turn"
     (sel,) = bundle["context_selections"]
     # documents without ids get one from their source and text
-    refunds_id = "doc_" + hashlib.sha256(f"kb/refunds.md\n{QUERY}\n".encode()).hexdigest()[:16]
-    about_id = "doc_" + hashlib.sha256(f"kb/about.md\n{ABOUT}\n".encode()).hexdigest()[:16]
+    refunds_id = "doc_" + short_digest("kb/refunds.md", QUERY, length=16)
+    about_id = "doc_" + short_digest("kb/about.md", ABOUT, length=16)
     assert sel["selection_policy"] == "EmbeddingsFilter"
     assert sel["selected_item_refs"] == [refunds_id]
     why = "EmbeddingsFilter(similarity_threshold=0.9, k=3): not similar enough to the query"

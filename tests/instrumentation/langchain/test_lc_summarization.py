@@ -4,7 +4,6 @@ the summarizer saw) and the classic ConversationSummaryMemory."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import warnings
 
 from langchain.agents import create_agent
@@ -16,6 +15,7 @@ from lc_helpers import count_words, events, one, strip_times, tree
 
 from otel_agent_context import _semconv as S
 from otel_agent_context._attributes import digest_text
+from otel_agent_context._digest import short_digest
 from otel_agent_context.instrumentation import estimate_tokens
 
 SUMMARY = "The customer reported a broken kettle and asked about a refund."
@@ -147,7 +147,7 @@ def test_conversation_summary_memory_is_a_rolling_summary(tel) -> None:
         "rolling_summary", "every_turn", 2, 1.0)
     (c2,) = second["context_compactions"]
     # the second summary rolls the first one in
-    summary_id = "summary_" + hashlib.sha256(b"S1").hexdigest()[:16]
+    summary_id = "summary_" + short_digest("S1", length=16)
     assert c2["source_item_refs"][0] == summary_id
     assert c2["source_count"] == 3
     kinds = {i["item_id"]: i.get("context_kind") for i in second["context_items"]}

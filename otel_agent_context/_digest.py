@@ -1,0 +1,180 @@
+"""Digests of content: keyed, so that nobody without the key can confirm a guess.
+
+A plain ``sha256:`` of a short text ("yes", an order number, a name) is that text to anyone
+who can guess it and hash the guess. Every digest this package records (items, blocks,
+summaries, assembly and injection hashes, the content part of message ids) is therefore an
+HMAC-SHA256 under a deployment key, written ``hmac-sha256:<hex>``: equal texts still match
+across turns, processes and services that share the key, and a guess cannot be tested
+without it.
+
+Where the key comes from, first found:
+
+- ``OTEL_AGENT_CONTEXT_DIGEST_KEY``: the key itself (its UTF-8 bytes);
+- ``OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE``: a file holding it (surrounding whitespace cut);
+- otherwise a per-host key, created on first use (32 random bytes, hex) in
+  ``$XDG_STATE_HOME/otel-agent-context/digest.key`` (``~/.local/state/...``), readable by
+  its owner only: digests then match within one host and user, not across hosts (set a
+  shared key for that). If no such file can be made, a key for this process alone, said
+  once in the log: never a fallback to plain hashes.
+
+``OTEL_AGENT_CONTEXT_DIGEST=sha256`` asks for plain ``sha256:<hex>`` digests instead (for
+content that is public anyway, or to match digests computed elsewhere). A bad setting (an
+unreadable or empty key file, an unknown mode) is logged and the default applies: telemetry
+settings never stop the application.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import _env
+
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "ordered_digest", "short_digest"]
+
+_log = logging.getLogger("otel_agent_context")
+
+HMAC_PREFIX = "hmac-sha256:"
+SHA256_PREFIX = "sha256:"
+_lock = threading.Lock()
+_key: bytes | None = None  # None until first use; b"" means plain sha256
+_resolved = False
+#: HMAC's two sha256 states, the key already absorbed (RFC 2104): each digest copies them
+#: instead of keying a new ``hmac`` object (0.97 us a short digest, against 2.2 us for
+#: ``hmac.digest`` and 1.6 us for a copied ``hmac`` object; plain sha256 is 0.49 us).
+_inner: Any = None
+_outer: Any = None
+_BLOCK = 64  # sha256's block size
+
+
+def _host_key_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                            "state")
+    return Path(base) / "otel-agent-context" / "digest.key"
+
+
+def _host_key() -> bytes:
+    path = _host_key_path()
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        _log.warning("otel_agent_context: cannot read the digest key %s (%s)", path, exc)
+        return b""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first: use theirs
+        try:
+            return path.read_bytes().strip()
+        except OSError:
+            return b""
+    except OSError as exc:
+        _log.warning("otel_agent_context: cannot create the digest key %s (%s)", path, exc)
+        return b""
+    key = secrets.token_hex(32).encode()
+    try:
+        os.write(fd, key + b"\n")
+    finally:
+        os.close(fd)
+    return key
+
+
+def _resolve() -> bytes:
+    mode = (os.environ.get(_env.OTEL_AGENT_CONTEXT_DIGEST) or "hmac-sha256").strip().lower()
+    if mode == "sha256":
+        return b""
+    if mode not in ("hmac-sha256", "hmac"):
+        _log.warning("otel_agent_context: %s=%r is not sha256 or hmac-sha256; digests are "
+                     "keyed (hmac-sha256)", _env.OTEL_AGENT_CONTEXT_DIGEST, mode)
+    key = os.environ.get(_env.OTEL_AGENT_CONTEXT_DIGEST_KEY, "").encode()
+    if not key:
+        key_file = os.environ.get(_env.OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE)
+        if key_file:
+            try:
+                key = Path(key_file).read_bytes().strip()
+            except OSError as exc:
+                _log.error("otel_agent_context: cannot read %s=%s (%s); using the host's key",
+                           _env.OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE, key_file, exc)
+            if not key and key_file:
+                _log.error("otel_agent_context: the digest key file %s is empty or unreadable;"
+                           " using the host's key", key_file)
+    if not key:
+        key = _host_key()
+    if not key:
+        key = secrets.token_bytes(32)
+        _log.warning("otel_agent_context: no digest key could be read or stored; this "
+                     "process uses a key of its own (its digests match no other process's)")
+    return key
+
+
+def _pads(key: bytes) -> tuple[Any, Any]:
+    """sha256 states with the key's inner and outer pads absorbed (RFC 2104)."""
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
+            hashlib.sha256(bytes(b ^ 0x5C for b in key)))
+
+
+def _current_key() -> bytes:
+    global _key, _resolved, _inner, _outer
+    if not _resolved:
+        with _lock:
+            if not _resolved:
+                key = _resolve()
+                _inner, _outer = _pads(key) if key else (None, None)
+                _key = key
+                _resolved = True
+    return _key  # type: ignore[return-value]
+
+
+def reset() -> None:
+    """Read the settings again at the next digest (tests; a process that changed them)."""
+    global _key, _resolved
+    with _lock:
+        _key, _resolved = None, False
+
+
+def _keyed(inner: Any) -> str:
+    outer = _outer.copy()
+    outer.update(inner.digest())
+    return str(outer.hexdigest())
+
+
+def digest_bytes(data: bytes) -> str:
+    """The digest of ``data``: ``hmac-sha256:<hex>``, or ``sha256:<hex>`` when asked."""
+    if _current_key():
+        inner = _inner.copy()
+        inner.update(data)
+        return HMAC_PREFIX + _keyed(inner)
+    return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def ordered_digest(parts: Iterable[str]) -> str:
+    """The digest of ordered parts, each followed by a newline (assembly and injection
+    hashes)."""
+    keyed = bool(_current_key())
+    h = _inner.copy() if keyed else hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
+
+
+def short_digest(*parts: str, length: int = 12) -> str:
+    """``length`` hex characters naming content in an id (a message's, a document's): keyed
+    like the digests, so an id does not reveal a guessable text either."""
+    data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    if _current_key():
+        inner = _inner.copy()
+        inner.update(data)
+        return _keyed(inner)[:length]
+    return hashlib.sha256(data).hexdigest()[:length]

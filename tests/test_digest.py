@@ -1,0 +1,107 @@
+"""Keyed digests: equal texts match wherever the key is shared, a guess cannot be tested
+without the key, and there is never a silent fallback to plain hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from otel_agent_context import _digest
+from otel_agent_context._attributes import digest_text
+
+PROGRAM = ("import json; from otel_agent_context._attributes import digest_text; "
+           "from otel_agent_context.instrumentation._common import short_digest; "
+           "print(json.dumps([digest_text('yes'), short_digest('user', 'yes')]))")
+
+
+def _in_process(tmp_path: Path, **env: str) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_AGENT_CONTEXT_DIGEST")}
+    base["XDG_STATE_HOME"] = str(tmp_path / "state")
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
+                          timeout=60, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_two_processes_sharing_a_key_agree_and_another_key_does_not(tmp_path: Path) -> None:
+    first = _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST_KEY="team-key")
+    second = _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST_KEY="team-key")
+    other = _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST_KEY="another-key")
+    assert first == second
+    assert first[0] != other[0] and first[1] != other[1]
+    assert first[0] == "hmac-sha256:" + hmac.new(b"team-key", b"yes", "sha256").hexdigest()
+    plain = hashlib.sha256(b"yes").hexdigest()
+    assert plain not in json.dumps([first, other])  # a guess cannot be confirmed
+
+
+def test_the_key_file_and_the_host_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "digest.key"
+    key_file.write_text("team-key\n")
+    assert _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE=str(key_file)) == \
+        _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST_KEY="team-key")
+    # no key configured: a per-host key, made once, owner-only, shared by later processes
+    first = _in_process(tmp_path)
+    host_key = tmp_path / "state" / "otel-agent-context" / "digest.key"
+    assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
+    assert _in_process(tmp_path) == first
+    assert first[0].startswith("hmac-sha256:")
+    assert first[0] == "hmac-sha256:" + hmac.new(host_key.read_bytes().strip(), b"yes",
+                                                 "sha256").hexdigest()
+
+
+def test_plain_sha256_only_when_asked(tmp_path: Path) -> None:
+    plain = _in_process(tmp_path, OTEL_AGENT_CONTEXT_DIGEST="sha256")
+    assert plain[0] == "sha256:" + hashlib.sha256(b"yes").hexdigest()
+
+
+def test_a_bad_key_file_is_said_and_the_host_key_used(tmp_path: Path, monkeypatch,
+                                                      caplog) -> None:
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE", str(tmp_path / "missing.key"))
+    monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    _digest.reset()
+    try:
+        value = digest_text("yes")
+    finally:
+        monkeypatch.undo()
+        _digest.reset()
+    assert value.startswith("hmac-sha256:")
+    assert "missing.key" in caplog.text
+
+
+def test_no_place_for_a_host_key_still_keys_the_digests(tmp_path: Path, monkeypatch,
+                                                         caplog) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # the state directory cannot be made below a file
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
+    monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE", raising=False)
+    _digest.reset()
+    try:
+        value = digest_text("yes")
+    finally:
+        monkeypatch.undo()
+        _digest.reset()
+    assert value.startswith("hmac-sha256:")
+    assert value != "hmac-sha256:" + hashlib.sha256(b"yes").hexdigest()
+    assert "key of its own" in caplog.text
+
+
+def test_the_precomputed_hmac_is_the_standard_one(monkeypatch) -> None:
+    for key in ("k", "x" * 64, "y" * 65, "z" * 200):
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", key)
+        _digest.reset()
+        try:
+            for data in (b"", b"yes", b"a" * 5000):
+                assert _digest.digest_bytes(data) == "hmac-sha256:" + hmac.new(
+                    key.encode(), data, "sha256").hexdigest()
+            assert _digest.ordered_digest(["a", "b"]) == "hmac-sha256:" + hmac.new(
+                key.encode(), b"a\nb\n", "sha256").hexdigest()
+        finally:
+            _digest.reset()
