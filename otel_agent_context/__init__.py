@@ -36,6 +36,7 @@ from ._enums import (
     Severity,
     Visibility,
 )
+from ._masking import builtin_masker, set_content_masker
 from ._records import (
     AssemblyBlock,
     Bundle,
@@ -113,8 +114,10 @@ __all__ = [
     "Visibility",
     "WindowSegment",
     "__version__",
+    "builtin_masker",
     "bundle_json_schema",
     "current_envelope",
     "emit_bundle",
     "records_json_schema",
+    "set_content_masker",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import _semconv as S
 from ._digest import digest_bytes, ordered_digest
+from ._masking import has_masker, mask
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
 from ._table import ATTRIBUTES, EVENTS, SPANS
 
@@ -82,6 +83,7 @@ def _writer(plan: tuple[tuple[str, str, int], ...], name: str) -> Any:
     return namespace[name]
 
 
+_CONTENT_ATTRIBUTES = tuple(attribute for _, attribute, _ in _CONTENT)
 _write_item = _writer(_ITEM_PLAN, "write_item")
 _write_content = _writer(_CONTENT, "write_content")
 _write_source = _writer(_SOURCE_PLAN, "write_source")
@@ -105,8 +107,12 @@ def fields_to_attributes(where: str, record: str, capture_content: bool,
         if value is None or value == ():
             continue
         attribute, content = mapping[field]
-        if content and not capture_content:
-            continue
+        if content:
+            if not capture_content:
+                continue
+            value = mask(value)
+            if value is None:
+                continue
         out[attribute] = value
     return out
 
@@ -130,6 +136,14 @@ def item_attributes(item: ContextItem, capture_content: bool,
             withheld = item.content is not None or item.title is not None
         else:
             _write_content(item, out)
+            if has_masker():
+                for attribute in _CONTENT_ATTRIBUTES:
+                    if attribute in out:
+                        value = mask(out[attribute])
+                        if value is None:
+                            del out[attribute]
+                        else:
+                            out[attribute] = value
     if item.digest is None and item.content is not None:
         out[S.ITEM_DIGEST] = digest_text(item.content)
     if item.source_refs:

@@ -48,3 +48,9 @@ must match. Without it (and without a key file), a per-host key is created on fi
 
 OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE = "OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE"
 """A file holding the key of keyed digests (keeps it out of the process's environment)."""
+
+OTEL_AGENT_CONTEXT_MASKER = "OTEL_AGENT_CONTEXT_MASKER"
+"""Under content capture, what every content string passes through before it is recorded:
+``builtin`` (API keys, bearer tokens, card numbers, e-mail addresses replaced) or
+``module:function`` (returns what may leave, or None). Unset: no masking.
+``otel_agent_context.set_content_masker(fn)`` wins over it."""

@@ -35,6 +35,7 @@ from ._enums import (
     Visibility,
 )
 from ._failsafe import RECORDER, _guard
+from ._masking import mask
 from ._recorder import _enum, _put, _Recorder
 from ._records import ContextItem
 from ._sdk_events import add_event
@@ -298,7 +299,7 @@ class Envelope(_Recorder):
         _put(attrs, S.MISSING_SEVERITY, sev)
         _put(attrs, S.MISSING_STATUS, status)
         if self._owner.capture_content:
-            _put(attrs, S.MISSING_QUESTION, question)
+            _put(attrs, S.MISSING_QUESTION, mask(question))
         _put(attrs, S.MISSING_NEEDED_FOR, needed_for)
         _put(attrs, S.MISSING_REQUESTED_FROM, requested_from)
         _put(attrs, S.MISSING_SCOPE, scope)

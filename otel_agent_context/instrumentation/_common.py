@@ -42,6 +42,7 @@ from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
+from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from ._models import context_window
@@ -71,6 +72,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("otel_agent_context")
+#: what the GenAI conventions record as content: through the masker first
+_MESSAGES = frozenset({"input_messages", "output_messages", "system_instruction"})
 
 #: Segments of the window layout, in order.
 SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
@@ -333,7 +336,7 @@ class Call:
         tel = self.tel
         for name, value in req.genai.items():
             if value is not None:
-                setattr(inv, name, value)
+                setattr(inv, name, mask_messages(value) if name in _MESSAGES else value)
         if req.stream:
             inv.request_stream = True
         span = inv.span
@@ -434,7 +437,7 @@ class Call:
         if out.reasoning_tokens:
             inv.thinking_tokens = out.reasoning_tokens
         if out.output_messages is not None and self.tel.genai_capture:
-            inv.output_messages = out.output_messages
+            inv.output_messages = mask_messages(out.output_messages)
         budget, env, req = self.budget, self.env, self.req
         if budget is None or env is None or req is None:
             return
