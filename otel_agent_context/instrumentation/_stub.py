@@ -45,6 +45,39 @@ def _window(model: str) -> int:
     return WINDOWS[best] if best else DEFAULT_WINDOW
 
 
+def _instance(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    """A value that validates against a (Pydantic-made) JSON schema: what a structured
+    output request gets back."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return _instance(defs.get(ref.rsplit("/", 1)[-1]), defs, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return _instance(schema[key][0], defs, depth + 1)
+    if "enum" in schema and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {name: _instance(sub, defs, depth + 1)
+                for name, sub in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [_instance(schema.get("items"), defs, depth + 1)]
+    return {"string": REPLY, "integer": 1, "number": 1.0, "boolean": True,
+            "null": None}.get(kind if isinstance(kind, str) else "string", REPLY)
+
+
+def _structured_reply(fmt: Any) -> str:
+    """The reply text: REPLY, or a JSON instance of the requested schema (json_schema)."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return REPLY
+    nested = fmt.get("json_schema")
+    spec: dict[str, Any] = nested if isinstance(nested, dict) else fmt
+    schema = spec.get("schema") or {}
+    return json.dumps(_instance(schema, schema.get("$defs") or {}))
+
+
 def _text_of(content: Any) -> str:
     """Plain text of a message content (string, list of parts, or anything JSON)."""
     if content is None:
@@ -161,12 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
                  "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
                  "completion_tokens_details": {"reasoning_tokens": 0}}
         cid = self.server.state.new_id("chatcmpl")
+        reply = _structured_reply(body.get("response_format"))
         if not body.get("stream"):
             self._json(200, {
                 "id": cid, "object": "chat.completion", "created": 1_700_000_000,
                 "model": f"{model}-2024-07-18" if model == "gpt-4o-mini" else model,
                 "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": REPLY,
+                             "message": {"role": "assistant", "content": reply,
                                          "refusal": None}}],
                 "usage": usage, "system_fingerprint": "fp_stub"})
             return
@@ -221,8 +255,9 @@ class _Handler(BaseHTTPRequestHandler):
         rid = state.new_id("resp")
         completion = stub_tokens(REPLY)
         msg_id = state.new_id("msg")
+        text = _structured_reply((body.get("text") or {}).get("format"))
         message = {"type": "message", "id": msg_id, "status": "completed", "role": "assistant",
-                   "content": [{"type": "output_text", "text": REPLY, "annotations": [],
+                   "content": [{"type": "output_text", "text": text, "annotations": [],
                                 "logprobs": []}]}
         output.append(message)
         usage = {"input_tokens": prompt, "output_tokens": completion,

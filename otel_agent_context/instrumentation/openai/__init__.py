@@ -53,11 +53,18 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                    X.PROVIDER)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
                         X.responses_is_stream, X.PROVIDER)
+        # create and parse (structured outputs: LangChain's with_structured_output and
+        # create_agent(response_format=...) call chat.completions.with_raw_response.parse);
+        # with_raw_response / with_streaming_response call these same methods.
         self._wrapped = wrap_all((
             (_CHAT, "Completions.create", sync_wrapper(tel, chat)),
             (_CHAT, "AsyncCompletions.create", async_wrapper(tel, chat)),
+            (_CHAT, "Completions.parse", sync_wrapper(tel, chat)),
+            (_CHAT, "AsyncCompletions.parse", async_wrapper(tel, chat)),
             (_RESPONSES, "Responses.create", sync_wrapper(tel, responses)),
             (_RESPONSES, "AsyncResponses.create", async_wrapper(tel, responses)),
+            (_RESPONSES, "Responses.parse", sync_wrapper(tel, responses)),
+            (_RESPONSES, "AsyncResponses.parse", async_wrapper(tel, responses)),
         ))
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -1,0 +1,103 @@
+"""Every call path of the OpenAI client records the call: structured outputs (``parse``, for
+chat and responses), ``with_raw_response`` and ``with_streaming_response``, sync and async;
+and LangChain's ``with_structured_output``, which goes through
+``chat.completions.with_raw_response.parse`` (a LangChain v1 agent with structured output
+once recorded an empty envelope). The real clients against the local stub."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+from pydantic import BaseModel
+from stub_server import StubServer
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+
+class Order(BaseModel):
+    order_id: str
+    eta_days: int
+
+
+MESSAGES = [{"role": "system", "content": "You track orders."},
+            {"role": "user", "content": "Where is order 42?"}]
+
+
+@pytest.fixture
+def tel():
+    t = CapturedTelemetry()
+    inst = OpenAIContextInstrumentor()
+    inst.instrument(agent_context=t.agent_context, tracer_provider=t.tracer_provider)
+    try:
+        yield t
+    finally:
+        inst.uninstrument()
+        t.shutdown()
+
+
+def _recorded(tel: CapturedTelemetry) -> list[tuple[int, int]]:
+    """(assembly blocks, input tokens the API reported) of each call's bundle."""
+    out = []
+    for bundle in tel.bundles():
+        assert bundle["rebuild"]["status"] == "complete", bundle["rebuild"]
+        (assembly,) = bundle["context_assemblies"]
+        (budget,) = bundle["context_budgets"]
+        out.append((assembly["block_count"], budget["actual_tokens"]))
+    return out
+
+
+def test_parse_with_raw_and_streaming_responses_are_recorded(tel) -> None:
+    with StubServer() as stub:
+        client = openai.OpenAI(base_url=f"{stub.url}/v1", api_key="sk-test", max_retries=0)
+        parsed = client.chat.completions.parse(model="gpt-4o-mini", messages=MESSAGES,
+                                               response_format=Order)
+        assert parsed.choices[0].message.parsed.eta_days == 1
+        raw = client.chat.completions.with_raw_response.parse(
+            model="gpt-4o-mini", messages=MESSAGES, response_format=Order)
+        assert raw.parse().choices[0].message.parsed.eta_days == 1
+        with client.chat.completions.with_streaming_response.create(
+                model="gpt-4o-mini", messages=MESSAGES) as streamed:
+            assert streamed.parse().choices[0].message.content
+        response = client.responses.parse(model="gpt-4o-mini", input="Where is order 42?",
+                                          text_format=Order)
+        assert response.output_parsed.eta_days == 1
+        raw_response = client.responses.with_raw_response.create(model="gpt-4o-mini",
+                                                                 input="Where is order 42?")
+        assert raw_response.parse().output_text
+    recorded = _recorded(tel)
+    assert len(recorded) == 5
+    assert [blocks for blocks, _ in recorded] == [2, 2, 2, 1, 1]
+    assert all(tokens > 0 for _, tokens in recorded)  # each response was read too
+
+
+def test_async_parse_is_recorded(tel) -> None:
+    async def run(url: str) -> None:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+        out = await client.chat.completions.parse(model="gpt-4o-mini", messages=MESSAGES,
+                                                  response_format=Order)
+        assert out.choices[0].message.parsed.order_id
+        out2 = await client.responses.parse(model="gpt-4o-mini", input="Where?",
+                                            text_format=Order)
+        assert out2.output_parsed.order_id
+
+    with StubServer() as stub:
+        asyncio.run(run(stub.url))
+    assert len(_recorded(tel)) == 2
+
+
+def test_langchain_structured_output_records_the_call(tel) -> None:
+    from langchain_openai import ChatOpenAI
+
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=f"{stub.url}/v1", api_key="sk-test",
+                           max_retries=0)
+        result = model.with_structured_output(Order).invoke("Where is order 42?")
+    assert result.eta_days == 1
+    spans = tel.spans()
+    assert [s.name for s in spans if s.name.startswith("chat ")] == ["chat gpt-4o-mini"]
+    (assembly,) = [s for s in spans if s.name == S.SPAN_ASSEMBLY]
+    assert assembly.attributes[S.ASSEMBLY_BLOCK_COUNT] == 1
