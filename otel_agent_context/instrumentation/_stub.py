@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -30,8 +31,11 @@ from typing import Any
 __all__ = ["StubServer", "stub_tokens"]
 
 #: Context windows the stub enforces (tokens); other models get 128k.
-WINDOWS = {"gpt-4": 8_192, "gpt-3.5-turbo": 16_385, "claude-3-haiku": 200_000}
+WINDOWS = {"gpt-4": 8_192, "gpt-4o": 128_000, "gpt-4o-mini": 128_000,
+           "gpt-3.5-turbo": 16_385, "claude-3-haiku": 200_000}
 DEFAULT_WINDOW = 128_000
+#: a dated snapshot of a model: ``gpt-4o-2024-08-06``, ``claude-3-haiku-20240307``
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 REPLY = "The order shipped yesterday and should arrive within three business days."
 
 
@@ -41,8 +45,10 @@ def stub_tokens(text: str) -> int:
 
 
 def _window(model: str) -> int:
-    best = max((k for k in WINDOWS if model.startswith(k)), key=len, default=None)
-    return WINDOWS[best] if best else DEFAULT_WINDOW
+    """The model's window: its own name, or the name of the model a dated snapshot is of;
+    never a mere prefix (``gpt-4`` is not ``gpt-4o-mini``)."""
+    window = WINDOWS.get(model) or WINDOWS.get(_SNAPSHOT.sub("", model))
+    return window or DEFAULT_WINDOW
 
 
 def _instance(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:

@@ -101,3 +101,34 @@ def test_langchain_structured_output_records_the_call(tel) -> None:
     assert [s.name for s in spans if s.name.startswith("chat ")] == ["chat gpt-4o-mini"]
     (assembly,) = [s for s in spans if s.name == S.SPAN_ASSEMBLY]
     assert assembly.attributes[S.ASSEMBLY_BLOCK_COUNT] == 1
+
+
+def test_the_stub_matches_models_by_name_not_by_prefix() -> None:
+    from otel_agent_context.instrumentation._stub import _window
+
+    assert _window("gpt-4") == 8_192
+    assert _window("gpt-4-0613") == 8_192  # a snapshot of gpt-4
+    assert _window("gpt-4o-mini") == 128_000  # not gpt-4's window: a prefix is no match
+    assert _window("gpt-4o-mini-2024-07-18") == 128_000
+    assert _window("claude-3-haiku-20240307") == 200_000
+
+
+@pytest.mark.parametrize(("argument", "api"), [
+    ("max_tokens", "chat"), ("max_completion_tokens", "chat"),
+    ("max_output_tokens", "responses")])
+def test_the_reserved_output_is_read_from_each_limit_argument(tel, argument, api) -> None:
+    # a mutation that stopped reading OpenAI's max_tokens once passed the whole suite
+    with StubServer() as stub:
+        client = openai.OpenAI(base_url=f"{stub.url}/v1", api_key="sk-test", max_retries=0)
+        if api == "chat":
+            client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES,
+                                           **{argument: 321})
+        else:
+            client.responses.create(model="gpt-4o-mini", input="Where?", **{argument: 321})
+    (bundle,) = tel.bundles()
+    (budget,) = bundle["context_budgets"]
+    assert budget["reserved_tokens"] == 321
+    assert budget["max_tokens"] == 128_000
+    output = [s for s in budget["window_segments"] if s["segment"] == "output"]
+    assert output == [{"segment": "output", "order": output[0]["order"],
+                       "reserved_tokens": 321}]
