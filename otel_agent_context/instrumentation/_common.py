@@ -228,6 +228,9 @@ class Outcome:
     #: Provider context-management edits applied to this request (Anthropic applied_edits).
     applied_edits: list[dict[str, Any]] = field(default_factory=list)
     output_messages: list[Any] | None = None
+    #: Provider attributes of the response the GenAI instrumentor records too (e.g.
+    #: ``openai.response.system_fingerprint``), so ours alone loses nothing.
+    attributes: dict[str, Any] = field(default_factory=dict)
 
 
 class Accumulator:
@@ -438,6 +441,13 @@ class Call:
             inv.thinking_tokens = out.reasoning_tokens
         if out.output_messages is not None and self.tel.genai_capture:
             inv.output_messages = mask_messages(out.output_messages)
+        span = inv.span
+        if out.attributes and span.is_recording():
+            span.set_attributes(out.attributes)
+        if out.compactions:  # the provider compacted the conversation in this very call
+            inv.conversation_compacted = True
+            if self.env is not None:
+                self.env.mark_compacted(span)
         budget, env, req = self.budget, self.env, self.req
         if budget is None or env is None or req is None:
             return

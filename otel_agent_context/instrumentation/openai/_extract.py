@@ -178,6 +178,9 @@ def chat_response(result: Any, capture: bool) -> Outcome:
     choices = _get(result, "choices") or ()
     out.finish_reasons = [str(_get(c, "finish_reason") or "error") for c in choices]
     _chat_usage(out, _get(result, "usage"))
+    fingerprint = _get(result, "system_fingerprint")
+    if isinstance(fingerprint, str) and fingerprint:
+        out.attributes["openai.response.system_fingerprint"] = fingerprint
     if capture:
         out.output_messages = [
             OutputMessage(role="assistant",
@@ -334,7 +337,8 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
 
 
 def responses_response(result: Any, capture: bool) -> Outcome:
-    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
+    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"),
+                  attributes={"openai.api.type": "responses"})
     status = _get(result, "status")
     reason = _get(_get(result, "incomplete_details"), "reason")
     out.finish_reasons = [_FINISH.get(str(reason or status), str(reason or status or "stop"))]
