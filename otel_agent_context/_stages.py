@@ -241,9 +241,15 @@ class Budget(_Stage):
 
     @_guard
     def overflowed(self, *, overflow_tokens: int | None = None,
-                   strategy: OverflowStrategy | str | None = None) -> None:
-        """Declare an overflow explicitly (e.g. the provider rejected the request)."""
+                   strategy: OverflowStrategy | str | None = None,
+                   max_tokens: int | None = None) -> None:
+        """Declare an overflow explicitly (e.g. the provider rejected the request).
+        ``max_tokens``: the limit the provider stated, when it differs from the one the
+        budget started with (it then replaces it)."""
         strat = _enum(OverflowStrategy, strategy)
+        if max_tokens is not None and max_tokens > 0:
+            self._max_tokens = max_tokens
+            self._actual[S.BUDGET_MAX_TOKENS] = max_tokens
         self._actual[S.BUDGET_OVERFLOW] = True
         _put(self._actual, S.BUDGET_OVERFLOW_TOKENS, overflow_tokens)
         if strat is not None:

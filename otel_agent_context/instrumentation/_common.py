@@ -250,6 +250,14 @@ class Accumulator:
         return self.outcome
 
 
+def stated_limit(message: str) -> int | None:
+    """The window a provider's context-length error states ("maximum context length is W
+    tokens", "N tokens > W maximum"), or None."""
+    m = re.search(r"maximum context length is (\d[\d,]*)", message) or re.search(
+        r"\d[\d,]*\s*tokens\s*>\s*(\d[\d,]*)\s*maximum", message)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
 def overflow_tokens_from(message: str) -> int | None:
     """Tokens over the limit, from a provider's context-length error message."""
     numbers = [int(n.replace(",", "")) for n in _NUMBERS.findall(message)]
@@ -513,8 +521,10 @@ class Call:
     def _end_stages(self, exc: BaseException | None) -> None:
         budget, env = self.budget, self.env
         if budget is not None and exc is not None and is_context_length_error(exc):
+            # the provider's stated limit wins over our table's (the API knows its model)
             budget.overflowed(overflow_tokens=overflow_tokens_from(str(exc)),
-                              strategy=OverflowStrategy.REJECT)
+                              strategy=OverflowStrategy.REJECT,
+                              max_tokens=stated_limit(str(exc)))
         if budget is not None:
             budget.stop()
         if env is not None and self.own_env:

@@ -132,3 +132,46 @@ def test_the_reserved_output_is_read_from_each_limit_argument(tel, argument, api
     output = [s for s in budget["window_segments"] if s["segment"] == "output"]
     assert output == [{"segment": "output", "order": output[0]["order"],
                        "reserved_tokens": 321}]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_context_length_error_states_the_limit_the_budget_keeps(provider) -> None:
+    # our table believes 128,000 tokens; the API (the stub) says 8,192 / 200,000: the API
+    # knows its model, so its limit is the budget's, and the overflow is measured against it
+    import anthropic
+
+    from otel_agent_context.instrumentation import register_model_window
+    from otel_agent_context.instrumentation._models import _found, _user
+    from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+
+    model, stated = ("gpt-4", 8_192) if provider == "openai" else ("claude-3-haiku", 200_000)
+    saved = dict(_user)
+    register_model_window(model, 1_000_000 if provider == "anthropic" else 128_000)
+    tel = CapturedTelemetry()
+    inst = (OpenAIContextInstrumentor() if provider == "openai"
+            else AnthropicContextInstrumentor())
+    inst.instrument(agent_context=tel.agent_context, tracer_provider=tel.tracer_provider)
+    long_text = "word " * (stated * 4 // 5 + 1000)
+    try:
+        with StubServer() as stub:
+            if provider == "openai":
+                client = openai.OpenAI(base_url=f"{stub.url}/v1", api_key="k", max_retries=0)
+                with pytest.raises(openai.BadRequestError):
+                    client.chat.completions.create(model=model, messages=[
+                        {"role": "user", "content": long_text}])
+            else:
+                client = anthropic.Anthropic(base_url=stub.url, api_key="k", max_retries=0)
+                with pytest.raises(anthropic.BadRequestError):
+                    client.messages.create(model=model, max_tokens=10, messages=[
+                        {"role": "user", "content": long_text}])
+        (bundle,) = tel.bundles()
+        (budget,) = bundle["context_budgets"]
+        assert budget["max_tokens"] == stated
+        assert budget["overflow"] is True and budget["overflow_tokens"] > 0
+        assert budget["overflow_strategy"] == "reject"
+    finally:
+        inst.uninstrument()
+        tel.shutdown()
+        _user.clear()
+        _user.update(saved)
+        _found.clear()
