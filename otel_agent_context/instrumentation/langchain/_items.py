@@ -24,6 +24,7 @@ __all__ = [
     "message_id",
     "message_kind",
     "message_text",
+    "message_tokens",
 ]
 
 #: Metadata keys that carry a relevance score, in the order the primary score is taken.
@@ -208,6 +209,16 @@ def message_text(message: Any) -> str:
     return ""
 
 
+def message_tokens(message: Any) -> int:
+    """Estimated tokens of a message as the model reads it: its text and the tool calls it
+    makes (an assistant message holding only tool calls is not 0 tokens)."""
+    text = message_text(message)
+    for call in getattr(message, "tool_calls", None) or ():
+        if isinstance(call, Mapping):
+            text += f"\n{call.get('name', '')}({json.dumps(call.get('args'), default=str)})"
+    return estimate_tokens(text)
+
+
 def message_id(message: Any) -> str:
     """The message's own id, else one derived from its type and text (stable across calls)."""
     native = getattr(message, "id", None)
@@ -231,6 +242,5 @@ def message_kind(message: Any) -> ContextKind:
 
 
 def message_item(message: Any) -> ContextItem:
-    text = message_text(message)
     return ContextItem(item_id=message_id(message), context_kind=message_kind(message),
-                       token_estimate=estimate_tokens(text))
+                       token_estimate=message_tokens(message))

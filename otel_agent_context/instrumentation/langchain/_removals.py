@@ -22,8 +22,7 @@ from typing import Any
 
 from ..._api import Envelope
 from ..._enums import OverflowStrategy
-from .._tokens import estimate_tokens
-from ._items import SUMMARY_SOURCE, message_id, message_text
+from ._items import SUMMARY_SOURCE, message_id, message_tokens
 from ._state import recording
 
 __all__ = ["input_messages", "record_removals"]
@@ -91,7 +90,7 @@ def record_removals(env: Envelope | None, before: Sequence[Any], outputs: Any,
     for i in removed_at:
         message = before[i]
         budget.truncated(item_id=message_id(message), strategy=strategy,
-                         tokens_before=estimate_tokens(message_text(message)), tokens_after=0)
-    budget.actual(tokens=sum(estimate_tokens(message_text(m)) for m in after),
+                         tokens_before=message_tokens(message), tokens_after=0)
+    budget.actual(tokens=sum(message_tokens(m) for m in after),
                   items=len(after))
     budget.stop(end_time=time.time_ns())

@@ -25,8 +25,7 @@ from typing import Any
 
 from ..._api import Envelope
 from ..._enums import OverflowStrategy
-from .._tokens import estimate_tokens
-from ._items import message_id, message_text
+from ._items import message_id, message_text, message_tokens
 from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
 
 __all__ = ["TRIM_MODULE", "wrap_trim"]
@@ -105,7 +104,7 @@ def _record(env: Envelope | None, strategy: str, start: int, messages: Sequence[
     mapped = _strategy(strategy, messages, result, include_system)
 
     def estimate(ms: Sequence[Any]) -> int:
-        return sum(estimate_tokens(message_text(m)) for m in ms)
+        return sum(message_tokens(m) for m in ms)
 
     tokens: Callable[[Sequence[Any]], int] = estimate  # per message: never the app's counter
     if by_items:

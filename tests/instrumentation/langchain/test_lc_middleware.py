@@ -106,3 +106,21 @@ def test_a_named_chain_names_the_agent_and_a_default_name_does_not(tel) -> None:
                            key=lambda s: s.start_time)
     assert S.GEN_AI_AGENT_NAME not in first.attributes
     assert second.attributes[S.GEN_AI_AGENT_NAME] == "triage_agent"
+
+
+def test_a_message_holding_only_tool_calls_is_not_zero_tokens(tel) -> None:
+    from langchain_core.messages import ToolMessage
+
+    @before_model
+    def drop_tool_exchange(state, runtime):
+        return {"messages": [RemoveMessage(id="call-ai"), RemoveMessage(id="call-result")]}
+
+    history = [HumanMessage("Where is order 42?", id="q"),
+               AIMessage("", id="call-ai", tool_calls=[
+                   {"id": "c1", "name": "lookup_order", "args": {"order_id": 42}}]),
+               ToolMessage("shipped", tool_call_id="c1", id="call-result"),
+               HumanMessage("Thanks, and when?", id="q2")]
+    _agent(drop_tool_exchange).invoke({"messages": history})
+    budget = one(tel, "context.budget")
+    before = {a[S.ITEM_ID]: a[S.TRUNCATION_TOKENS_BEFORE] for _, a in events(budget)}
+    assert before["call-ai"] > 0  # its tool call is what the model reads
