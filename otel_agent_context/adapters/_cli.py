@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from .._api import AgentContext
 from ..exceptions import ConfigError
@@ -87,7 +87,32 @@ def _check(args: argparse.Namespace) -> tuple[Path, Path | None, Path | None]:
     return session, out, state
 
 
-def _otlp_processor() -> SpanProcessor:
+class _Reporting(SpanExporter):
+    """The OTLP exporter, counting the batches it could not deliver (``watch`` exits
+    non-zero, saying where it could not send, rather than losing envelopes quietly)."""
+
+    def __init__(self, exporter: SpanExporter, endpoint: str) -> None:
+        self.exporter = exporter
+        self.endpoint = endpoint
+        self.failed = 0
+        self.sent = 0
+
+    def export(self, spans: Any) -> SpanExportResult:
+        result = self.exporter.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self.sent += 1
+        else:
+            self.failed += 1
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.exporter.force_flush(timeout_millis))
+
+
+def _otlp_processor() -> tuple[SpanProcessor, _Reporting]:
     protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                 or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip()
     exporter: Any
@@ -102,7 +127,11 @@ def _otlp_processor() -> SpanProcessor:
     else:
         raise ConfigError("OTEL_EXPORTER_OTLP_PROTOCOL",
                           f"expected grpc or http/protobuf, got {protocol!r}")
-    return BatchSpanProcessor(exporter)
+    endpoint = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                or ("localhost:4317" if protocol == "grpc" else "localhost:4318"))
+    reporting = _Reporting(exporter, endpoint)
+    return BatchSpanProcessor(reporting), reporting
 
 
 def _load_state(path: Path | None) -> dict[str, Any] | None:
@@ -139,9 +168,12 @@ def _configure_logging() -> None:
 def _watch(args: argparse.Namespace) -> int:
     try:
         session, out, state_path = _check(args)
-        processor = (BundleSpanProcessor(path=out, envelope_timeout=5.0,
-                                         orphan_timeout=5.0) if out is not None
-                     else _otlp_processor())
+        reporting: _Reporting | None = None
+        if out is not None:
+            processor: SpanProcessor = BundleSpanProcessor(path=out, envelope_timeout=5.0,
+                                                           orphan_timeout=5.0)
+        else:
+            processor, reporting = _otlp_processor()
     except ConfigError as exc:
         print(f"watch: {exc}", file=sys.stderr)
         return 2
@@ -157,10 +189,27 @@ def _watch(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     try:
+        if not args.once and reporting is not None:
+            # fail fast: the first build goes out at once, and if nothing can take it, say
+            # so and stop instead of following the folder into the void
+            watcher.poll()
+            provider.force_flush()
+            if reporting.failed and not reporting.sent:
+                return _unreachable(reporting)
         watcher.run(interval=args.interval, stop=stop, max_polls=1 if args.once else None)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _save_state(state_path, watcher.state())
         provider.shutdown()  # flushes the exporter / the bundle file
+    if reporting is not None and reporting.failed:
+        return _unreachable(reporting)
     return 0
+
+
+def _unreachable(reporting: _Reporting) -> int:
+    print(f"watch: could not send {reporting.failed} batch(es) of spans to the OTLP "
+          f"endpoint {reporting.endpoint} (is a collector or `otel-agent-context serve` "
+          "listening there? set OTEL_EXPORTER_OTLP_ENDPOINT, or use --out FILE)",
+          file=sys.stderr)
+    return 1

@@ -255,3 +255,17 @@ def test_watch_once_sends_otlp_to_the_configured_endpoint(session: Path) -> None
     assert sorted(s.name for s in spans) == sorted(
         ["context.envelope", "context.surface", "context.selection", "context.budget",
          "context.assembly"] + ["context.compaction"] * 4)
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["once", "following"])
+def test_watch_fails_fast_when_its_exporter_reaches_nothing(session: Path, once: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",  # discard: nobody there
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "otel_agent_context", "watch",
+                           *(["--once"] if once else []), str(session)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "could not send" in proc.stderr and "127.0.0.1:9" in proc.stderr
+    assert time.monotonic() - started < 30  # it stops by itself, following or not
