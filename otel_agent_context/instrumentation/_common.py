@@ -24,6 +24,7 @@ pass through unchanged (the same object).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -60,7 +61,9 @@ __all__ = [
     "Request",
     "async_wrapper",
     "guarded",
+    "distinct_ids",
     "is_context_length_error",
+    "known_message_id",
     "make_block",
     "make_item",
     "overflow_tokens_from",
@@ -123,6 +126,34 @@ def short_digest(*parts: str) -> str:
     """12 hex characters naming a message by its content (stable across turns; keyed, so
     the id does not reveal a guessable text)."""
     return _short_digest(*parts)
+
+
+#: Message ids a framework gave the messages of the model call under way, by (role, text),
+#: in order: a block takes its message's own id (the one the framework's truncation and
+#: compaction records use) instead of a content digest. Set by the LangChain handler.
+KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[str]] | None] = \
+    contextvars.ContextVar("otel_agent_context.known_messages", default=None)
+
+
+def known_message_id(role: str, text: str) -> str | None:
+    """The framework's id of the next message with this role and text, if one was given."""
+    known = KNOWN_MESSAGES.get()
+    if not known:
+        return None
+    ids = known.get((role, text))
+    return ids.pop(0) if ids else None
+
+
+def distinct_ids(blocks: Sequence[Block]) -> None:
+    """Two blocks never share an item id: a repeat of a message (the same text again, later
+    in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls."""
+    seen: dict[str, int] = {}
+    for block in blocks:
+        count = seen.get(block.item_id, 0) + 1
+        seen[block.item_id] = count
+        if count > 1:
+            block.item_id = f"{block.item_id}#{count}"
+            block._item = None
 
 
 @dataclass(slots=True)
@@ -360,6 +391,7 @@ class Call:
         budget = env.budget(max_tokens=self.window, reserved_tokens=req.reserved_output,
                             overflow_strategy=req.overflow_strategy)
         self.budget = budget
+        distinct_ids(req.blocks)
         used: dict[str, int] = {}
         for b in req.blocks:
             used[b.segment] = used.get(b.segment, 0) + b.tokens

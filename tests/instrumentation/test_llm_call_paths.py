@@ -175,3 +175,51 @@ def test_a_context_length_error_states_the_limit_the_budget_keeps(provider) -> N
         _user.clear()
         _user.update(saved)
         _found.clear()
+
+
+def _block_ids(tel: CapturedTelemetry) -> list[str]:
+    return [e.attributes[S.ITEM_ID] for s in tel.spans() if s.name == S.SPAN_ASSEMBLY
+            for e in s.events if e.name == S.EVENT_ASSEMBLY_BLOCK]
+
+
+def test_a_repeated_message_is_a_block_of_its_own(tel) -> None:
+    with StubServer() as stub:
+        client = openai.OpenAI(base_url=f"{stub.url}/v1", api_key="sk-test", max_retries=0)
+        client.chat.completions.create(model="gpt-4o-mini", messages=[
+            {"role": "user", "content": "yes"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "yes"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "yes"}])
+    ids = _block_ids(tel)
+    assert len(ids) == len(set(ids)) == 5
+    assert ids[2] == ids[0] + "#2" and ids[4] == ids[0] + "#3"
+    (bundle,) = tel.bundles()
+    assert len(bundle["context_items"]) == 5  # never two blocks' items under one id
+
+
+def test_langchain_messages_keep_their_own_ids_in_the_assembly(tel) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, trim_messages
+    from langchain_openai import ChatOpenAI
+
+    from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
+
+    history = [SystemMessage("You track orders.", id="sys"),
+               HumanMessage("Where is order 42?", id="h1"), AIMessage("It shipped.", id="a1"),
+               HumanMessage("When will it arrive?", id="h2")]
+    inst = LangChainContextInstrumentor()
+    inst.instrument(agent_context=tel.agent_context)
+    try:
+        with StubServer() as stub:
+            model = ChatOpenAI(model="gpt-4o-mini", base_url=f"{stub.url}/v1",
+                               api_key="sk-test", max_retries=0)
+            trimmer = trim_messages(max_tokens=3, token_counter=len, strategy="last",
+                                    include_system=True)
+            (trimmer | model).invoke(history)
+    finally:
+        inst.uninstrument()
+    (bundle,) = tel.bundles()
+    (assembly,) = bundle["context_assemblies"]
+    truncated = [t["item_id"] for b in bundle["context_budgets"]
+                 for t in b.get("truncation_records", ())]
+    blocks = [b["item_id"] for b in assembly["ordered_blocks"]]
+    assert blocks == ["sys", "a1", "h2"]  # the framework's ids, as in the truncation
+    assert truncated == ["h1"]

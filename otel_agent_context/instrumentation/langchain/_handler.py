@@ -37,6 +37,8 @@ from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
+from .._common import KNOWN_MESSAGES
+from ._items import message_text
 from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
@@ -74,6 +76,25 @@ def _agent_name(name: str | None) -> str | None:
     """The run's name as the agent's, unless it is only the class's default (then the
     envelope has no agent name rather than a misleading one)."""
     return None if name in _DEFAULT_NAMES else name
+
+
+#: LangChain message type -> the role a client API sends it as
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+          "developer": "developer"}
+
+
+def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
+    """(role, text) -> the messages' own ids, in order, for a chat model run's input (one
+    message list: LangChain batches are lists of lists)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    if not isinstance(messages, list) or len(messages) != 1:
+        return out
+    for message in messages[0]:
+        native = getattr(message, "id", None)
+        role = _ROLES.get(getattr(message, "type", ""))
+        if isinstance(native, str) and native and role:
+            out.setdefault((role, message_text(message)), []).append(native)
+    return out
 
 
 def _name(serialized: Any, kwargs: Mapping[str, Any]) -> str | None:
@@ -114,6 +135,8 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._retrievals: dict[UUID, Retrieval] = {}
         #: node run -> (the state's messages it started with, its start time)
         self._inputs: dict[UUID, tuple[list[Any], int]] = {}
+        #: model run -> the token of its known message ids (reset when it ends)
+        self._known: dict[UUID, contextvars.Token[Any]] = {}
 
     @property
     def raise_error(self) -> bool:  # type: ignore[override]
@@ -216,6 +239,15 @@ class ContextCallbackHandler(BaseCallbackHandler):
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, parent_run_id, opens=True, metadata=metadata,
                     model=_model(metadata, kwargs))
+        known = _message_ids(messages)
+        if known:  # the client call below names its blocks by these ids
+            self._known[run_id] = KNOWN_MESSAGES.set(known)
+
+    def _forget_messages(self, run_id: UUID) -> None:
+        token = self._known.pop(run_id, None)
+        if token is not None:
+            with contextlib.suppress(ValueError):  # ended in another context
+                KNOWN_MESSAGES.reset(token)
 
     @guarded
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID,
@@ -226,10 +258,12 @@ class ContextCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._forget_messages(run_id)
         self._end(run_id, None)
 
     @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._forget_messages(run_id)
         self._end(run_id, error)
 
     # -- retrievers ----------------------------------------------------------------------

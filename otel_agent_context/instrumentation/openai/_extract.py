@@ -22,6 +22,7 @@ from .._common import (
     Block,
     Outcome,
     Request,
+    known_message_id,
     make_block,
     short_digest,
 )
@@ -150,7 +151,8 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
             kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
         call_id = _get(m, "tool_call_id") if role == "tool" else None
         item_id = (f"tool_result:{call_id}" if call_id
-                   else f"{role}:{short_digest(str(role), full)}")
+                   else known_message_id(str(role), text)
+                   or f"{role}:{short_digest(str(role), full)}")
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
                                      tool_call_id=call_id))
         if capture:
