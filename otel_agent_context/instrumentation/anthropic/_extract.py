@@ -21,6 +21,7 @@ from .._common import (
     Block,
     Outcome,
     Request,
+    known_message_id,
     make_block,
     short_digest,
 )
@@ -131,8 +132,9 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
                           SEG_HISTORY, content_mode="summary", cache_breakpoint=breakpoint_)
     kind = (_K_USER_MESSAGE if role == "user" and latest_user
             else _K_SESSION_HISTORY)
-    return make_block(f"{role}:{short_digest(role, text)}", kind, text, capture, _HISTORY,
-                      SEG_HISTORY, cache_breakpoint=breakpoint_)
+    item_id = known_message_id(role, text) or f"{role}:{short_digest(role, text)}"
+    return make_block(item_id, kind, text, capture, _HISTORY, SEG_HISTORY,
+                      cache_breakpoint=breakpoint_)
 
 
 def _genai_part(block: Any) -> Any:
