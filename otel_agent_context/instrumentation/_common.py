@@ -500,6 +500,9 @@ class Call:
                 and out.input_tokens < estimated):
             budget.truncated(segment=SEG_HISTORY, strategy=OverflowStrategy.TRUNCATE_MIDDLE,
                              tokens_before=estimated, tokens_after=out.input_tokens)
+            # the input before the cut did not fit: an overflow, as for any trimmer
+            budget.overflowed(overflow_tokens=estimated + (req.reserved_output or 0)
+                              - self.window, strategy=OverflowStrategy.TRUNCATE_MIDDLE)
         if out.compactions:
             self._provider_compaction(out)
         if out.applied_edits:

@@ -212,6 +212,9 @@ def test_responses_truncation_auto(alone, stub) -> None:
     assert cut[S.TRUNCATION_STRATEGY] == "truncate_middle"
     assert cut[S.TRUNCATION_TOKENS_BEFORE] == 12 * estimate_tokens("x" * 4000)
     assert cut[S.TRUNCATION_TOKENS_AFTER] == result.usage.input_tokens
+    # the input before the cut did not fit: an overflow, as trim_messages records one
+    assert b[S.BUDGET_OVERFLOW] is True
+    assert b[S.BUDGET_OVERFLOW_TOKENS] == 12 * estimate_tokens("x" * 4000) + 500 - 8_192
     metrics = alone.tel.metrics()
     assert metrics[S.METRIC_TRUNCATIONS][0][1] == 1
 
