@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from collections.abc import Collection
 from typing import Any
 
-import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
-from ..._failsafe import is_strict
+from .._lazy_patch import LazyPatches, internal_failure
 from ._handoff import filter_name, record_handoff
 
 __all__ = ["OpenAIAgentsContextInstrumentor"]
@@ -50,7 +48,6 @@ _instruments = ("openai-agents >= 0.24, < 1",)
 
 _MODULE = "agents.run"
 _HANDOFF_MODULE = "agents.run_internal.turn_resolution"
-_MARK = "_self_otel_agent_context"
 
 
 class _State:
@@ -59,17 +56,10 @@ class _State:
 
 
 _STATE = _State()
-#: modules a post-import hook is registered for (once per process)
-_HOOKED: set[str] = set()
-#: (owner, attribute) pairs wrapped, whichever instrumentor instance wrapped them
-_APPLIED: list[tuple[Any, str]] = []
 
 
 def _internal_failure(what: str) -> None:
-    if is_strict():
-        raise
-    _log.warning("otel_agent_context: OpenAI Agents %s failed; its context telemetry is lost",
-                 what, exc_info=True)
+    internal_failure("OpenAI Agents", what)
 
 
 def _conversation(kwargs: dict[str, Any]) -> str | None:
@@ -169,29 +159,18 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
     return result
 
 
-def _on_import(module: Any) -> None:
-    if _STATE.ctx is not None:
-        _apply(module)
+def _module(module: Any) -> Any:
+    return module
 
-def _apply(module: Any) -> None:
-    if module.__name__ == _HANDOFF_MODULE:
-        targets: tuple[tuple[Any, str, Any], ...] = (
-            (module, "execute_handoffs", _wrap_handoff),)
-    else:
-        runner = getattr(module, "AgentRunner", None)
-        targets = ((runner, "run", _wrap_run), (runner, "run_streamed", _wrap_run_streamed))
-    for owner, attr, wrapper in targets:
-        original = vars(owner).get(attr) if owner is not None else None
-        if original is None:
-            _log.warning("otel_agent_context: %s has no %s; not instrumented",
-                         module.__name__, attr)
-            continue
-        if getattr(original, _MARK, False):
-            continue
-        proxy = wrapt.FunctionWrapper(original, wrapper)
-        setattr(proxy, _MARK, True)
-        setattr(owner, attr, proxy)
-        _APPLIED.append((owner, attr))
+
+def _runner(module: Any) -> Any:
+    return getattr(module, "AgentRunner", None)
+
+
+_PATCHES = LazyPatches({
+    _MODULE: [(_runner, "run", _wrap_run), (_runner, "run_streamed", _wrap_run_streamed)],
+    _HANDOFF_MODULE: [(_module, "execute_handoffs", _wrap_handoff)],
+}, lambda: _STATE.ctx is not None)
 
 
 class OpenAIAgentsContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -210,18 +189,8 @@ class OpenAIAgentsContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             key: kwargs.get(key) for key in ("tracer_provider", "meter_provider",
                                              "capture_content")}
         _STATE.ctx = given if isinstance(given, AgentContext) else AgentContext(**options)
-        for name in (_MODULE, _HANDOFF_MODULE):
-            module = sys.modules.get(name)
-            if module is not None:
-                _apply(module)
-            elif name not in _HOOKED:
-                _HOOKED.add(name)
-                wrapt.register_post_import_hook(_on_import, name)
+        _PATCHES.apply_all()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         _STATE.ctx = None
-        while _APPLIED:
-            owner, attr = _APPLIED.pop()
-            current = vars(owner).get(attr)
-            if current is not None and getattr(current, _MARK, False):
-                setattr(owner, attr, current.__wrapped__)
+        _PATCHES.remove_all()
