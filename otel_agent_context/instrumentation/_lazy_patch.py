@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import wrapt
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .._failsafe import is_strict
 
-__all__ = ["LazyPatches", "internal_failure"]
+__all__ = ["LazyInstrumentor", "LazyPatches", "Switch", "internal_failure"]
 
 _log = logging.getLogger("otel_agent_context")
 _MARK = "_self_otel_agent_context"
@@ -74,3 +75,40 @@ class LazyPatches:
             current = vars(owner).get(attr)
             if current is not None and getattr(current, _MARK, False):
                 setattr(owner, attr, current.__wrapped__)
+
+
+class Switch:
+    """The AgentContext a framework's hooks record into; None while uninstrumented."""
+
+    def __init__(self) -> None:
+        self.ctx: Any = None
+
+    def on(self) -> bool:
+        return self.ctx is not None
+
+
+class LazyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """A framework instrumentor whose hooks are :class:`LazyPatches` reading a
+    :class:`Switch`. ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and
+    ``capture_content``, or a ready ``agent_context`` instead."""
+
+    _instruments: tuple[str, ...] = ()
+    _switch: Switch
+    _patches: LazyPatches
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return self._instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        from .._api import AgentContext
+
+        given = kwargs.get("agent_context")
+        options: dict[str, Any] = {
+            key: kwargs.get(key) for key in ("tracer_provider", "meter_provider",
+                                             "capture_content")}
+        self._switch.ctx = given if isinstance(given, AgentContext) else AgentContext(**options)
+        self._patches.apply_all()
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        self._switch.ctx = None
+        self._patches.remove_all()

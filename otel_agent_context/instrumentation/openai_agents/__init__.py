@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-
-from ..._api import AgentContext, Envelope, current_envelope
+from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
-from .._lazy_patch import LazyPatches, internal_failure
+from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
 from ._handoff import filter_name, record_handoff
 
 __all__ = ["OpenAIAgentsContextInstrumentor"]
@@ -50,12 +47,7 @@ _MODULE = "agents.run"
 _HANDOFF_MODULE = "agents.run_internal.turn_resolution"
 
 
-class _State:
-    def __init__(self) -> None:
-        self.ctx: AgentContext | None = None
-
-
-_STATE = _State()
+_STATE = Switch()
 
 
 def _internal_failure(what: str) -> None:
@@ -170,27 +162,16 @@ def _runner(module: Any) -> Any:
 _PATCHES = LazyPatches({
     _MODULE: [(_runner, "run", _wrap_run), (_runner, "run_streamed", _wrap_run_streamed)],
     _HANDOFF_MODULE: [(_module, "execute_handoffs", _wrap_handoff)],
-}, lambda: _STATE.ctx is not None)
+}, _STATE.on)
 
 
-class OpenAIAgentsContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class OpenAIAgentsContextInstrumentor(LazyInstrumentor):
     """Records each OpenAI Agents SDK run as an envelope (see the module doc).
 
     ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and
     ``capture_content``, or a ready ``agent_context`` instead.
     """
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
-
-    def _instrument(self, **kwargs: Any) -> None:
-        given = kwargs.get("agent_context")
-        options: dict[str, Any] = {
-            key: kwargs.get(key) for key in ("tracer_provider", "meter_provider",
-                                             "capture_content")}
-        _STATE.ctx = given if isinstance(given, AgentContext) else AgentContext(**options)
-        _PATCHES.apply_all()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _STATE.ctx = None
-        _PATCHES.remove_all()
+    _instruments = _instruments
+    _switch = _STATE
+    _patches = _PATCHES

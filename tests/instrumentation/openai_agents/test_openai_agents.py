@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import agents_app
 import pytest
+from framework_helpers import framework_on
 from stub_server import REPLY, StubServer
 
 from otel_agent_context.instrumentation.openai_agents import OpenAIAgentsContextInstrumentor
@@ -25,15 +25,8 @@ def _run(tmp_path: Path, name: str) -> tuple[list[str], list[tuple[str, dict[str
         return outputs, stub.requests
 
 
-@contextmanager
-def _agents_on(setup: Any) -> Iterator[CapturedTelemetry]:
-    """The conftest's OpenAI instrumentor (a ``Setup``) plus ours for the Agents SDK."""
-    inst = OpenAIAgentsContextInstrumentor()
-    inst.instrument(agent_context=setup.tel.agent_context)
-    try:
-        yield setup.tel
-    finally:
-        inst.uninstrument()
+def _agents_on(setup: Any) -> Any:
+    return framework_on(OpenAIAgentsContextInstrumentor(), setup)
 
 
 @pytest.fixture
