@@ -105,6 +105,23 @@ def _text_of(content: Any) -> str:
     return json.dumps(content)
 
 
+def _requested_call(items: list[Any], tools: Any) -> tuple[str, str] | None:
+    """The function call the last user message asks for (``[call:NAME {args}]``), if NAME
+    is one of the request's function tools."""
+    if not items or not isinstance(tools, list):
+        return None
+    last = items[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    match = _CALL.search(_text_of(last.get("content")))
+    if match is None:
+        return None
+    names = {t.get("name") for t in tools if isinstance(t, dict)}
+    if match.group(1) not in names:
+        return None
+    return match.group(1), match.group(2) or "{}"
+
+
 class _State:
     def __init__(self) -> None:
         self.ids = itertools.count(1)
@@ -514,20 +531,3 @@ def main() -> None:  # pragma: no cover - manual use and the benchmark
 
 if __name__ == "__main__":  # pragma: no cover
     main()
-
-
-def _requested_call(items: list[Any], tools: Any) -> tuple[str, str] | None:
-    """The function call the last user message asks for (``[call:NAME {args}]``), if NAME
-    is one of the request's function tools."""
-    if not items or not isinstance(tools, list):
-        return None
-    last = items[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        return None
-    match = _CALL.search(_text_of(last.get("content")))
-    if match is None:
-        return None
-    names = {t.get("name") for t in tools if isinstance(t, dict)}
-    if match.group(1) not in names:
-        return None
-    return match.group(1), match.group(2) or "{}"
