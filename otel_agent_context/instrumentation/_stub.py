@@ -12,6 +12,9 @@ Serves on loopback only and never calls out. It speaks just enough of each API f
   (``cache_control`` breakpoints: written once, read after), ``context_management`` edits
   (``clear_tool_uses_20250919``) reported as ``applied_edits``, and the ``prompt is too long``
   400.
+- Tool calls on request: a Responses API request with ``tools`` whose last input item is a
+  user message containing ``[call:NAME {json arguments}]`` (NAME one of its function tools)
+  is answered with that ``function_call`` instead of text (for agent frameworks' tests).
 
 Deterministic: token counts are characters / 4 (rounded up) plus a little per message, the
 reply is a fixed sentence, ids count up. Start with ``with StubServer() as stub:``; the
@@ -36,6 +39,7 @@ WINDOWS = {"gpt-4": 8_192, "gpt-4o": 128_000, "gpt-4o-mini": 128_000,
 DEFAULT_WINDOW = 128_000
 #: a dated snapshot of a model: ``gpt-4o-2024-08-06``, ``claude-3-haiku-20240307``
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
+_CALL = re.compile(r"\[call:([\w-]+)(?: (\{.*?\}))?\]")
 REPLY = "The order shipped yesterday and should arrive within three business days."
 
 
@@ -99,6 +103,23 @@ def _text_of(content: Any) -> str:
                 return value if isinstance(value, str) else _text_of(value)
         return ""
     return json.dumps(content)
+
+
+def _requested_call(items: list[Any], tools: Any) -> tuple[str, str] | None:
+    """The function call the last user message asks for (``[call:NAME {args}]``), if NAME
+    is one of the request's function tools."""
+    if not items or not isinstance(tools, list):
+        return None
+    last = items[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    match = _CALL.search(_text_of(last.get("content")))
+    if match is None:
+        return None
+    names = {t.get("name") for t in tools if isinstance(t, dict)}
+    if match.group(1) not in names:
+        return None
+    return match.group(1), match.group(2) or "{}"
 
 
 class _State:
@@ -265,6 +286,12 @@ class _Handler(BaseHTTPRequestHandler):
         message = {"type": "message", "id": msg_id, "status": "completed", "role": "assistant",
                    "content": [{"type": "output_text", "text": text, "annotations": [],
                                 "logprobs": []}]}
+        call = _requested_call(items, body.get("tools"))
+        if call is not None:
+            name, arguments = call
+            message = {"type": "function_call", "id": state.new_id("fc"),
+                       "call_id": state.new_id("call"), "name": name,
+                       "arguments": arguments, "status": "completed"}
         output.append(message)
         usage = {"input_tokens": prompt, "output_tokens": completion,
                  "total_tokens": prompt + completion,
@@ -291,7 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
             ("response.created", {"type": "response.created", "sequence_number": next(seq),
                                   "response": started})]
         index = 0
-        for item in output[:-1]:  # compaction items come whole
+        whole = output if call is not None else output[:-1]
+        for item in whole:  # compaction items and function calls come whole
             events.append(("response.output_item.added", {
                 "type": "response.output_item.added", "sequence_number": next(seq),
                 "output_index": index, "item": item}))
@@ -299,6 +327,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "type": "response.output_item.done", "sequence_number": next(seq),
                 "output_index": index, "item": item}))
             index += 1
+        if call is not None:
+            events.append(("response.completed", {"type": "response.completed",
+                                                  "sequence_number": next(seq),
+                                                  "response": response}))
+            self._sse(events)
+            return
         empty = {**message, "status": "in_progress", "content": []}
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         events.append(("response.output_item.added", {

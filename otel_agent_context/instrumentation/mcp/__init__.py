@@ -1,0 +1,173 @@
+"""Context instrumentation for MCP client sessions (the ``mcp`` Python SDK, 2.x).
+
+    from otel_agent_context.instrumentation.mcp import MCPContextInstrumentor
+
+    MCPContextInstrumentor().instrument()
+
+or ``opentelemetry-instrument python app.py`` (entry point ``agent_context_mcp``).
+
+What it records: each ``ClientSession.read_resource`` and ``ClientSession.get_prompt`` is a
+``context.surface`` in the current envelope (or an implicit ``turn`` envelope around the
+call), one item per resource content or prompt message:
+
+* a resource content: kind ``external_resource``, its MIME type, the digest of its text
+  (keyed, as every digest), its source ref ``mcp.resource.uri`` and the server's name as
+  ``context.source.native.mcp.server_id``; item id ``mcp_resource:<short digest of
+  server and uri>`` (one id per resource, the digest telling versions apart);
+* a prompt message: kind ``user_message`` (or ``session_history`` for the assistant's), the
+  prompt's name as ``context.source.native.mcp.prompt_name``; an embedded resource in a
+  message is content mode ``embedded_resource`` with its ``mcp.resource.uri``, a resource
+  link ``resource_link``.
+
+Content (the text) only under content capture. Not recorded: the JSON-RPC request id and
+``mcp.session.id`` (the client session API exposes neither over stdio), tool results.
+Linking a model call's block to the MCP item whose text it carries is left to the
+assembly's source refs: the item id and digest recorded here are that hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._api import current_envelope
+from ..._attributes import digest_text
+from ..._digest import short_digest
+from ..._enums import ContentMode, ContextKind, Scope
+from ..._records import ContextItem, ContextSourceRef
+from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
+
+__all__ = ["MCPContextInstrumentor"]
+
+_instruments = ("mcp >= 2, < 3",)
+_MODULE = "mcp.client.session"
+
+
+_STATE = Switch()
+
+
+def _server(session: Any) -> str | None:
+    try:
+        info = session.server_info
+    except Exception:
+        return None
+    name = getattr(info, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def _source(uri: str | None, server: str | None, prompt: str | None = None
+            ) -> ContextSourceRef:
+    native: dict[str, str] = {}
+    if uri:
+        native["mcp.resource_uri"] = uri
+    if server:
+        native["mcp.server_id"] = server
+    if prompt:
+        native["mcp.prompt_name"] = prompt
+    return ContextSourceRef(uri=uri, source_kind="mcp_resource" if uri else "mcp_prompt",
+                            external_mappings=native)
+
+
+def _resource_item(content: Any, server: str | None, prompt: str | None = None,
+                   mode: ContentMode | None = None) -> ContextItem:
+    uri = str(getattr(content, "uri", "") or "")
+    text = getattr(content, "text", None)
+    if not isinstance(text, str):
+        text = getattr(content, "blob", None)  # base64 of a binary resource
+    mime = getattr(content, "mime_type", None)
+    return ContextItem(
+        item_id="mcp_resource:" + short_digest(server or "", uri),
+        context_kind=ContextKind.EXTERNAL_RESOURCE, content_mode=mode,
+        content=text if isinstance(text, str) else None,
+        digest=digest_text(text) if isinstance(text, str) else None,
+        mime_type=mime if isinstance(mime, str) else None,
+        source_refs=[_source(uri, server, prompt)])
+
+
+def _prompt_items(result: Any, name: str, server: str | None) -> list[ContextItem]:
+    items = []
+    for index, message in enumerate(getattr(result, "messages", None) or ()):
+        content = getattr(message, "content", None)
+        ctype = getattr(content, "type", None)
+        if ctype == "resource":  # an embedded resource: the resource, carried by the prompt
+            items.append(_resource_item(getattr(content, "resource", None), server, name,
+                                        ContentMode.EMBEDDED_RESOURCE))
+            continue
+        if ctype == "resource_link":
+            uri = str(getattr(content, "uri", ""))
+            items.append(ContextItem(
+                item_id="mcp_resource:" + short_digest(server or "", uri),
+                context_kind=ContextKind.EXTERNAL_RESOURCE,
+                content_mode=ContentMode.RESOURCE_LINK,
+                source_refs=[_source(uri, server, name)]))
+            continue
+        text = getattr(content, "text", None)
+        role = getattr(message, "role", None)
+        items.append(ContextItem(
+            item_id=f"mcp_prompt:{short_digest(server or '', name)}:{index}",
+            context_kind=ContextKind.USER_MESSAGE if role == "user"
+            else ContextKind.SESSION_HISTORY,
+            content=text if isinstance(text, str) else None,
+            digest=digest_text(text) if isinstance(text, str) else None,
+            source_refs=[_source(None, server, name)]))
+    return items
+
+
+def _record(items: list[ContextItem]) -> None:
+    ctx = _STATE.ctx
+    if ctx is None or not items:
+        return
+    env = current_envelope()
+    if env is not None:
+        with env.surface() as surface:
+            for item in items:
+                surface.add(item)
+        return
+    with ctx.envelope(scope=Scope.TURN) as implicit, implicit.surface() as surface:
+        for item in items:
+            surface.add(item)
+
+
+async def _wrap_read_resource(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                              kwargs: dict[str, Any]) -> Any:
+    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is not None:
+        try:
+            server = _server(instance)
+            _record([_resource_item(c, server) for c in getattr(result, "contents", None) or ()])
+        except Exception:
+            internal_failure("MCP", "read_resource")
+    return result
+
+
+async def _wrap_get_prompt(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is not None:
+        try:
+            name = args[0] if args else kwargs.get("name")
+            _record(_prompt_items(result, str(name), _server(instance)))
+        except Exception:
+            internal_failure("MCP", "get_prompt")
+    return result
+
+
+def _session_class(module: Any) -> Any:
+    return getattr(module, "ClientSession", None)
+
+
+_PATCHES = LazyPatches({_MODULE: [
+    (_session_class, "read_resource", _wrap_read_resource),
+    (_session_class, "get_prompt", _wrap_get_prompt),
+]}, _STATE.on)
+
+
+class MCPContextInstrumentor(LazyInstrumentor):
+    """Records MCP resources read and prompts fetched as surface items (module doc).
+
+    ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and
+    ``capture_content``, or a ready ``agent_context`` instead.
+    """
+
+    _instruments = _instruments
+    _switch = _STATE
+    _patches = _PATCHES

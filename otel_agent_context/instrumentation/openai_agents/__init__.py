@@ -1,0 +1,177 @@
+"""Context instrumentation for the OpenAI Agents SDK (``openai-agents``).
+
+    from otel_agent_context.instrumentation.openai_agents import OpenAIAgentsContextInstrumentor
+
+    OpenAIAgentsContextInstrumentor().instrument()
+
+or ``opentelemetry-instrument python agent.py`` (entry point ``agent_context_openai_agents``).
+
+What it records: each ``Runner.run`` / ``Runner.run_sync`` / ``Runner.run_streamed`` is one
+envelope (scope ``turn``) with ``gen_ai.agent.name`` = the starting agent's name and
+``gen_ai.conversation.id`` = the session's ``session_id`` (or the run's ``conversation_id``).
+The envelope is current for the whole run, so the model calls the SDK makes (through the
+``openai`` client, recorded by the OpenAI context instrumentor) join it instead of opening
+one loose envelope each. A streamed run's envelope ends when its run loop task ends. An
+envelope the application already made current is joined, never doubled.
+
+Mechanism: ``AgentRunner.run`` and ``AgentRunner.run_streamed`` are wrapped when
+``agents.run`` is imported (a post-import hook), so instrumenting imports nothing;
+``run_sync`` goes through ``run``. The SDK's own tracing is left as configured (on,
+replaced, or disabled): nothing here depends on it.
+
+A handoff is an envelope of scope ``handoff`` (:mod:`._handoff`): the history that went
+across as selected items, what the handoff's ``input_filter`` removed as omitted items.
+Not yet recorded (see ``docs/frameworks.md``): guardrail tripwires, session history items
+with one identity across turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from ..._api import Envelope, current_envelope
+from ..._enums import Scope
+from ..._envelope import _RUN_ENVELOPE
+from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
+from ._handoff import filter_name, record_handoff
+
+__all__ = ["OpenAIAgentsContextInstrumentor"]
+
+_log = logging.getLogger("otel_agent_context")
+
+_instruments = ("openai-agents >= 0.24, < 1",)
+
+_MODULE = "agents.run"
+_HANDOFF_MODULE = "agents.run_internal.turn_resolution"
+
+
+_STATE = Switch()
+
+
+def _internal_failure(what: str) -> None:
+    internal_failure("OpenAI Agents", what)
+
+
+def _conversation(kwargs: dict[str, Any]) -> str | None:
+    session = kwargs.get("session")
+    sid = getattr(session, "session_id", None) if session is not None else None
+    if sid is None:
+        sid = kwargs.get("conversation_id")
+    return str(sid) if sid is not None else None
+
+
+def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
+    """A new run envelope, or None (instrumentation off, or an envelope already current)."""
+    ctx = _STATE.ctx
+    if ctx is None or current_envelope() is not None:
+        return None
+    try:
+        agent = args[0] if args else kwargs.get("starting_agent")
+        name = getattr(agent, "name", None)
+        model = getattr(agent, "model", None)
+        return ctx.envelope(scope=Scope.TURN,
+                            agent_name=name if isinstance(name, str) and name else None,
+                            conversation_id=_conversation(kwargs),
+                            model=model if isinstance(model, str) else None)
+    except Exception:
+        _internal_failure("run start")
+        return None
+
+
+def _close(env: Envelope, error: BaseException | None) -> None:
+    try:
+        if error is None:
+            env.stop()
+        else:
+            env.fail(error)
+    except Exception:
+        _internal_failure("run end")
+
+
+async def _wrap_run(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+    env = _open(args, kwargs)
+    if env is None:
+        return await wrapped(*args, **kwargs)
+    token = _RUN_ENVELOPE.set(env)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as error:
+        _close(env, error)
+        raise
+    finally:
+        with contextlib.suppress(ValueError):
+            _RUN_ENVELOPE.reset(token)
+    _close(env, None)
+    return result
+
+
+async def _wrap_handoff(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+    result = await wrapped(*args, **kwargs)
+    ctx = _STATE.ctx
+    if ctx is not None:
+        try:
+            record_handoff(ctx, kwargs, result, filter_name(kwargs))
+        except Exception:
+            _internal_failure("handoff")
+    return result
+
+
+def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> Any:
+    env = _open(args, kwargs)
+    if env is None:
+        return wrapped(*args, **kwargs)
+    # the run loop task copies this context when it is created: its model calls join
+    token = _RUN_ENVELOPE.set(env)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as error:
+        _close(env, error)
+        raise
+    finally:
+        _RUN_ENVELOPE.reset(token)
+    task = getattr(result, "run_loop_task", None)
+    if task is None:
+        _close(env, None)
+        return result
+
+    def _done(done: Any) -> None:
+        error = None if done.cancelled() else done.exception()
+        _close(env, error)
+
+    try:
+        task.add_done_callback(_done)
+    except Exception:
+        _internal_failure("streamed run")
+        _close(env, None)
+    return result
+
+
+def _module(module: Any) -> Any:
+    return module
+
+
+def _runner(module: Any) -> Any:
+    return getattr(module, "AgentRunner", None)
+
+
+_PATCHES = LazyPatches({
+    _MODULE: [(_runner, "run", _wrap_run), (_runner, "run_streamed", _wrap_run_streamed)],
+    _HANDOFF_MODULE: [(_module, "execute_handoffs", _wrap_handoff)],
+}, _STATE.on)
+
+
+class OpenAIAgentsContextInstrumentor(LazyInstrumentor):
+    """Records each OpenAI Agents SDK run as an envelope (see the module doc).
+
+    ``instrument()`` takes ``tracer_provider``, ``meter_provider`` and
+    ``capture_content``, or a ready ``agent_context`` instead.
+    """
+
+    _instruments = _instruments
+    _switch = _STATE
+    _patches = _PATCHES

@@ -1,0 +1,132 @@
+"""The OpenAI Agents SDK instrumentor on a real Agents SDK app (a tool, a handoff, a
+session, a streamed run; ``agents_app``) against the loopback stub's Responses API: one
+envelope per run with the agent's name and the session as conversation, the model calls
+inside it, the handoff as an envelope of scope ``handoff``, and the app unchanged."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import agents_app
+import pytest
+from framework_helpers import framework_on
+from stub_server import REPLY, StubServer
+
+from otel_agent_context.instrumentation.openai_agents import OpenAIAgentsContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+
+def _run(tmp_path: Path, name: str) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    with StubServer() as stub:
+        outputs = agents_app.run(stub.openai_base_url, str(tmp_path / f"{name}.db"))
+        return outputs, stub.requests
+
+
+def _agents_on(setup: Any) -> Any:
+    return framework_on(OpenAIAgentsContextInstrumentor(), setup)
+
+
+@pytest.fixture
+def tel(capture_setup: Any) -> Iterator[CapturedTelemetry]:
+    """Content capture off and on."""
+    with _agents_on(capture_setup) as tel:
+        yield tel
+
+
+def _envelopes(tel: CapturedTelemetry) -> list[dict[str, Any]]:
+    return [b["context_envelope"] for b in tel.bundles()]
+
+
+def test_runs_are_turn_envelopes_with_agent_session_and_handoff(
+        tel: CapturedTelemetry, tmp_path: Path) -> None:
+    outputs, requests = _run(tmp_path, "app")
+    assert outputs == [REPLY] * 3
+    assert [path for path, _ in requests] == ["/v1/responses"] * 6  # 2 model calls a run
+
+    envs = _envelopes(tel)
+    turns = [e for e in envs if e["scope"] == "turn"]
+    handoffs = [e for e in envs if e["scope"] == "handoff"]
+    assert len(envs) == 4 and len(turns) == 3 and len(handoffs) == 1  # no loose envelope
+    for env in turns:
+        assert env["metadata"]["gen_ai.agent.name"] == "Triage agent"
+        assert env["metadata"]["gen_ai.conversation.id"] == "conversation-42"
+        chats = [r for r in env["telemetry_refs"] if r["span_name"].startswith("chat ")]
+        assert len(chats) == 2  # both model calls of the run (streamed run included) joined
+        assert len(env["assembly_refs"]) == 2
+    handoff = handoffs[0]
+    assert handoff["parent_id"] == turns[1]["context_id"]
+    assert handoff["metadata"]["gen_ai.agent.name"] == "Spanish agent"
+    # the handoff's span is in the run's trace, under its envelope
+    assert handoff["telemetry_refs"][0]["trace_id"] == turns[1]["telemetry_refs"][0]["trace_id"]
+
+    bundle = next(b for b in tel.bundles() if b["context_envelope"]["scope"] == "handoff")
+    (selection,) = bundle["context_selections"]
+    # what went across: the first run's history (session), this run's request, the
+    # handoff call and its output
+    assert selection["candidate_count"] == 7
+    assert len(selection["selected_item_refs"]) == 7
+    kinds = [i["context_kind"] for i in bundle["context_items"]]
+    assert kinds.count("user_message") == 2 and kinds.count("tool_result") == 2
+
+    text = json.dumps(tel.bundles())
+    if tel.agent_context.capture_content:
+        assert "What is the weather in Paris?" in text
+        assert "Please answer in Spanish." in text
+    else:
+        assert "Paris" not in text and "Spanish." not in text
+
+
+def test_the_app_is_unchanged(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    bare = _run(tmp_path, "bare")
+    with _agents_on(request.getfixturevalue("alone")):  # instrumented only from here
+        instrumented = _run(tmp_path, "instrumented")
+    assert instrumented == bare  # same outputs and the same request bodies
+
+
+def test_input_filter_removals_are_omitted_items(alone: Any) -> None:
+    from agents import Agent, Runner, handoff
+    from agents.extensions import handoff_filters
+
+    with _agents_on(alone) as tel:
+        with StubServer() as stub:
+            triage = agents_app.build(stub.openai_base_url)
+            spanish = triage.handoffs[0]
+            assert isinstance(spanish, Agent)
+            triage = triage.clone(handoffs=[handoff(
+                spanish, input_filter=handoff_filters.remove_all_tools)])
+            first = Runner.run_sync(triage, agents_app.PARIS)
+            result = Runner.run_sync(triage, first.to_input_list()
+                                     + [{"role": "user", "content": agents_app.SPANISH}])
+            assert result.final_output == REPLY
+        bundles = tel.bundles()
+    bundle = next(b for b in bundles if b["context_envelope"]["scope"] == "handoff")
+    (selection,) = bundle["context_selections"]
+    omitted = selection["omitted_item_refs"]
+    # remove_all_tools drops the weather call and its output, and the handoff call's pair;
+    # the two user messages and the assistant's reply go across
+    assert selection["candidate_count"] == 7
+    assert len(selection["selected_item_refs"]) == 3
+    assert sorted(o["item_id"] for o in omitted if o["item_id"].startswith("fc_")) == [
+        "fc_0003", "fc_0009"]
+    assert len(omitted) == 4
+    assert {(o["reason"], o["detail"]) for o in omitted} == {
+        ("custom", "input_filter:remove_all_tools")}
+
+
+def test_instrumenting_imports_nothing_and_wraps_on_import() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from otel_agent_context.instrumentation.openai_agents import "
+            "OpenAIAgentsContextInstrumentor\n"
+            "OpenAIAgentsContextInstrumentor().instrument()\n"
+            "print('agents' in sys.modules, 'openai' in sys.modules)\n"
+            "import agents.run\n"
+            "print(type(vars(agents.run.AgentRunner)['run']).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split("\n")
+    assert out[:2] == ["False False", "FunctionWrapper"]
