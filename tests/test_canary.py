@@ -10,8 +10,8 @@ hex prefixes ids use).
 Integrations: the API (items, titles, queries, summaries, missing-context questions), the
 real ``openai`` and ``anthropic`` clients against the local stub (system prompt, user and
 assistant messages, tool arguments and results), a LangChain retriever's documents, a
-Context Runtime ABI session (its summary file) and a ContextOS compiled context. MCP is
-not integrated yet (issue 12) and is not covered here.
+Context Runtime ABI session (its summary file), a ContextOS compiled context, and an MCP
+resource and prompt (a stdio server) put into a model call.
 """
 
 from __future__ import annotations
@@ -123,6 +123,41 @@ def _langchain(ctx: AgentContext) -> None:
         inst.uninstrument()
 
 
+def _mcp(ctx: AgentContext, url: str) -> None:
+    """An MCP resource and prompt (a stdio server started here) put into an OpenAI call."""
+    import asyncio
+    import os
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from otel_agent_context.instrumentation.mcp import MCPContextInstrumentor
+
+    server = Path(__file__).parent / "instrumentation" / "mcp_client" / "mcp_docs_server.py"
+
+    async def run() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[str(server)],
+                                       env={**os.environ, "MCP_DOCS_POLICY": f"Policy {SECRET}"})
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            with ctx.envelope(agent_name="mcp-agent"):
+                resource = await session.read_resource("docs://policies/refunds")
+                prompt = await session.get_prompt("answer_question",
+                                                  {"question": f"Why {SECRET}?"})
+                client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+                await client.chat.completions.create(model="gpt-4o-mini", messages=[
+                    {"role": "system", "content": resource.contents[0].text},
+                    {"role": "user", "content": prompt.messages[0].content.text}])
+
+    inst = MCPContextInstrumentor()
+    inst.instrument(agent_context=ctx)
+    try:
+        asyncio.run(run())
+    finally:
+        inst.uninstrument()
+
+
 def _runtimes(ctx: AgentContext, tmp_path: Path) -> None:
     session = tmp_path / "agent" / "coder" / "session" / "default"
     shutil.copytree(SEED_SESSION, session)
@@ -154,6 +189,7 @@ def _everything(receiver, monkeypatch, tmp_path: Path, capture: bool) -> str:
         _api(ctx)
         with StubServer() as stub:
             _clients(stub.url)
+            _mcp(ctx, stub.url)
         _langchain(ctx)
         _runtimes(ctx, tmp_path)
     finally:
@@ -165,7 +201,7 @@ def _everything(receiver, monkeypatch, tmp_path: Path, capture: bool) -> str:
         registry.record(measure(bundle))
     metrics_page = registry.render(None)[0].decode()
     exported = b"".join(rec.bodies).decode("utf-8", "replace")
-    assert len(bundles) >= 6 and exported  # every integration made telemetry
+    assert len(bundles) >= 7 and exported  # every integration made telemetry
     return exported + json.dumps(bundles) + metrics_page
 
 

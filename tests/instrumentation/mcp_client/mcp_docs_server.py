@@ -1,6 +1,8 @@
 """A stdio MCP server written as the MCP Python SDK's docs write one: a resource and a
 prompt (the test starts it as a subprocess)."""
 
+import os
+
 from mcp.server.mcpserver import MCPServer
 
 mcp = MCPServer("Docs")
@@ -8,10 +10,15 @@ mcp = MCPServer("Docs")
 POLICY = "Refunds are accepted within 30 days of delivery with the receipt."
 
 
+def _policy() -> str:
+    # tests/test_canary.py serves its secret through the resource
+    return os.environ.get("MCP_DOCS_POLICY", POLICY)
+
+
 @mcp.resource("docs://policies/refunds")
 def refund_policy() -> str:
     """The refund policy."""
-    return POLICY
+    return _policy()
 
 
 @mcp.prompt()
