@@ -57,7 +57,7 @@ DEFAULT_GRPC_WORKERS = 8
 #: handshake) before the HTTP servers close it.
 DEFAULT_HTTP_READ_TIMEOUT = 30.0
 #: Open connections an HTTP server accepts; one more is answered 503 and closed.
-DEFAULT_HTTP_MAX_CONNECTIONS = 1_000
+DEFAULT_HTTP_MAX_CONNECTIONS = 2_000
 #: Log-based context events held (waiting for their span, or on a buffered one).
 DEFAULT_MAX_EVENTS = 200_000
 #: Encoded bytes of the log-based events waiting for their span.

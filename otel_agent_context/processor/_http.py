@@ -266,7 +266,7 @@ class OtlpHttpReceiver:
                 f"request of {length} bytes is larger than the limit of {limit}", as_json))
         try:
             body = await self._read(request, limit)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             return _closing(_reply(_error_reply(
                 HTTPStatus.REQUEST_TIMEOUT, code_pb2.INVALID_ARGUMENT,
                 f"no body bytes for {self.read_timeout} s", as_json)))
@@ -291,17 +291,16 @@ class OtlpHttpReceiver:
         content = request.content
         parts: list[bytes] = []
         total = 0
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self.read_timeout) as deadline:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > limit:
-                    return None
-                parts.append(chunk)
-                deadline.reschedule(loop.time() + self.read_timeout)
+        while True:
+            chunk = content.read_nowait()  # what is buffered already: no timer needed
+            if not chunk and not content.is_eof():
+                chunk = await asyncio.wait_for(content.readany(), self.read_timeout)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                return None
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _ingest(self, body: bytes, logs: bool, as_json: bool, gzipped: bool) -> Reply:
