@@ -136,7 +136,7 @@ class HttpServer:
         self._web = server = web.Server(
             self._handler, access_log=None, keepalive_timeout=self.read_timeout,
             lingering_time=self.read_timeout, auto_decompress=False,
-            handler_cancellation=True,
+            handler_cancellation=False,  # a started ingest finishes even if the client goes
         )
 
         def protocol() -> asyncio.BaseProtocol:
