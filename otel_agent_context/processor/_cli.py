@@ -39,6 +39,11 @@ def register(subparsers: Any) -> None:
         if setting.flag is None:
             continue
         default = "" if setting.default is None else f" (default: {setting.default})"
+        if setting.default is False:  # an on/off switch: the flag alone turns it on
+            serve.add_argument(setting.flag, dest=_dest(setting.key), action="store_const",
+                               const=True, default=None,
+                               help=f"{setting.help} [{setting.key}]")
+            continue
         serve.add_argument(setting.flag, dest=_dest(setting.key), metavar=setting.metavar,
                            default=None, help=f"{setting.help}{default} [{setting.key}]")
     serve.set_defaults(func=_serve)

@@ -53,6 +53,11 @@ DEFAULT_OUT = "agent-context-out"
 #: OTLP's recommended receive limit (grpcio's own default is only 4 MiB).
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_GRPC_WORKERS = 8
+#: Seconds a connection may stay silent (idle keep-alive, half-open, a stalled body or TLS
+#: handshake) before the HTTP servers close it.
+DEFAULT_HTTP_READ_TIMEOUT = 30.0
+#: Open connections an HTTP server accepts; one more is answered 503 and closed.
+DEFAULT_HTTP_MAX_CONNECTIONS = 2_000
 #: Log-based context events held (waiting for their span, or on a buffered one).
 DEFAULT_MAX_EVENTS = 200_000
 #: Encoded bytes of the log-based events waiting for their span.
@@ -220,6 +225,10 @@ SETTINGS: tuple[Setting, ...] = (
             "largest accepted request, after decompression"),
     Setting("receivers.grpc_workers", DEFAULT_GRPC_WORKERS, _positive_int, None,
             "gRPC handler threads"),
+    Setting("receivers.read_timeout", DEFAULT_HTTP_READ_TIMEOUT, _positive_float, None,
+            "seconds of silence before an HTTP connection is closed"),
+    Setting("receivers.max_connections", DEFAULT_HTTP_MAX_CONNECTIONS, _positive_int, None,
+            "open connections per HTTP server; more are answered 503"),
     Setting("receivers.tls.cert_file", None, _readable_file, "--tls-cert",
             "PEM certificate: serve both receivers over TLS", "FILE"),
     Setting("receivers.tls.key_file", None, _readable_file, "--tls-key",
@@ -230,6 +239,8 @@ SETTINGS: tuple[Setting, ...] = (
             "read the bearer token from FILE (keeps it out of the process list)", "FILE"),
     Setting("metrics.endpoint", DEFAULT_METRICS, parse_hostport, "--metrics",
             "address of /metrics, /healthz and /readyz, or 'off'", "HOST:PORT"),
+    Setting("metrics.auth", False, _bool, "--metrics-auth",
+            "require the receivers' bearer token on /metrics too"),
     Setting("metrics.otlp.endpoint", None, parse_target, "--metrics-otlp",
             "also push the metrics over OTLP/gRPC to ENDPOINT", "ENDPOINT"),
     Setting("metrics.otlp.interval", DEFAULT_METRICS_INTERVAL, _positive_float, None,
@@ -305,10 +316,13 @@ class ProcessorConfig:
     otlp_http: Endpoint | None
     max_request_bytes: int
     grpc_workers: int
+    read_timeout: float
+    max_connections: int
     tls_cert_file: str | None
     tls_key_file: str | None
     bearer_token: str | None
     metrics: Endpoint | None
+    metrics_auth: bool
     metrics_otlp: Target | None
     metrics_interval: float
     metrics_label_values: int
@@ -398,16 +412,21 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
     if p["buffer.orphan_timeout"] < p["buffer.envelope_timeout"]:
         raise ConfigError("buffer.orphan_timeout",
                           "must be at least buffer.envelope_timeout")
+    if p["metrics.auth"] and token is None:
+        raise ConfigError("metrics.auth", "needs receivers.auth.bearer_token (or _file)")
     ready = p["ready_file"]
     return ProcessorConfig(
         otlp_grpc=p["receivers.otlp_grpc.endpoint"],
         otlp_http=p["receivers.otlp_http.endpoint"],
         max_request_bytes=p["receivers.max_request_bytes"],
         grpc_workers=p["receivers.grpc_workers"],
+        read_timeout=p["receivers.read_timeout"],
+        max_connections=p["receivers.max_connections"],
         tls_cert_file=cert,
         tls_key_file=key,
         bearer_token=token,
         metrics=p["metrics.endpoint"],
+        metrics_auth=p["metrics.auth"],
         metrics_otlp=p["metrics.otlp.endpoint"],
         metrics_interval=p["metrics.otlp.interval"],
         metrics_label_values=p["metrics.label_values"],

@@ -8,14 +8,20 @@ UNAVAILABLE with a ``google.rpc.RetryInfo`` both in the status details (read by 
 Collector's exporter) and in the ``google.rpc.retryinfo-bin`` trailer (read by the Python
 exporter); never RESOURCE_EXHAUSTED without it, which the Collector would drop. Logs (for
 log-based context events) are served the same way, by the same server, token and limits.
+
+The bearer token is checked by a server interceptor on the call's metadata, before the
+request message is read: grpcio reads a unary request in the worker thread, just before the
+handler, so a call without the token is answered by a stream-request handler that never
+iterates its (lazy) request stream. An unauthenticated 60 MiB call costs at most HTTP/2's
+flow-control window, not 60 MiB (benchmarks/grpc_auth_memory.py).
 """
 
 from __future__ import annotations
 
 import collections
-import hmac
 import logging
 import math
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -28,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ..exceptions import ConfigError
 from ._config import Endpoint
 from ._decode import InvalidRequest
+from ._http import bearer_matches
 from ._pipeline import Backpressure, IngestResult, Pipeline
 
 __all__ = ["GrpcReceiver", "retry_status"]
@@ -64,6 +71,32 @@ def retry_status(message: str, retry_after: float) -> grpc.Status:
     )
 
 
+def _refuse_unauthenticated(requests: Iterator[bytes], context: Any) -> bytes:
+    """The handler of a call without the token: the request stream is never read."""
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+    raise AssertionError("unreachable: abort raises")
+
+
+class _BearerInterceptor(grpc.ServerInterceptor):
+    """Answers UNAUTHENTICATED on the metadata alone, before the body is received."""
+
+    def __init__(self, token: bytes, on_refused: Callable[[], None]) -> None:
+        self._token = token
+        self._on_refused = on_refused
+        self._refuse = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        header = None
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization":
+                header = value.decode() if isinstance(value, bytes) else value
+                break
+        if bearer_matches(header, self._token):
+            return continuation(handler_call_details)
+        self._on_refused()
+        return self._refuse
+
+
 class GrpcReceiver:
     """A grpcio server with generic handlers for the trace and logs Export methods."""
 
@@ -79,9 +112,12 @@ class GrpcReceiver:
     ) -> None:
         self.pipeline = pipeline
         self.endpoint = endpoint
-        self._expected_auth = f"Bearer {bearer_token}".encode() if bearer_token else None
+        interceptors = []
+        if bearer_token:
+            interceptors.append(_BearerInterceptor(bearer_token.encode(), self._count_refused))
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-ac-grpc"),
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", max_request_bytes),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
@@ -126,14 +162,9 @@ class GrpcReceiver:
         """Refuse new calls, let in-flight ones finish for up to ``grace`` seconds."""
         self._server.stop(grace).wait(grace + 1)
 
-    def _authorized(self, context: Any) -> bool:
-        if self._expected_auth is None:
-            return True
-        for key, value in context.invocation_metadata():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(given, self._expected_auth)
-        return False
+    def _count_refused(self) -> None:
+        self.pipeline.metrics.self.inc("context_processor_requests_total",
+                                       ("grpc", "unauthenticated"))
 
     def _export(self, request: bytes, context: Any) -> bytes:
         result = self._ingest(self.pipeline.ingest, request, context)
@@ -153,9 +184,6 @@ class GrpcReceiver:
 
     def _ingest(self, ingest: Any, request: bytes, context: Any) -> IngestResult:
         count = self.pipeline.metrics.self.inc
-        if not self._authorized(context):
-            count("context_processor_requests_total", ("grpc", "unauthenticated"))
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
             result: IngestResult = ingest(request, "grpc")
         except InvalidRequest as exc:

@@ -1,19 +1,27 @@
 """HTTP: the OTLP/HTTP receiver (``POST /v1/traces``, ``/v1/logs``) and the metrics/health
 endpoint.
 
-Both are the standard library's threading HTTP/1.1 server (keep-alive, one thread a
-connection): the work per request is the pipeline's, not the server's. TLS handshakes run
-in the connection's thread, never in the accept loop.
+Both run on aiohttp's low-level server (chosen by measurement, benchmarks/http_server.md) in
+one event-loop thread each: an idle or half-open connection costs a socket and a few
+objects, not a thread. aiohttp's parser (llhttp) rejects malformed requests and chunk
+framing with 400, sets ``TCP_NODELAY`` and writes a small reply in one send, and drains an
+unread body for a while after the reply ("lingering"), so a client sees a 413 rather than
+a broken pipe. Decoding and the pipeline run in a small thread pool, never in the loop.
+
+Limits: ``read_timeout`` seconds without a byte closes a connection (idle, half-open, or a
+stalled body or TLS handshake); beyond ``max_connections`` open connections a new one is
+answered 503 and closed.
 
 OTLP/HTTP rules followed: ``application/x-protobuf`` or ``application/json`` (the reply in
-the request's type), optional gzip, a request limit checked before and after
-decompression (413), 400 with a ``google.rpc.Status`` message for malformed bodies,
-503 with ``Retry-After`` under backpressure, partial success for rejected spans (log
-records on ``/v1/logs``).
+the request's type), optional gzip (every member of a multi-member body), a request limit
+checked before and after decompression (413), 400 with a ``google.rpc.Status`` message for
+malformed bodies, 503 with ``Retry-After`` under backpressure, partial success for rejected
+spans (log records on ``/v1/logs``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import math
@@ -21,12 +29,13 @@ import socket
 import ssl
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -34,13 +43,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ..exceptions import ConfigError
-from ._config import Endpoint
+from ._config import DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_HTTP_READ_TIMEOUT, Endpoint
 from ._decode import InvalidRequest, json_to_protobuf
 from ._decode_logs import logs_json_to_protobuf
 from ._metrics import MetricsRegistry
 from ._pipeline import Backpressure, Pipeline
 
-__all__ = ["HttpServer", "MetricsServer", "OtlpHttpReceiver"]
+__all__ = ["HttpServer", "MetricsServer", "OtlpHttpReceiver", "bearer_matches"]
 
 log = logging.getLogger(__name__)
 
@@ -48,101 +57,137 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 TRACES_PATH = "/v1/traces"
 LOGS_PATH = "/v1/logs"
+SERVER_NAME = "otel-agent-context"
+#: An unauthenticated request body up to this size is drained so the client reads the 401;
+#: a bigger one closes the connection instead of reading it.
+_DRAIN_UNAUTHENTICATED = 1 << 20
+_FULL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+         b"Retry-After: 1\r\nContent-Length: 21\r\nConnection: close\r\n\r\n"
+         b"too many connections\n")
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Reply = tuple[int, bytes, str, tuple[tuple[str, str], ...]]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    ssl_context: ssl.SSLContext | None = None
-    owner: Any = None
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(30)  # a handshake that never comes must not hold the thread
-        secure = self.ssl_context.wrap_socket(request, server_side=True)
-        try:
-            secure.settimeout(None)
-            super().finish_request(secure, client_address)
-        finally:
-            secure.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("HTTP connection from %s failed", client_address, exc_info=True)
+def bearer_matches(header: str | None, token: bytes) -> bool:
+    """Whether an ``Authorization`` header carries ``token`` in the Bearer scheme (the scheme
+    name is case-insensitive, RFC 7235 section 2.1)."""
+    scheme, _, given = (header or "").strip().partition(" ")
+    # compare_digest on every path, so timing tells nothing about the scheme either
+    same = hmac.compare_digest(given.strip().encode(), token)
+    return same and scheme.lower() == "bearer"
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+class _Refuse(asyncio.Protocol):
+    """A connection beyond the limit: one 503, then closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_FULL)
+        transport.close()
 
 
 class HttpServer:
-    """A threading HTTP server on an :class:`Endpoint`, run in a background thread."""
+    """An aiohttp server on an :class:`Endpoint`, its event loop in a background thread.
 
-    def __init__(self, endpoint: Endpoint, handler: type[BaseHTTPRequestHandler], owner: Any,
-                 *, key: str, ssl_context: ssl.SSLContext | None = None) -> None:
-        server_class = _Server6 if ":" in endpoint.host else _Server
+    The socket is bound here, so a taken port fails at construction (naming ``key``)."""
+
+    def __init__(self, endpoint: Endpoint, handler: Handler, *, key: str,
+                 ssl_context: ssl.SSLContext | None = None,
+                 read_timeout: float = DEFAULT_HTTP_READ_TIMEOUT,
+                 max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS) -> None:
+        family = socket.AF_INET6 if ":" in endpoint.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            self.server = server_class((endpoint.host, endpoint.port), handler)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((endpoint.host, endpoint.port))
+            sock.listen(1024)
         except OSError as exc:
+            sock.close()
             raise ConfigError(key, f"cannot listen on {endpoint}: {exc.strerror}") from None
-        self.server.ssl_context = ssl_context
-        self.server.owner = owner
-        self.port: int = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={
-            "poll_interval": 0.1}, name=f"otel-ac-http-{self.port}", daemon=True)
+        sock.setblocking(False)
+        self._sock = sock
+        self.port: int = sock.getsockname()[1]
+        self._handler = handler
+        self._ssl_context = ssl_context
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self._loop = asyncio.new_event_loop()
+        self._web: web.Server | None = None
+        self._server: asyncio.Server | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"otel-ac-http-{self.port}",
+                                        daemon=True)
+
+    @property
+    def connections(self) -> int:
+        """Open connections (TLS ones once their handshake is done)."""
+        return len(self._web.connections) if self._web is not None else 0
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._listen())
+        finally:
+            self._started.set()
+        self._loop.run_forever()
+
+    async def _listen(self) -> None:
+        self._web = server = web.Server(
+            self._handler, access_log=None, keepalive_timeout=self.read_timeout,
+            lingering_time=self.read_timeout, auto_decompress=False,
+            handler_cancellation=False,  # a started ingest finishes even if the client goes
+        )
+
+        def protocol() -> asyncio.BaseProtocol:
+            if len(server.connections) >= self.max_connections:
+                return _Refuse()
+            return server()
+
+        self._server = await self._loop.create_server(
+            protocol, sock=self._sock, ssl=self._ssl_context, backlog=1024,
+            ssl_handshake_timeout=self.read_timeout if self._ssl_context else None,
+        )
 
     def start(self) -> int:
         self._thread.start()
+        self._started.wait(10)
         return self.port
 
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._web is not None:
+            await self._web.shutdown(2.0)
+
     def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever: only if it runs
-            self.server.shutdown()
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
+            except Exception:  # noqa: BLE001 - best effort: the loop stops below anyway
+                log.debug("HTTP server shutdown failed", exc_info=True)
+            self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
-        self.server.server_close()
+        if not self._loop.is_running():
+            self._loop.close()
+        self._sock.close()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "otel-agent-context"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-        log.debug("%s - " + format, self.address_string(), *args)
-
-    def _send(self, status: int, body: bytes, content_type: str,
-              headers: tuple[tuple[str, str], ...] = ()) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers:
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+def _response(status: int, body: bytes, content_type: str,
+              headers: tuple[tuple[str, str], ...] = ()) -> web.Response:
+    response = web.Response(status=status, body=body,
+                            headers={"Content-Type": content_type, "Server": SERVER_NAME})
+    for name, value in headers:
+        response.headers[name] = value
+    return response
 
 
-class _OtlpHandler(_Handler):
-    server: _Server
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        receiver: OtlpHttpReceiver = self.server.owner
-        receiver.handle(self)
-
-    def _not_allowed(self) -> None:
-        path = self.path.split("?", 1)[0]
-        self.close_connection = True
-        if path in (TRACES_PATH, LOGS_PATH):
-            self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"use POST\n", "text/plain",
-                       (("Allow", "POST"),))
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
-
-    do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = _not_allowed  # noqa: N815
+def _error_reply(http_status: int, code: int, message: str, as_json: bool,
+                 headers: tuple[tuple[str, str], ...] = (), status: Any = None) -> Reply:
+    status = status if status is not None else status_pb2.Status(code=code, message=message)
+    if as_json:
+        return http_status, json_format.MessageToJson(status, indent=None).encode(), JSON, headers
+    return http_status, status.SerializeToString(), PROTOBUF, headers
 
 
 class OtlpHttpReceiver:
@@ -150,61 +195,130 @@ class OtlpHttpReceiver:
 
     def __init__(self, pipeline: Pipeline, endpoint: Endpoint, *, max_request_bytes: int,
                  ssl_context: ssl.SSLContext | None = None,
-                 bearer_token: str | None = None) -> None:
+                 bearer_token: str | None = None,
+                 read_timeout: float = DEFAULT_HTTP_READ_TIMEOUT,
+                 max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS,
+                 workers: int = 8) -> None:
         self.pipeline = pipeline
         self.max_request_bytes = max_request_bytes
-        self._expected_auth = f"Bearer {bearer_token}".encode() if bearer_token else None
-        self._http = HttpServer(endpoint, _OtlpHandler, self, key="receivers.otlp_http.endpoint",
-                                ssl_context=ssl_context)
+        self.read_timeout = read_timeout
+        self._token = bearer_token.encode() if bearer_token else None
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="otel-ac-http-work")
+        self._http = HttpServer(endpoint, self.handle, key="receivers.otlp_http.endpoint",
+                                ssl_context=ssl_context, read_timeout=read_timeout,
+                                max_connections=max_connections)
         self.port = self._http.port
+
+    @property
+    def connections(self) -> int:
+        return self._http.connections
 
     def start(self) -> int:
         return self._http.start()
 
     def stop(self) -> None:
         self._http.stop()
+        self._pool.shutdown(wait=True)
 
     # -- one request -----------------------------------------------------------------------------
-    def handle(self, h: _OtlpHandler) -> None:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         count = self.pipeline.metrics.self.inc
-        path = h.path.split("?", 1)[0]
-        logs = path == LOGS_PATH
-        if path != TRACES_PATH and not logs:
-            h.close_connection = True
-            h._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
-            return
-        content_type = (h.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        logs = request.path == LOGS_PATH
+        if request.path != TRACES_PATH and not logs:
+            return _closing(_response(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain"))
+        if request.method != "POST":
+            return _closing(_response(HTTPStatus.METHOD_NOT_ALLOWED, b"use POST\n",
+                                      "text/plain", (("Allow", "POST"),)))
+        content_type = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         as_json = content_type == JSON
-        if self._expected_auth is not None:
-            given = (h.headers.get("Authorization") or "").encode()
-            if not hmac.compare_digest(given, self._expected_auth):
-                count("context_processor_requests_total", ("http", "unauthenticated"))
-                self._drain_or_close(h)
-                self._error(h, HTTPStatus.UNAUTHORIZED, code_pb2.UNAUTHENTICATED,
-                            "missing or wrong bearer token", as_json,
-                            (("WWW-Authenticate", "Bearer"),))
-                return
+        if self._token is not None and not bearer_matches(request.headers.get("Authorization"),
+                                                          self._token):
+            count("context_processor_requests_total", ("http", "unauthenticated"))
+            response = _reply(_error_reply(
+                HTTPStatus.UNAUTHORIZED, code_pb2.UNAUTHENTICATED,
+                "missing or wrong bearer token", as_json, (("WWW-Authenticate", "Bearer"),)))
+            length = request.content_length
+            if length is None or length > _DRAIN_UNAUTHENTICATED:
+                _closing(response)  # not worth reading: close instead of draining
+            return response
         if content_type not in (PROTOBUF, JSON):
             count("context_processor_requests_total", ("http", "unsupported"))
-            self._drain_or_close(h)
-            self._error(h, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT,
-                        f"Content-Type must be {PROTOBUF} or {JSON}, got {content_type!r}",
-                        False)
-            return
-        encoding = (h.headers.get("Content-Encoding") or "identity").strip().lower()
+            return _reply(_error_reply(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT,
+                f"Content-Type must be {PROTOBUF} or {JSON}, got {content_type!r}", False))
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             count("context_processor_requests_total", ("http", "unsupported"))
-            self._drain_or_close(h)
-            self._error(h, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT,
-                        f"Content-Encoding must be gzip or identity, got {encoding!r}", as_json)
-            return
-        body = self._read_body(h, as_json)
+            return _reply(_error_reply(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE, code_pb2.INVALID_ARGUMENT,
+                f"Content-Encoding must be gzip or identity, got {encoding!r}", as_json))
+        limit = self.max_request_bytes
+        length = request.content_length
+        if length is None and "chunked" not in request.headers.get("Transfer-Encoding", ""):
+            return _closing(_reply(_error_reply(
+                HTTPStatus.LENGTH_REQUIRED, code_pb2.INVALID_ARGUMENT,
+                "Content-Length is required", as_json)))
+        if length is not None and length > limit:
+            count("context_processor_requests_total", ("http", "too_large"))
+            # not read now; aiohttp drains it after the reply (up to read_timeout)
+            return _reply(_error_reply(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
+                f"request of {length} bytes is larger than the limit of {limit}", as_json))
+        try:
+            body = await self._read(request, limit)
+        except asyncio.TimeoutError:
+            return _closing(_reply(_error_reply(
+                HTTPStatus.REQUEST_TIMEOUT, code_pb2.INVALID_ARGUMENT,
+                f"no body bytes for {self.read_timeout} s", as_json)))
+        except Exception as exc:  # noqa: BLE001 - aiohttp's framing errors (bad chunks, short)
+            count("context_processor_requests_total", ("http", "invalid"))
+            return _closing(_reply(_error_reply(
+                HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT,
+                f"malformed request body: {exc}", as_json)))
         if body is None:
-            return
-        if encoding == "gzip":
-            body = self._gunzip(h, body, as_json)
-            if body is None:
-                return
+            count("context_processor_requests_total", ("http", "too_large"))
+            return _reply(_error_reply(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
+                f"request larger than {limit} bytes", as_json))
+        loop = asyncio.get_running_loop()
+        reply = await loop.run_in_executor(self._pool, self._ingest, body, logs, as_json,
+                                           encoding == "gzip")
+        return _reply(reply)
+
+    async def _read(self, request: web.BaseRequest, limit: int) -> bytes | None:
+        """The whole body, or None once it passes ``limit``; TimeoutError when no byte
+        arrives for ``read_timeout`` seconds."""
+        content = request.content
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            chunk = content.read_nowait()  # what is buffered already: no timer needed
+            if not chunk and not content.is_eof():
+                chunk = await asyncio.wait_for(content.readany(), self.read_timeout)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                return None
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _ingest(self, body: bytes, logs: bool, as_json: bool, gzipped: bool) -> Reply:
+        """Decompress, decode and ingest one request (in the worker pool)."""
+        count = self.pipeline.metrics.self.inc
+        if gzipped:
+            try:
+                body = gunzip(body, self.max_request_bytes)
+            except _TooLarge:
+                count("context_processor_requests_total", ("http", "too_large"))
+                return _error_reply(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
+                    f"request larger than {self.max_request_bytes} bytes after decompression",
+                    as_json)
+            except ValueError as exc:
+                count("context_processor_requests_total", ("http", "invalid"))
+                return _error_reply(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT,
+                                    str(exc), as_json)
         ingest = self.pipeline.ingest_logs if logs else self.pipeline.ingest
         try:
             if as_json:
@@ -214,12 +328,11 @@ class OtlpHttpReceiver:
                 result = ingest(body, "http")
         except InvalidRequest as exc:
             count("context_processor_requests_total", ("http", "invalid"))
-            self._error(h, HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
-            return
+            return _error_reply(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(exc),
+                                as_json)
         except Backpressure as exc:
             count("context_processor_requests_total", ("http", "unavailable"))
-            self._unavailable(h, exc, as_json)
-            return
+            return _unavailable(exc, as_json)
         response: Any
         if logs:
             response = ExportLogsServiceResponse()
@@ -232,154 +345,78 @@ class OtlpHttpReceiver:
                 response.partial_success.rejected_spans = result.rejected
                 response.partial_success.error_message = result.message
         if as_json:
-            h._send(HTTPStatus.OK, json_format.MessageToJson(response, indent=None).encode(),
-                    JSON)
-        else:
-            h._send(HTTPStatus.OK, response.SerializeToString(), PROTOBUF)
-
-    def _read_body(self, h: _OtlpHandler, as_json: bool) -> bytes | None:
-        count = self.pipeline.metrics.self.inc
-        limit = self.max_request_bytes
-        if (h.headers.get("Transfer-Encoding") or "").lower() == "chunked":
-            body = _read_chunked(h.rfile, limit)
-            if body is None:
-                count("context_processor_requests_total", ("http", "too_large"))
-                h.close_connection = True
-                self._error(h, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
-                            f"request larger than {limit} bytes", as_json)
-            return body
-        try:
-            length = int(h.headers.get("Content-Length") or "-1")
-        except ValueError:
-            length = -1
-        if length < 0:
-            h.close_connection = True
-            self._error(h, HTTPStatus.LENGTH_REQUIRED, code_pb2.INVALID_ARGUMENT,
-                        "Content-Length is required", as_json)
-            return None
-        if length > limit:
-            count("context_processor_requests_total", ("http", "too_large"))
-            h.close_connection = True  # the body is not read: the connection cannot go on
-            self._error(h, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
-                        f"request of {length} bytes is larger than the limit of {limit}",
-                        as_json)
-            return None
-        body = h.rfile.read(length)
-        if len(body) < length:
-            h.close_connection = True
-            return None
-        return body
-
-    def _gunzip(self, h: _OtlpHandler, body: bytes, as_json: bool) -> bytes | None:
-        limit = self.max_request_bytes
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            self.pipeline.metrics.self.inc("context_processor_requests_total", ("http", "invalid"))
-            self._error(h, HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT,
-                        f"malformed gzip body: {exc}", as_json)
-            return None
-        if len(data) > limit:
-            self.pipeline.metrics.self.inc("context_processor_requests_total",
-                                           ("http", "too_large"))
-            self._error(h, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
-                        f"request larger than {limit} bytes after decompression", as_json)
-            return None
-        if not inflater.eof:
-            self.pipeline.metrics.self.inc("context_processor_requests_total", ("http", "invalid"))
-            self._error(h, HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT,
-                        "truncated gzip body", as_json)
-            return None
-        return data
-
-    def _drain_or_close(self, h: _OtlpHandler) -> None:
-        """Read and discard a refused request's body, or close when it is too big to."""
-        try:
-            length = int(h.headers.get("Content-Length") or "-1")
-        except ValueError:
-            length = -1
-        if 0 <= length <= 1 << 20:
-            h.rfile.read(length)
-        else:
-            h.close_connection = True
-
-    @staticmethod
-    def _error(h: _OtlpHandler, http_status: int, code: int, message: str, as_json: bool,
-               headers: tuple[tuple[str, str], ...] = (), status: Any = None) -> None:
-        status = status if status is not None else status_pb2.Status(code=code, message=message)
-        if as_json:
-            body = json_format.MessageToJson(status, indent=None).encode()
-            h._send(http_status, body, JSON, headers)
-        else:
-            h._send(http_status, status.SerializeToString(), PROTOBUF, headers)
-
-    def _unavailable(self, h: _OtlpHandler, exc: Backpressure, as_json: bool) -> None:
-        seconds = math.floor(exc.retry_after)
-        retry_info = error_details_pb2.RetryInfo(
-            retry_delay=Duration(seconds=seconds, nanos=int((exc.retry_after - seconds) * 1e9))
-        )
-        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=str(exc))
-        status.details.add().Pack(retry_info)
-        retry_after = str(max(1, math.ceil(exc.retry_after)))
-        self._error(h, HTTPStatus.SERVICE_UNAVAILABLE, code_pb2.UNAVAILABLE, str(exc), as_json,
-                    (("Retry-After", retry_after),), status)
+            return HTTPStatus.OK, json_format.MessageToJson(response, indent=None).encode(), \
+                JSON, ()
+        return HTTPStatus.OK, response.SerializeToString(), PROTOBUF, ()
 
 
-def _read_chunked(rfile: Any, limit: int) -> bytes | None:
-    """A chunked body, or None once it passes ``limit`` bytes."""
+class _TooLarge(Exception):
+    pass
+
+
+def gunzip(body: bytes, limit: int) -> bytes:
+    """Every member of a gzip body (RFC 1952 allows several, concatenated). Raises
+    _TooLarge past ``limit`` bytes, ValueError for a malformed or truncated body."""
     parts: list[bytes] = []
     total = 0
+    rest = body
     while True:
-        line = rfile.readline(1024)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-        except ValueError:
-            return b""
-        if size == 0:
-            while rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                pass
-            return b"".join(parts)
-        total += size
+            data = inflater.decompress(rest, limit - total + 1)
+        except zlib.error as exc:
+            raise ValueError(f"malformed gzip body: {exc}") from None
+        total += len(data)
         if total > limit:
-            return None
-        parts.append(rfile.read(size))
-        rfile.readline(1024)
+            raise _TooLarge
+        parts.append(data)
+        if not inflater.eof:
+            raise ValueError("truncated gzip body")
+        rest = inflater.unused_data
+        if not rest.strip(b"\0"):  # trailing zero padding is allowed after the last member
+            return b"".join(parts)
 
 
-class _MetricsHandler(_Handler):
-    server: _Server
+def _unavailable(exc: Backpressure, as_json: bool) -> Reply:
+    seconds = math.floor(exc.retry_after)
+    retry_info = error_details_pb2.RetryInfo(
+        retry_delay=Duration(seconds=seconds, nanos=int((exc.retry_after - seconds) * 1e9))
+    )
+    status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=str(exc))
+    status.details.add().Pack(retry_info)
+    retry_after = str(max(1, math.ceil(exc.retry_after)))
+    return _error_reply(HTTPStatus.SERVICE_UNAVAILABLE, code_pb2.UNAVAILABLE, str(exc), as_json,
+                        (("Retry-After", retry_after),), status)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        owner: MetricsServer = self.server.owner
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            try:
-                body, content_type = owner.registry.render(self.headers.get("Accept"))
-            except Exception:  # noqa: BLE001 - a scrape must never kill the server
-                log.exception("rendering /metrics failed")
-                self._send(500, b"metrics failed\n", "text/plain")
-                return
-            self._send(200, body, content_type)
-        elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain")
-        elif path == "/readyz":
-            ready, detail = owner.ready()
-            self._send(200 if ready else 503, orjson.dumps(detail) + b"\n", JSON)
-        else:
-            self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
 
-    do_HEAD = do_GET  # noqa: N815
+def _reply(reply: Reply) -> web.Response:
+    return _response(*reply)
+
+
+def _closing(response: web.Response) -> web.Response:
+    response.force_close()
+    response.headers["Connection"] = "close"
+    return response
 
 
 class MetricsServer:
-    """``/metrics`` (Prometheus text or OpenMetrics), ``/healthz`` and ``/readyz``."""
+    """``/metrics`` (Prometheus text or OpenMetrics), ``/healthz`` and ``/readyz``.
+
+    With ``bearer_token``, ``/metrics`` wants ``Authorization: Bearer TOKEN`` (a Prometheus
+    scrape config's ``authorization``); the health endpoints stay open for probes."""
 
     def __init__(self, registry: MetricsRegistry, endpoint: Endpoint,
-                 ready: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+                 ready: Callable[[], tuple[bool, dict[str, Any]]], *,
+                 bearer_token: str | None = None,
+                 read_timeout: float = DEFAULT_HTTP_READ_TIMEOUT,
+                 max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS) -> None:
         self.registry = registry
         self.ready = ready
-        self._http = HttpServer(endpoint, _MetricsHandler, self, key="metrics.endpoint")
+        self._token = bearer_token.encode() if bearer_token else None
+        # one scrape at a time renders; others wait in the pool's queue, not in the loop
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="otel-ac-metrics")
+        self._http = HttpServer(endpoint, self.handle, key="metrics.endpoint",
+                                read_timeout=read_timeout, max_connections=max_connections)
         self.port = self._http.port
 
     def start(self) -> int:
@@ -387,3 +424,29 @@ class MetricsServer:
 
     def stop(self) -> None:
         self._http.stop()
+        self._pool.shutdown(wait=True)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return _closing(_response(HTTPStatus.METHOD_NOT_ALLOWED, b"use GET\n",
+                                      "text/plain", (("Allow", "GET, HEAD"),)))
+        path = request.path
+        if path == "/metrics":
+            if self._token is not None and not bearer_matches(
+                    request.headers.get("Authorization"), self._token):
+                return _response(HTTPStatus.UNAUTHORIZED, b"missing or wrong bearer token\n",
+                                 "text/plain", (("WWW-Authenticate", "Bearer"),))
+            loop = asyncio.get_running_loop()
+            try:
+                body, content_type = await loop.run_in_executor(
+                    self._pool, self.registry.render, request.headers.get("Accept"))
+            except Exception:  # noqa: BLE001 - a scrape must never kill the server
+                log.exception("rendering /metrics failed")
+                return _response(500, b"metrics failed\n", "text/plain")
+            return _response(200, body, content_type)
+        if path == "/healthz":
+            return _response(200, b"ok\n", "text/plain")
+        if path == "/readyz":
+            ready, detail = self.ready()
+            return _response(200 if ready else 503, orjson.dumps(detail) + b"\n", JSON)
+        return _response(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")

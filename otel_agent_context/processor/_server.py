@@ -84,7 +84,10 @@ class Processor:
         config = self.config
         try:
             if config.metrics is not None:
-                self.metrics_server = MetricsServer(self.metrics, config.metrics, self._ready)
+                self.metrics_server = MetricsServer(
+                    self.metrics, config.metrics, self._ready,
+                    bearer_token=config.bearer_token if config.metrics_auth else None,
+                    read_timeout=config.read_timeout, max_connections=config.max_connections)
                 port = self.metrics_server.start()
                 self.addresses["metrics"] = f"{_host(config.metrics.host)}:{port}"
             if config.metrics_otlp is not None:
@@ -108,6 +111,8 @@ class Processor:
                 self.http = OtlpHttpReceiver(
                     self.pipeline, config.otlp_http, max_request_bytes=config.max_request_bytes,
                     ssl_context=ssl_context, bearer_token=config.bearer_token,
+                    read_timeout=config.read_timeout, max_connections=config.max_connections,
+                    workers=config.grpc_workers,
                 )
             self.pipeline.open()
             if self.grpc is not None:

@@ -1,0 +1,323 @@
+"""Soak: 16 concurrent exporters against a real ``serve`` subprocess, SIGKILLed and restarted
+twice midway. CI does not run it.
+
+    python benchmarks/soak_bench.py [--seconds 300] [--kills 2] [--workers 16]
+
+Workers, a quarter of each kind, every request ``--envelopes`` complete envelopes of
+``1 + --stages`` spans with context ids of their own:
+
+- ``sdk-grpc``: the SDK's OTLP/gRPC span exporter (its own retries, then ours);
+- ``sdk-http``: the SDK's OTLP/HTTP (protobuf) span exporter;
+- ``raw-grpc``: a ``TraceService`` stub on raw requests;
+- ``raw-json``: OTLP/JSON on one keep-alive ``http.client`` connection.
+
+A request is retried, unchanged, until acknowledged (connection refused while ``serve`` is
+down, UNAVAILABLE/503 under backpressure): at-least-once from the client's side. At the end
+``serve`` gets SIGTERM (it flushes) and the bundles are counted: an acknowledged context id
+missing from the output is lost, one written twice is duplicated. Reported: acknowledged
+spans/s, p50/p99 of the time from first send to acknowledgement (kill downtime included),
+RSS of ``serve`` every 2 s (across restarts), and each raw-json worker's requests/s on its
+connection. Results: benchmarks/soak.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "processor"))
+from processor_testkit import envelope_spans, request  # noqa: E402 - the tests' OTLP builders
+
+KINDS = ("sdk-grpc", "sdk-http", "raw-grpc", "raw-json")
+RESOURCE = Resource.create({"service.name": "soak-agent"})
+SCOPE = InstrumentationScope("soak")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _value(value: Any) -> Any:
+    return getattr(value, value.WhichOneof("value"))
+
+
+def _readable(spans: list[Any]) -> list[ReadableSpan]:
+    """The same spans as the SDK hands its exporters."""
+    out = []
+    for s in spans:
+        trace = int.from_bytes(s.trace_id, "big")
+        context = SpanContext(trace, int.from_bytes(s.span_id, "big"), False, TraceFlags(1))
+        parent = SpanContext(trace, int.from_bytes(s.parent_span_id, "big"), False,
+                             TraceFlags(1)) if s.parent_span_id else None
+        out.append(ReadableSpan(
+            name=s.name, context=context, parent=parent, resource=RESOURCE,
+            attributes={kv.key: _value(kv.value) for kv in s.attributes},
+            events=[Event(e.name, {kv.key: _value(kv.value) for kv in e.attributes},
+                          e.time_unix_nano) for e in s.events],
+            kind=SpanKind.INTERNAL, start_time=s.start_time_unix_nano,
+            end_time=s.end_time_unix_nano, instrumentation_scope=SCOPE))
+    return out
+
+
+def _json(req: Any) -> bytes:
+    document = json_format.MessageToDict(req)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for s in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in s:  # OTLP/JSON ids are hex
+                        s[key] = base64.b64decode(s[key]).hex()
+    return orjson.dumps(document)
+
+
+class Serve:
+    """``serve`` on fixed ports, so a restart keeps the exporters' addresses."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.grpc_port, self.http_port = _free_port(), _free_port()
+        self.out = tmp / "out"
+        self.ready = tmp / "ready.json"
+        self.log = open(tmp / "serve.log", "ab")  # noqa: SIM115 - open for the whole run
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        began = time.monotonic()
+        if self.ready.exists():
+            self.ready.unlink()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "otel_agent_context", "serve",
+             "--otlp-grpc", f"127.0.0.1:{self.grpc_port}",
+             "--otlp-http", f"127.0.0.1:{self.http_port}", "--metrics", "off",
+             "--out", str(self.out), "--ready-file", str(self.ready)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log)
+        while not self.ready.exists():
+            if self.process.poll() is not None:
+                raise SystemExit(f"serve exited {self.process.returncode}: see serve.log")
+            time.sleep(0.02)
+        return time.monotonic() - began
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+    def rss_mib(self) -> float | None:
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()  # type: ignore[union-attr]
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+
+class Worker(threading.Thread):
+    def __init__(self, index: int, kind: str, serve: Serve, stop: threading.Event,
+                 envelopes: int, stages: int) -> None:
+        super().__init__(name=f"soak-{kind}-{index}", daemon=True)
+        self.index, self.kind, self.serve, self.stop_event = index, kind, serve, stop
+        self.envelopes, self.stages = envelopes, stages
+        self.acked: list[str] = []
+        self.spans = 0
+        self.latencies: list[float] = []
+        self.requests = 0
+        self.busy = 0.0
+
+    def _payload(self, seq: int) -> tuple[list[str], list[Any]]:
+        ids, spans = [], []
+        for k in range(self.envelopes):
+            context_id = f"soak-{self.index:02d}-{seq:07d}-{k}"
+            trace = (self.index + 1) << 64 | seq << 8 | k
+            ids.append(context_id)
+            spans.extend(envelope_spans(trace, context_id, stages=self.stages))
+        return ids, spans
+
+    def run(self) -> None:
+        host = "127.0.0.1"
+        grpc_target = f"{host}:{self.serve.grpc_port}"
+        send: Any
+        if self.kind == "sdk-grpc":
+            exporter = GrpcExporter(endpoint=grpc_target, insecure=True, timeout=10)
+
+            def send(spans: list[Any]) -> bool:
+                return exporter.export(_readable(spans)) == SpanExportResult.SUCCESS
+        elif self.kind == "sdk-http":
+            http_exporter = HttpExporter(
+                endpoint=f"http://{host}:{self.serve.http_port}/v1/traces", timeout=10)
+
+            def send(spans: list[Any]) -> bool:
+                return http_exporter.export(_readable(spans)) == SpanExportResult.SUCCESS
+        elif self.kind == "raw-grpc":
+            stub = TraceServiceStub(grpc.insecure_channel(grpc_target))
+
+            def send(spans: list[Any]) -> bool:
+                stub.Export(request(spans), timeout=10)
+                return True
+        else:
+            state: dict[str, Any] = {"connection": None}
+
+            def send(spans: list[Any]) -> bool:
+                body = _json(request(spans))
+                if state["connection"] is None:
+                    state["connection"] = http.client.HTTPConnection(
+                        host, self.serve.http_port, timeout=10)
+                try:
+                    state["connection"].request("POST", "/v1/traces", body,
+                                                {"Content-Type": "application/json"})
+                    response = state["connection"].getresponse()
+                    response.read()
+                except (OSError, http.client.HTTPException):
+                    state["connection"].close()
+                    state["connection"] = None
+                    raise
+                return response.status == 200
+
+        seq = 0
+        while not self.stop_event.is_set():
+            ids, spans = self._payload(seq)
+            seq += 1
+            began = time.monotonic()
+            deadline = began + 120
+            while True:
+                try:
+                    attempt = time.monotonic()
+                    ok = send(spans)
+                    self.busy += time.monotonic() - attempt
+                    self.requests += 1
+                except Exception:  # noqa: BLE001 - down during a kill, or backpressure
+                    ok = False
+                if ok:
+                    break
+                if time.monotonic() > deadline:
+                    print(f"{self.name}: gave up on {ids[0]}", file=sys.stderr)
+                    break
+                time.sleep(0.1)
+            if ok:
+                self.latencies.append(time.monotonic() - began)
+                self.acked.extend(ids)
+                self.spans += len(spans)
+
+
+def _read_bundle_ids(out: Path) -> list[str]:
+    ids = []
+    for path in sorted(out.glob("bundles-*.jsonl")):
+        for line in path.read_bytes().split(b"\n"):
+            if line.strip():
+                ids.append(orjson.loads(line)["context_envelope"]["context_id"])
+    return ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--kills", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--envelopes", type=int, default=5, help="envelopes a request")
+    parser.add_argument("--stages", type=int, default=4, help="stage spans an envelope")
+    args = parser.parse_args()
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, aiohttp {version('aiohttp')}, grpcio "
+          f"{version('grpcio')}, opentelemetry-sdk {version('opentelemetry-sdk')}, "
+          f"load average at start {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        serve = Serve(Path(tmp_dir))
+        serve.start()
+        stop = threading.Event()
+        workers = [Worker(i, KINDS[i % len(KINDS)], serve, stop, args.envelopes, args.stages)
+                   for i in range(args.workers)]
+        rss: list[tuple[float, float]] = []
+        began = time.monotonic()
+        for worker in workers:
+            worker.start()
+        kill_at = [began + args.seconds * (k + 1) / (args.kills + 1) for k in range(args.kills)]
+        restarts = []
+        end = began + args.seconds
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if kill_at and now >= kill_at[0]:
+                kill_at.pop(0)
+                serve.kill()
+                restarts.append(round(serve.start(), 2))
+                print(f"t={now - began:.0f}s SIGKILL, restarted in {restarts[-1]} s", flush=True)
+            value = serve.rss_mib()
+            if value is not None:
+                rss.append((now - began, value))
+            time.sleep(2)
+        stop.set()
+        for worker in workers:
+            worker.join(180)
+        elapsed = time.monotonic() - began
+        load = os.getloadavg()
+        code = serve.stop()
+        written = _read_bundle_ids(serve.out)
+    acked = [i for w in workers for i in w.acked]
+    counts: dict[str, int] = {}
+    for context_id in written:
+        counts[context_id] = counts.get(context_id, 0) + 1
+    lost = [i for i in acked if i not in counts]
+    duplicated = [i for i, n in counts.items() if n > 1]
+    latencies = sorted(x for w in workers for x in w.latencies)
+    spans = sum(w.spans for w in workers)
+    json_rates = [round(w.requests / w.busy, 1) for w in workers if w.kind == "raw-json"
+                  and w.busy]
+    summary = {
+        "seconds": round(elapsed, 1), "workers": args.workers, "kills": args.kills,
+        "restart_seconds": restarts, "serve_exit_code": code,
+        "acknowledged_envelopes": len(acked), "written_bundles": len(written),
+        "lost": len(lost), "duplicated": len(duplicated),
+        "accepted_spans_per_s": round(spans / elapsed),
+        "ack_p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
+        "ack_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 1)
+        if latencies else None,
+        "requests_by_kind": {k: sum(len(w.latencies) for w in workers if w.kind == k)
+                             for k in KINDS},
+        "raw_json_requests_per_s_per_connection": json_rates,
+        "rss_mib": [(round(t), round(v)) for t, v in rss[:: max(1, len(rss) // 30)]],
+        "rss_mib_max": round(max(v for _, v in rss)) if rss else None,
+        "load_average_at_end": load,
+    }
+    for key, value in summary.items():
+        print(f"{key}: {orjson.dumps(value).decode()}")
+    if lost:
+        print("lost, first 5:", lost[:5])
+    if duplicated:
+        print("duplicated, first 5:", duplicated[:5])
+
+
+if __name__ == "__main__":
+    main()
