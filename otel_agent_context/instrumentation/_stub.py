@@ -429,7 +429,8 @@ class _Handler(BaseHTTPRequestHandler):
         mid = state.new_id("msg")
         message: dict[str, Any] = {
             "id": mid, "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": REPLY}], "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": _structured_reply(
+                (body.get("output_config") or {}).get("format"))}], "stop_reason": "end_turn",
             "stop_sequence": None, "usage": usage}
         if applied or body.get("context_management"):
             message["context_management"] = {"applied_edits": applied}

@@ -223,3 +223,26 @@ def test_langchain_messages_keep_their_own_ids_in_the_assembly(tel) -> None:
     blocks = [b["item_id"] for b in assembly["ordered_blocks"]]
     assert blocks == ["sys", "a1", "h2"]  # the framework's ids, as in the truncation
     assert truncated == ["h1"]
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["messages", "beta_messages"])
+def test_anthropic_parse_is_recorded(beta: bool) -> None:
+    import anthropic
+
+    from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+
+    tel = CapturedTelemetry()
+    inst = AnthropicContextInstrumentor()
+    inst.instrument(agent_context=tel.agent_context, tracer_provider=tel.tracer_provider)
+    try:
+        with StubServer() as stub:
+            client = anthropic.Anthropic(base_url=stub.url, api_key="k", max_retries=0)
+            messages = client.beta.messages if beta else client.messages
+            parsed = messages.parse(model="claude-sonnet-4-6", max_tokens=100,
+                                    messages=[{"role": "user", "content": "Where is 42?"}],
+                                    output_format=Order)
+        assert parsed.parsed_output.eta_days == 1
+        assert len(_recorded(tel)) == 1
+    finally:
+        inst.uninstrument()
+        tel.shutdown()

@@ -147,6 +147,9 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             targets += [
                 (module, "Messages.create", sync_wrapper(tel, api)),
                 (module, "AsyncMessages.create", async_wrapper(tel, api)),
+                # structured outputs post on their own (not through create)
+                (module, "Messages.parse", sync_wrapper(tel, api)),
+                (module, "AsyncMessages.parse", async_wrapper(tel, api)),
                 (module, "Messages.stream", _stream_wrapper(tel, api)),
                 (module, "AsyncMessages.stream", _stream_wrapper(tel, api)),
             ]
