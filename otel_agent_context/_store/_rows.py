@@ -22,7 +22,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "created_at", "created_ns", "completed_at", "window_max_tokens", "window_used_tokens",
         "utilization", "overflow", "overflow_tokens", "candidate_count", "selected_count",
         "omitted_count", "truncated_count", "compacted_count", "missing_count",
-        "blocking_missing_count", "bundle",
+        "blocking_missing_count", "window_items", "tokens_by_kind", "tokens_by_point",
+        "omitted_items", "truncated_items", "bundle",
     ),
     "items": (
         "trace_id", "context_id", "item_id", "context_kind", "state", "omit_reason",
@@ -37,7 +38,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "budgets": (
         "trace_id", "context_id", "budget_id", "target", "max_tokens", "reserved_tokens",
         "actual_tokens", "utilization", "overflow", "overflow_tokens", "overflow_strategy",
-        "truncated_items",
+        "truncation_count",
     ),
     "window_segments": (
         "trace_id", "context_id", "budget_id", "segment_order", "segment", "reserved_tokens",
@@ -45,8 +46,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "compactions": (
         "trace_id", "context_id", "compaction_id", "method", "trigger_reason", "scope",
-        "coverage", "source_count", "tokens_before", "tokens_after", "uncovered_sources",
-        "loss_notes", "summary_id",
+        "coverage", "source_count", "tokens_before", "tokens_after", "source_items",
+        "uncovered_sources", "loss_notes", "summary_id",
     ),
     "missing_context": (
         "trace_id", "context_id", "missing_id", "needed_for", "severity", "status",
@@ -57,7 +58,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 TIMESTAMP_COLUMNS = frozenset({"created_at", "completed_at"})
 #: Columns holding a JSON document (jsonb in PostgreSQL, text in SQLite).
 JSON_COLUMNS = frozenset({"bundle", "partial_reasons", "uncovered_sources", "loss_notes",
-                          "blocked_actions"})
+                          "blocked_actions", "window_items", "tokens_by_kind",
+                          "tokens_by_point", "source_items", "omitted_items",
+                          "truncated_items"})
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
@@ -180,22 +183,29 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         compaction_id = str(compaction.get("compaction_id", ""))
         uncovered = [str(c.get("item_id")) for c in _dicts(compaction.get("source_coverage"))
                      if c.get("covered") is False and c.get("item_id") is not None]
+        compaction_sources = []
         for ident in _list(compaction.get("source_item_refs")):
             if isinstance(ident, str):
                 row = item(ident)
                 row["compacted"] = True
                 row["compaction_id"] = compaction_id
                 compacted_ids.add(ident)
+                compaction_sources.append(ident)
         compactions.append((*key, compaction_id, _str(compaction.get("method")),
                             _str(compaction.get("trigger")), _str(compaction.get("scope")),
                             _num(compaction.get("coverage")), _int(compaction.get("source_count")),
                             _int(compaction.get("tokens_before")),
-                            _int(compaction.get("tokens_after")), uncovered,
+                            _int(compaction.get("tokens_after")), compaction_sources, uncovered,
                             [n for n in _list(compaction.get("loss_notes")) if isinstance(n, str)],
                             _str(compaction.get("summary_ref"))))
 
     blocks: list[tuple[Any, ...]] = []
     used_tokens = 0
+    # what a session page reads per turn, kept beside the rows (one row read per turn, not
+    # one per block): the window's items in order, and its tokens by kind and by point
+    window: dict[str, None] = {}
+    by_kind: dict[str, int] = {}
+    by_point: dict[str, int] = {}
     for assembly in _dicts(bundle.get("context_assemblies")):
         assembly_id = str(assembly.get("assembly_id", ""))
         for position, block in enumerate(_dicts(assembly.get("ordered_blocks"))):
@@ -208,7 +218,10 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
             point = _str(block.get("injection_point"))
             blocks.append((*key, assembly_id, index,
                            None if block_item is None else str(block_item), kind, tokens, point))
+            by_kind[kind or "unknown"] = by_kind.get(kind or "unknown", 0) + (tokens or 0)
+            by_point[point or "unknown"] = by_point.get(point or "unknown", 0) + (tokens or 0)
             if block_item is not None:
+                window[str(block_item)] = None
                 row = item(block_item)
                 if not row["injected"]:
                     row.update(injected=True, injection_point=point, block_index=index)
@@ -233,6 +246,7 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     selections = list(_dicts(bundle.get("context_selections")))
     states = [row["state"] for row in items.values()]
     created = _str(env.get("created_at"))
+    by_item = sorted(items.values(), key=lambda r: r["item_id"])
     envelope_row = (
         *key, _str(refs[0].get("span_id")), _str(meta.get(S.GEN_AI_CONVERSATION_ID)),
         _str(meta.get(S.GEN_AI_AGENT_NAME)), _str(env.get("scope")), _str(env.get("lifecycle")),
@@ -244,6 +258,14 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         sum(_int(s.get("candidate_count")) or 0 for s in selections) if selections else None,
         states.count("selected"),
         states.count("omitted"), truncated_total, len(compacted_ids), len(missing), blocking,
+        list(window), by_kind, by_point,
+        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
+          "reason": r.get("omit_reason"), "detail": r.get("omit_detail"),
+          "score": r.get("score"), "tokens": r["tokens"]}
+         for r in by_item if r["state"] == "omitted"],
+        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
+          "tokens_before": r["tokens"], "tokens_after": r.get("tokens_after_truncation")}
+         for r in by_item if r["truncated"]],
         bundle,
     )
     item_columns = COLUMNS["items"][2:]

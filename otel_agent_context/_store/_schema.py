@@ -1,7 +1,8 @@
 """The store's schema, as numbered migrations written once for both databases.
 
 ``{ts}``, ``{json}``, ``{real}`` and ``{bool}`` stand for the column types each database
-spells its own way. A migration is applied once, in a transaction, and recorded in
+spells its own way; ``{clustered}`` stores a child table in key order where SQLite
+can. A migration is applied once, in a transaction, and recorded in
 ``schema_version``; a database newer than this code is refused rather than misread.
 """
 
@@ -22,6 +23,8 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             selected_count INTEGER NOT NULL, omitted_count INTEGER NOT NULL,
             truncated_count INTEGER NOT NULL, compacted_count INTEGER NOT NULL,
             missing_count INTEGER NOT NULL, blocking_missing_count INTEGER NOT NULL,
+            window_items {{json}}, tokens_by_kind {{json}}, tokens_by_point {{json}},
+            omitted_items {{json}}, truncated_items {{json}},
             bundle {{json}} NOT NULL, stored_ns BIGINT NOT NULL,
             PRIMARY KEY (trace_id, context_id))""",
         "CREATE INDEX envelopes_by_conversation ON envelopes (conversation_id, created_ns)",
@@ -34,31 +37,31 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             truncated {{bool}} NOT NULL, tokens_after_truncation BIGINT,
             compacted {{bool}} NOT NULL, compaction_id TEXT, injected {{bool}} NOT NULL,
             injection_point TEXT, block_index INTEGER, digest TEXT, source_uri TEXT,
-            PRIMARY KEY (trace_id, context_id, item_id))""",
+            PRIMARY KEY (trace_id, context_id, item_id)){{clustered}}""",
         "CREATE INDEX items_by_item_id ON items (item_id)",
         f"""CREATE TABLE blocks (
             {_KEY}, assembly_id TEXT NOT NULL, block_index INTEGER NOT NULL, item_id TEXT,
             context_kind TEXT, tokens BIGINT, injection_point TEXT,
-            PRIMARY KEY (trace_id, context_id, assembly_id, block_index))""",
+            PRIMARY KEY (trace_id, context_id, assembly_id, block_index)){{clustered}}""",
         f"""CREATE TABLE budgets (
             {_KEY}, budget_id TEXT NOT NULL, target TEXT, max_tokens BIGINT,
             reserved_tokens BIGINT, actual_tokens BIGINT, utilization {{real}},
             overflow {{bool}} NOT NULL, overflow_tokens BIGINT, overflow_strategy TEXT,
-            truncated_items INTEGER NOT NULL,
-            PRIMARY KEY (trace_id, context_id, budget_id))""",
+            truncation_count INTEGER NOT NULL,
+            PRIMARY KEY (trace_id, context_id, budget_id)){{clustered}}""",
         f"""CREATE TABLE window_segments (
             {_KEY}, budget_id TEXT NOT NULL, segment_order INTEGER NOT NULL, segment TEXT,
             reserved_tokens BIGINT, used_tokens BIGINT,
-            PRIMARY KEY (trace_id, context_id, budget_id, segment_order))""",
+            PRIMARY KEY (trace_id, context_id, budget_id, segment_order)){{clustered}}""",
         f"""CREATE TABLE compactions (
             {_KEY}, compaction_id TEXT NOT NULL, method TEXT, trigger_reason TEXT, scope TEXT,
             coverage {{real}}, source_count INTEGER, tokens_before BIGINT, tokens_after BIGINT,
-            uncovered_sources {{json}}, loss_notes {{json}}, summary_id TEXT,
-            PRIMARY KEY (trace_id, context_id, compaction_id))""",
+            source_items {{json}}, uncovered_sources {{json}}, loss_notes {{json}}, summary_id TEXT,
+            PRIMARY KEY (trace_id, context_id, compaction_id)){{clustered}}""",
         f"""CREATE TABLE missing_context (
             {_KEY}, missing_id TEXT NOT NULL, needed_for TEXT, severity TEXT, status TEXT,
             requested_from TEXT, blocked_actions {{json}},
-            PRIMARY KEY (trace_id, context_id, missing_id))""",
+            PRIMARY KEY (trace_id, context_id, missing_id)){{clustered}}""",
     )),
 )
 
@@ -66,7 +69,9 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 #: Column types by database.
 TYPES = {
-    "sqlite": {"ts": "TEXT", "json": "TEXT", "real": "REAL", "bool": "INTEGER"},
+    "sqlite": {"ts": "TEXT", "json": "TEXT", "real": "REAL", "bool": "INTEGER",
+               # a child's rows stored in key order: one envelope's rows are read together
+               "clustered": " WITHOUT ROWID"},
     "postgresql": {"ts": "TIMESTAMPTZ", "json": "JSONB", "real": "DOUBLE PRECISION",
-                   "bool": "BOOLEAN"},
+                   "bool": "BOOLEAN", "clustered": ""},
 }

@@ -9,7 +9,6 @@ truncated or compacted, what was omitted and why, and what the agent knew it lac
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,94 +169,75 @@ class Turn:
 
 def session(store: Store, conversation_id: str, *,
             trace_url_template: str | None = DEFAULT_TRACE_URL) -> list[Turn]:
-    """A conversation turn by turn (an empty list if the store has none of it)."""
+    """A conversation turn by turn (an empty list if the store has none of it).
+
+    What a turn shows (its window's items in order, tokens by kind and by injection point,
+    its omitted and truncated items) is read from its envelope row, where the writer keeps
+    it beside the item and block rows: a 200-turn session has tens of thousands of those."""
     envs = [_bools(r, "overflow") for r in store.rows(
-        f"SELECT {_ENVELOPE_COLUMNS} FROM envelopes WHERE conversation_id = ? "
-        "ORDER BY created_ns, context_id", [conversation_id])]
+        f"SELECT {_ENVELOPE_COLUMNS}, window_items, tokens_by_kind, tokens_by_point, "
+        "omitted_items, truncated_items FROM envelopes WHERE conversation_id = ? "
+        "ORDER BY created_ns, context_id",
+        [conversation_id])]
     if not envs:
         return []
+    index = {(e["trace_id"], e["context_id"]): n for n, e in enumerate(envs)}
     join = ("JOIN envelopes e ON e.trace_id = t.trace_id AND e.context_id = t.context_id "
             "WHERE e.conversation_id = ?")
     params = [conversation_id]
-    blocks = _grouped(store.rows(
-        "SELECT t.trace_id, t.context_id, t.item_id, t.context_kind, t.tokens, "
-        f"t.injection_point FROM blocks t {join} ORDER BY t.block_index", params))
-    items = _grouped(store.rows(
-        "SELECT t.trace_id, t.context_id, t.item_id, t.context_kind, t.state, t.omit_reason, "
-        "t.omit_detail, t.score, t.tokens, t.truncated, t.tokens_after_truncation "
-        f"FROM items t {join} AND (t.state = 'omitted' OR t.truncated) "
-        "ORDER BY t.item_id", params))
-    compactions = _grouped(store.rows(
-        "SELECT t.trace_id, t.context_id, t.compaction_id, t.method, t.trigger_reason, "
-        "t.coverage, t.source_count, t.tokens_before, t.tokens_after, t.uncovered_sources, "
-        f"t.loss_notes, t.summary_id FROM compactions t {join}", params))
-    sources = _grouped(store.rows(
-        "SELECT t.trace_id, t.context_id, t.item_id, t.compaction_id FROM items t "
-        f"{join} AND t.compacted ORDER BY t.item_id", params))
-    missing = _grouped(store.rows(
-        "SELECT t.trace_id, t.context_id, t.missing_id, t.needed_for, t.severity, t.status, "
-        f"t.requested_from, t.blocked_actions FROM missing_context t {join}", params))
+    count = len(envs)
+    windows: list[dict[str, None]] = [dict.fromkeys(e.pop("window_items") or ()) for e in envs]
+    by_kind = [e.pop("tokens_by_kind") or {} for e in envs]
+    by_point = [e.pop("tokens_by_point") or {} for e in envs]
+    omitted = [e.pop("omitted_items") or [] for e in envs]
+    truncated = [e.pop("truncated_items") or [] for e in envs]
+    compactions: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    for row in store.rows(
+            "SELECT t.trace_id, t.context_id, t.compaction_id, t.method, t.trigger_reason, "
+            "t.coverage, t.source_count, t.tokens_before, t.tokens_after, t.source_items, "
+            f"t.uncovered_sources, t.loss_notes, t.summary_id FROM compactions t {join}",
+            params):
+        n = index[(row["trace_id"], row["context_id"])]
+        compaction = _strip(row)
+        compaction["sources"] = compaction.pop("source_items") or []
+        compactions[n].append(compaction)
+    missing: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    for row in store.rows(
+            "SELECT t.trace_id, t.context_id, t.missing_id, t.needed_for, t.severity, t.status, "
+            f"t.requested_from, t.blocked_actions FROM missing_context t {join}", params):
+        missing[index[(row["trace_id"], row["context_id"])]].append(_strip(row))
 
     turns: list[Turn] = []
     last_in_lane: dict[tuple[Any, Any], int] = {}
-    for number, env in enumerate(envs, 1):
-        key = (env["trace_id"], env["context_id"])
-        by_kind: dict[str, int] = defaultdict(int)
-        by_point: dict[str, int] = defaultdict(int)
-        window: list[str] = []
-        for block in blocks.get(key, ()):
-            tokens = block["tokens"] or 0
-            by_kind[block["context_kind"] or "unknown"] += tokens
-            by_point[block["injection_point"] or "unknown"] += tokens
-            if block["item_id"] is not None and block["item_id"] not in window:
-                window.append(block["item_id"])
+    for n, env in enumerate(envs):
+        number = n + 1
+        window = list(windows[n])
         lane = (env["agent_name"], env["scope"])
         previous_number = last_in_lane.get(lane)
         last_in_lane[lane] = number
         if previous_number is None:
-            added, removed = list(window), []
+            added, removed = window, []
         else:
-            before = turns[previous_number - 1].window
-            before_set, now_set = set(before), set(window)
-            added = [i for i in window if i not in before_set]
-            removed = [i for i in before if i not in now_set]
-        turn_items = items.get(key, ())
-        by_compaction: dict[str, list[str]] = defaultdict(list)
-        for source in sources.get(key, ()):
-            by_compaction[source["compaction_id"]].append(source["item_id"])
-        turn_compactions = []
-        for compaction in compactions.get(key, ()):
-            turn_compactions.append({**_strip(compaction),
-                                     "sources": by_compaction.get(compaction["compaction_id"],
-                                                                  [])})
+            before = windows[previous_number - 1]
+            now = windows[n]
+            added = [i for i in window if i not in before]
+            removed = [i for i in before if i not in now]
         turns.append(Turn(
             number=number,
             envelope=env,
-            by_kind=dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-            by_point=dict(sorted(by_point.items(), key=lambda kv: -kv[1])),
+            by_kind=dict(sorted(by_kind[n].items(), key=lambda kv: -kv[1])),
+            by_point=dict(sorted(by_point[n].items(), key=lambda kv: -kv[1])),
             window=window,
             added=added,
             removed=removed,
-            truncated=[{"item_id": i["item_id"], "context_kind": i["context_kind"],
-                        "tokens_before": i["tokens"], "tokens_after": i["tokens_after_truncation"]}
-                       for i in turn_items if i["truncated"]],
-            compactions=turn_compactions,
-            omitted=[{"item_id": i["item_id"], "context_kind": i["context_kind"],
-                      "reason": i["omit_reason"], "detail": i["omit_detail"],
-                      "score": i["score"], "tokens": i["tokens"]}
-                     for i in turn_items if i["state"] == "omitted"],
-            missing=[_strip(m) for m in missing.get(key, ())],
+            truncated=truncated[n],
+            compactions=compactions[n],
+            omitted=omitted[n],
+            missing=missing[n],
             previous=previous_number,
             trace_url=trace_url(trace_url_template, env["trace_id"], env["span_id"]),
         ))
     return turns
-
-
-def _grouped(rows: Sequence[dict[str, Any]]) -> dict[tuple[Any, Any], list[dict[str, Any]]]:
-    out: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        out[(row["trace_id"], row["context_id"])].append(row)
-    return out
 
 
 def _strip(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ once with ``?`` placeholders; the PostgreSQL side turns them into ``%s``.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 import sqlite3
@@ -41,6 +42,12 @@ class StoreError(Exception):
 
 def _redact(url: str) -> str:
     return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def _rfc3339(value: datetime.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return value.isoformat() + "Z"
 
 
 def open_store(url: str, *, durable: bool = True) -> Store:
@@ -348,9 +355,17 @@ class Store:
             for name, value, is_json in zip(names, row, decoded, strict=True):
                 if is_json and isinstance(value, (str, bytes)):
                     value = orjson.loads(value)
+                elif isinstance(value, datetime.datetime):  # PostgreSQL's timestamptz
+                    value = _rfc3339(value)
                 record[name] = value
             out.append(record)
         return out
+
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read query's rows as plain tuples (no decoding): for the bulk reads of a page."""
+        with self._lock:
+            self._db.reconnect()
+            return self._db.query(sql, params)[1]
 
     def close(self) -> None:
         with self._lock:
