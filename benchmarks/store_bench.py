@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="3 rounds, 40 turns, 5 repeats")
+    parser.add_argument("--only", choices=("throughput", "page"), help="one of the two")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.turns, args.repeats = 3, 40, 5
@@ -124,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     with tempfile.TemporaryDirectory(prefix="store-bench-") as directory:
         tmp = Path(directory)
-        rows = throughput(args.rounds, args.requests, tmp)
-        page = session_page(args.turns, args.repeats, tmp)
+        rows = throughput(args.rounds, args.requests, tmp) if args.only != "page" else []
+        page = session_page(args.turns, args.repeats, tmp) if args.only != "throughput" else None
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{ratio:.3f}x ({min(row['ratio']):.3f}–{max(row['ratio']):.3f}) | "
               f">= 0.90x: {verdict} |")
     print()
+    if page is None:
+        return 0
     http = statistics.median(page["http_ms"])
     verdict = "met" if http < 300 else f"MISSED by {http - 300:.0f} ms"
     print(f"session page, {page['turns']} turns ({page['stored']} envelopes, "

@@ -6,6 +6,8 @@ tuple in the column order of :data:`COLUMNS`, so the writers stay dialect-only.
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -74,22 +76,28 @@ def _dicts(value: Any) -> Iterable[Mapping[str, Any]]:
 
 
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
+    kind = type(value)
+    if kind is int:
+        return value  # type: ignore[no-any-return]
+    if kind is float and math.isfinite(value):
         return int(value)
-    except (OverflowError, ValueError):
-        return None
+    return None
 
 
 def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return value if type(value) is str and value else None
 
 
 def _ns(value: Any) -> int | None:
@@ -97,6 +105,27 @@ def _ns(value: Any) -> int | None:
         return rfc3339_to_ns(value) if isinstance(value, str) else None
     except ValueError:
         return None
+
+
+def _new_item(ident: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    kind, tokens, digest = (record.get("context_kind"), record.get("token_estimate"),
+                            record.get("digest"))
+    uri = None
+    refs = record.get("source_refs")
+    if type(refs) is list:
+        for ref in refs:
+            if isinstance(ref, dict):
+                candidate = ref.get("uri")
+                if type(candidate) is str and candidate:
+                    uri = candidate
+                    break
+    return {"item_id": ident, "context_kind": kind if type(kind) is str and kind else None,
+            "state": "surfaced", "omit_reason": None, "omit_detail": None, "score": None,
+            "rank": None, "tokens": tokens if type(tokens) is int else _int(tokens),
+            "truncated": False, "tokens_after_truncation": None, "compacted": False,
+            "compaction_id": None, "injected": False, "injection_point": None,
+            "block_index": None, "digest": digest if type(digest) is str and digest else None,
+            "source_uri": uri}
 
 
 def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
@@ -110,47 +139,50 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     rebuild: Mapping[str, Any] = (bundle["rebuild"] if isinstance(bundle.get("rebuild"), Mapping)
                                   else {})
 
-    records = {str(i.get("item_id")): i for i in _dicts(bundle.get("context_items"))
-               if i.get("item_id") is not None}
+    # Items are the bulk of a bundle (hundreds per selection): plain loops and type checks
+    # here, not the helpers above (benchmarks/store_bench.py).
     items: dict[str, dict[str, Any]] = {}
+    records: dict[str, Mapping[str, Any]] = {}
+    for record in _list(bundle.get("context_items")):
+        if isinstance(record, dict) and record.get("item_id") is not None:
+            ident = record["item_id"]
+            ident = ident if type(ident) is str else str(ident)
+            records[ident] = record
+            items[ident] = _new_item(ident, record)
 
     def item(item_id: Any) -> dict[str, Any]:
-        ident = str(item_id)
+        ident = item_id if type(item_id) is str else str(item_id)
         row = items.get(ident)
         if row is None:
-            record = records.get(ident, {})
-            row = items[ident] = {
-                "item_id": ident, "context_kind": _str(record.get("context_kind")),
-                "state": "surfaced", "tokens": _int(record.get("token_estimate")),
-                "truncated": False, "compacted": False, "injected": False,
-                "digest": _str(record.get("digest")),
-                "source_uri": next((_str(r.get("uri")) for r in _dicts(record.get("source_refs"))
-                                    if _str(r.get("uri"))), None),
-            }
+            row = items[ident] = _new_item(ident, records.get(ident, {}))
         return row
 
-    for ident in records:
-        item(ident)
+    get = items.get
     for selection in _dicts(bundle.get("context_selections")):
         for ident in _list(selection.get("candidate_item_refs")):
-            if isinstance(ident, str):
-                row = item(ident)
-                row["state"] = "candidate" if row["state"] == "surfaced" else row["state"]
+            if type(ident) is str:
+                row = get(ident) or item(ident)
+                if row["state"] == "surfaced":
+                    row["state"] = "candidate"
         for ident in _list(selection.get("selected_item_refs")):
-            if isinstance(ident, str):
-                item(ident)["state"] = "selected"
-        for omitted in _dicts(selection.get("omitted_item_refs")):
-            if omitted.get("item_id") is None:
+            if type(ident) is str:
+                (get(ident) or item(ident))["state"] = "selected"
+        for omitted in _list(selection.get("omitted_item_refs")):
+            if not isinstance(omitted, dict) or omitted.get("item_id") is None:
                 continue
-            row = item(omitted["item_id"])
-            row.update(state="omitted", omit_reason=_str(omitted.get("reason")),
-                       omit_detail=_str(omitted.get("detail")),
-                       score=_num(omitted.get("score")))
+            ident = omitted["item_id"]
+            row = (get(ident) if type(ident) is str else None) or item(ident)
+            reason, detail = omitted.get("reason"), omitted.get("detail")
+            row["state"] = "omitted"
+            row["omit_reason"] = reason if type(reason) is str and reason else None
+            row["omit_detail"] = detail if type(detail) is str and detail else None
+            row["score"] = _num(omitted.get("score"))
         for signal in _dicts(selection.get("ranking_signals")):
             if signal.get("item_id") is not None:
                 row = item(signal["item_id"])
                 row["rank"] = _int(signal.get("rank"))
-                row.setdefault("score", _num(signal.get("score")))
+                if row["score"] is None:
+                    row["score"] = _num(signal.get("score"))
 
     budgets: list[tuple[Any, ...]] = []
     segments: list[tuple[Any, ...]] = []
@@ -268,10 +300,10 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
          for r in by_item if r["truncated"]],
         bundle,
     )
-    item_columns = COLUMNS["items"][2:]
+    item_values = operator.itemgetter(*COLUMNS["items"][2:])
     return {
         "envelopes": [envelope_row],
-        "items": [(*key, *(row.get(c) for c in item_columns)) for row in items.values()],
+        "items": [key + item_values(row) for row in items.values()],
         "blocks": blocks,
         "budgets": budgets,
         "window_segments": segments,

@@ -30,7 +30,6 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "CREATE INDEX envelopes_by_conversation ON envelopes (conversation_id, created_ns)",
         "CREATE INDEX envelopes_by_context_id ON envelopes (context_id)",
         "CREATE INDEX envelopes_by_time ON envelopes (created_ns)",
-        "CREATE INDEX envelopes_by_stored ON envelopes (stored_ns)",
         f"""CREATE TABLE items (
             {_KEY}, item_id TEXT NOT NULL, context_kind TEXT, state TEXT NOT NULL,
             omit_reason TEXT, omit_detail TEXT, score {{real}}, rank INTEGER, tokens BIGINT,

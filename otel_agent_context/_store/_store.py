@@ -36,6 +36,15 @@ _KEY_WIDTH = {"envelopes": 2, "items": 3, "blocks": 4, "budgets": 3, "window_seg
 _CHILDREN = tuple(t for t in COLUMNS if t != "envelopes")
 
 
+class _Encoded:
+    """A bundle's JSON as the JSON Lines sink wrote it (one line, newline at the end)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, line: bytes) -> None:
+        self.text = line.rstrip(b"\n").decode()
+
+
 class StoreError(Exception):
     """The store cannot be opened or used (bad URL, newer schema, unreachable database)."""
 
@@ -88,6 +97,9 @@ class _SqliteConnection:
 
     def json(self, value: Any) -> Any:
         return orjson.dumps(value).decode()
+
+    def encoded_json(self, text: str) -> Any:
+        return text
 
     def timestamp(self, value: Any) -> Any:
         return value
@@ -156,6 +168,9 @@ class _PostgresConnection:
 
     def json(self, value: Any) -> Any:
         return self._jsonb(value, dumps=lambda v: orjson.dumps(v).decode())
+
+    def encoded_json(self, text: str) -> Any:
+        return self._jsonb(text, dumps=lambda v: v)
 
     def timestamp(self, value: Any) -> Any:
         return value
@@ -262,14 +277,24 @@ class Store:
         return f"{sql}) VALUES ({values})"
 
     # -- writing ---------------------------------------------------------------------------------
-    def write(self, bundles: Iterable[Mapping[str, Any]]) -> int:
-        """Store bundles in one transaction (all or none); returns how many."""
+    def write(self, bundles: Iterable[Mapping[str, Any]],
+              encoded: Sequence[bytes] | None = None) -> int:
+        """Store bundles in one transaction (all or none); returns how many.
+
+        ``encoded``, when given, is each bundle already as JSON (the JSON Lines sink's
+        line): stored as it is rather than encoded a second time."""
         tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {t: {} for t in COLUMNS}
-        for bundle in bundles:
+        plain = {t: not self._json_at[t] and not self._ts_at[t] for t in COLUMNS}
+        for position, bundle in enumerate(bundles):
             for table, rows in bundle_rows(bundle).items():
                 width = _KEY_WIDTH[table]
                 target = tables[table]
+                if plain[table]:
+                    target.update((row[:width], row) for row in rows)
+                    continue
                 for row in rows:
+                    if encoded is not None and table == "envelopes":
+                        row = (*row[:-1], _Encoded(encoded[position]))
                     target[row[:width]] = self._adapt(table, row)
         envelopes = tables["envelopes"]
         if not envelopes:
@@ -305,7 +330,9 @@ class Store:
             return row
         values = list(row)
         for index in json_at:
-            values[index] = self._db.json(values[index])
+            value = values[index]
+            values[index] = (self._db.encoded_json(value.text) if type(value) is _Encoded
+                             else self._db.json(value))
         for index in ts_at:
             values[index] = self._db.timestamp(values[index])
         return tuple(values)
@@ -347,7 +374,10 @@ class Store:
         """A read query's rows as dicts (``?`` placeholders; JSON columns decoded)."""
         with self._lock:
             self._db.reconnect()
-            names, rows = self._db.query(sql, params)
+            try:
+                names, rows = self._db.query(sql, params)
+            except self._db.errors as exc:
+                raise StoreError(f"reading the store {self.url} failed: {exc}") from exc
         decoded = [n in JSON_COLUMNS for n in names]
         out = []
         for row in rows:
@@ -365,7 +395,10 @@ class Store:
         """A read query's rows as plain tuples (no decoding): for the bulk reads of a page."""
         with self._lock:
             self._db.reconnect()
-            return self._db.query(sql, params)[1]
+            try:
+                return self._db.query(sql, params)[1]
+            except self._db.errors as exc:
+                raise StoreError(f"reading the store {self.url} failed: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:

@@ -123,7 +123,11 @@ def run_session(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"otel-agent-context timeline: {exc}", file=err)
         return 2
     with store:
-        turns = session(store, args.session, trace_url_template=args.trace_url)
+        try:
+            turns = session(store, args.session, trace_url_template=args.trace_url)
+        except StoreError as exc:
+            print(f"otel-agent-context timeline: {exc}", file=err)
+            return 2
         if not turns:
             known = [c["conversation_id"] for c in conversations(store, limit=5)]
             print(f"otel-agent-context timeline: no conversation {args.session!r} in "
@@ -181,6 +185,9 @@ def run_query(args: argparse.Namespace, out: TextIO = sys.stdout,
         except LookupError as exc:
             print(f"otel-agent-context query: {exc.args[0]}", file=err)
             return 1
+        except StoreError as exc:
+            print(f"otel-agent-context query: {exc}", file=err)
+            return 2
     if args.json:
         out.write(orjson.dumps(answer, default=str, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -59,7 +59,7 @@ class StoreSink:
         if self.store is None:
             self.open()
         assert self.store is not None
-        self.store.write(bundle for _, bundle, _ in batch)
+        self.store.write([bundle for _, bundle, _ in batch], [line for _, _, line in batch])
         self._prune()
 
     def _prune(self) -> None:

@@ -34,6 +34,7 @@ from processor_testkit import (
 )
 
 from otel_agent_context._demo_agent import run_demo
+from otel_agent_context._store import open_store
 from otel_agent_context.processor._sinks import bundle_key
 
 
@@ -114,6 +115,12 @@ def test_sigkill_mid_stream_then_restart_writes_each_acked_envelope_once(tmp_pat
     counts = _keys(bundles)
     duplicates = {key: n for key, n in counts.items() if n > 1}
     assert not duplicates
+    # the bundle store (SQLite, the default) holds exactly the same envelopes, once each
+    with open_store(str(out_dir / "context.db")) as store:
+        stored = store.rows("SELECT trace_id, context_id, status FROM envelopes")
+        assert sorted((r["trace_id"], r["context_id"]) for r in stored) == sorted(counts)
+        assert {r["context_id"]: r["status"] for r in stored} == {
+            b["context_envelope"]["context_id"]: b["rebuild"]["status"] for b in bundles}
     written = by_context(bundles)
     completed = set().union(*(stream[i][1] for i in acked))
     assert completed <= set(written)
