@@ -74,6 +74,30 @@ def test_the_stack_has_every_service_the_issue_lists():
     assert SERVICES["otelcol"]["image"].startswith("otel/opentelemetry-collector-contrib:")
 
 
+def test_the_bundle_store_is_postgresql_shared_by_the_processor_and_grafana():
+    postgres = SERVICES["postgres"]
+    assert postgres["image"].startswith("postgres:17")
+    env = postgres["environment"]
+    processor = SERVICES["processor"]
+    argv = processor["command"]
+    url = argv[argv.index("--store") + 1]
+    password = "${AGENT_CONTEXT_PG_PASSWORD:-agent-context}"
+    assert url == (f"postgresql://{env['POSTGRES_USER']}:{password}@postgres:5432/"
+                   f"{env['POSTGRES_DB']}")
+    assert env["POSTGRES_PASSWORD"] == password
+    assert processor["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
+    grafana = SERVICES["grafana"]["environment"]
+    assert grafana["AGENT_CONTEXT_PG_USER"] == env["POSTGRES_USER"]
+    assert grafana["AGENT_CONTEXT_PG_PASSWORD"] == password
+    datasources = yaml.safe_load((REPO / "dashboards" / "grafana" / "provisioning" /
+                                  "datasources" / "agent-context.yaml").read_text())
+    store = next(d for d in datasources["datasources"] if d["uid"] == "agent-context-pg")
+    assert store["url"] == "postgres:5432"
+    assert store["jsonData"]["database"] == env["POSTGRES_DB"]
+    assert "127.0.0.1:8080:8080" in processor["ports"]  # the web page
+
+
 def test_images_are_pinned_and_host_ports_are_loopback_only():
     for name, service in SERVICES.items():
         image = service["image"]

@@ -234,3 +234,37 @@ def test_dropped_conversations_and_filters_answer_from_the_rows(store: Any,
     blocking = envelopes(store, EnvelopeFilter(blocking=True, agent="support-agent"))
     assert all(e["blocking_missing_count"] > 0 for e in blocking) and blocking
     assert envelopes(store, EnvelopeFilter(agent="nobody")) == []
+
+
+def test_serve_settings_for_the_store(tmp_path: Path) -> None:
+    from otel_agent_context.exceptions import ConfigError
+    from otel_agent_context.processor import ProcessorConfig
+
+    base = {"output.dir": str(tmp_path / "out")}
+    default = ProcessorConfig.from_values(base)
+    assert default.store_url == f"sqlite:///{(tmp_path / 'out' / 'context.db').resolve()}"
+    assert default.store_retention is None and default.ui is None
+    week = ProcessorConfig.from_values({**base, "store.retention": "7d", "store.url": "off"})
+    assert week.store_retention == 7 * 86400 and week.store_url is None
+    assert ProcessorConfig.from_values({**base, "store.retention": 90}).store_retention == 90
+    for key, value in (("store.retention", "soon"), ("store.retention", "-1h"),
+                       ("store.url", "mysql://x"), ("store.url", 5)):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            ProcessorConfig.from_values({**base, key: value})
+
+
+def test_the_sink_prunes_by_its_retention(tmp_path: Path, demo_bundles: list) -> None:
+    from otel_agent_context.processor._store_sink import StoreSink
+
+    path = tmp_path / "kept.db"
+    old = copy.deepcopy(demo_bundles[0])
+    old["context_envelope"]["created_at"] = "2020-01-01T00:00:00Z"
+    with open_store(str(path)) as store:
+        store.write([old, demo_bundles[1]])
+    sink = StoreSink(f"sqlite:///{path}", retention=86400.0)
+    sink.open()  # prunes at start, then at most once a minute
+    try:
+        ids = [r["context_id"] for r in sink.opened.rows("SELECT context_id FROM envelopes")]
+        assert ids == [X.key(demo_bundles[1])[1]]
+    finally:
+        sink.close()
