@@ -26,9 +26,8 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             window_items {{json}}, tokens_by_kind {{json}}, tokens_by_point {{json}},
             omitted_items {{json}}, truncated_items {{json}},
             bundle {{json}} NOT NULL, stored_ns BIGINT NOT NULL,
-            PRIMARY KEY (trace_id, context_id))""",
+            PRIMARY KEY (context_id, trace_id))""",  # context_id first: it is what people look up
         "CREATE INDEX envelopes_by_conversation ON envelopes (conversation_id, created_ns)",
-        "CREATE INDEX envelopes_by_context_id ON envelopes (context_id)",
         "CREATE INDEX envelopes_by_time ON envelopes (created_ns)",
         f"""CREATE TABLE items (
             {_KEY}, item_id TEXT NOT NULL, context_kind TEXT, state TEXT NOT NULL,

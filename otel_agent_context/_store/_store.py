@@ -270,7 +270,7 @@ class Store:
         values = ", ".join("?" for _ in columns)
         sql = f"INSERT INTO {table} ({', '.join(columns)}"
         if table == "envelopes":
-            key = ", ".join(columns[:2])
+            key = "context_id, trace_id"  # the primary key, as _schema declares it
             update = ", ".join(f"{c} = excluded.{c}" for c in (*columns[2:], "stored_ns"))
             return (f"{sql}, stored_ns) VALUES ({values}, ?) "
                     f"ON CONFLICT ({key}) DO UPDATE SET {update}")
