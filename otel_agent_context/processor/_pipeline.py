@@ -231,12 +231,11 @@ class Pipeline:
         for key, when in replay.done.items():
             self.buffer.remember_done(key, when)
         recovered_bundles = self.jsonl.recover(replay.sink_position)
-        recovered = [key for key, _ in recovered_bundles]
+        recovered = [key for key, _, _ in recovered_bundles]
         for key in recovered:
             self.buffer.remember_done(key, now)
-        if self.store is not None and recovered_bundles:
-            # written to JSON Lines, perhaps not to the store, before the crash
-            self.store.catch_up(bundle for _, bundle in recovered_bundles)
+        if recovered_bundles:
+            self._catch_up(recovered_bundles)
         for (trace_id, span_id), when in replay.done_spans.items():
             self.events.forget_written(trace_id, span_id, when)
         if recovered:
@@ -610,6 +609,25 @@ class Pipeline:
                 with self._cond:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
+
+    def _catch_up(self, entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
+        """Bundles written to JSON Lines, perhaps not to the other sinks, before a crash:
+        each other sink gets them once now (at least once for the OTLP log sink). A sink
+        that cannot take them is reported; the bundles stay in the JSON Lines file."""
+        for sink in self.sinks:
+            if sink is self.jsonl:
+                continue
+            try:
+                sink.write(entries)
+            except Exception as exc:  # noqa: BLE001 - start-up goes on; the file has them
+                self.metrics.self.inc("context_processor_sink_errors_total", (sink.name,))
+                log.error("recovery: sink %s could not take %d bundles written to JSON Lines "
+                          "before the crash (%s); they stay in the JSON Lines files",
+                          sink.name, len(entries), exc)
+                continue
+            self.metrics.self.inc("context_processor_bundles_written_total", (sink.name,),
+                                  len(entries))
+            log.info("recovery: %d bundles handed to sink %s", len(entries), sink.name)
 
     def _write_sinks(self, entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]) -> bool:
         for sink in self.sinks:

@@ -8,7 +8,9 @@ written batch, the file position the batch ended at. On restart, the lines past 
 recorded position are bundles written without that record: :meth:`JsonlSink.recover`
 returns their keys so they are not written again, and a torn last line (a write the crash
 cut short) is cut off, to be written whole by the replay. The OTLP log sink is at least
-once: a crash between its export and the WAL record sends that batch again.
+once: a crash between its export and the WAL record sends that batch again, and bundles the
+JSON Lines file took but the WAL never recorded are handed to every other sink at the next
+start (the bundle store stores them once, the OTLP log sink sends them, perhaps again).
 """
 
 from __future__ import annotations
@@ -113,12 +115,13 @@ class JsonlSink:
         """(file number, size): where the next bundle will start."""
         return (self._seq, self._size)
 
-    def recover(self, since: tuple[int, int] | None) -> list[tuple[Key, dict[str, Any]]]:
-        """The bundles (with their keys) written at or after ``since`` (the last recorded
-        position)."""
+    def recover(self, since: tuple[int, int] | None
+                ) -> list[tuple[Key, dict[str, Any], bytes]]:
+        """The bundles (key, bundle, line) written at or after ``since`` (the last recorded
+        position): written here, perhaps not to the other sinks, before a crash."""
         if since is None:
             return []
-        keys: list[tuple[Key, dict[str, Any]]] = []
+        keys: list[tuple[Key, dict[str, Any], bytes]] = []
         for seq in self._files():
             if seq < since[0]:
                 continue
@@ -131,7 +134,7 @@ class JsonlSink:
                         break  # torn; open() cuts it
                     try:
                         bundle = orjson.loads(line)
-                        keys.append((bundle_key(bundle), bundle))
+                        keys.append((bundle_key(bundle), bundle, line))
                     except orjson.JSONDecodeError:
                         log.error("%s: unreadable line ignored during recovery", path.name)
         return keys

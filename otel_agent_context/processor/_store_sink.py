@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._store import Store, StoreError, open_store
@@ -47,13 +47,6 @@ class StoreSink:
             self.open()
         assert self.store is not None
         return self.store
-
-    def catch_up(self, bundles: Iterable[Mapping[str, Any]]) -> None:
-        """Bundles the JSON Lines file has but the WAL never recorded as written."""
-        assert self.store is not None
-        count = self.store.write(bundles)
-        if count:
-            log.info("store: %d bundles recovered from the JSON Lines output", count)
 
     def write(self, batch: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
         if self.store is None:

@@ -165,9 +165,21 @@ def test_crash_between_bundle_written_and_wal_record_writes_nothing_twice(
     wait_for(lambda: read_bundles(out_dir), message="the JSON Lines bundle")
     process.send_signal(signal.SIGKILL)
     process.wait(10)
+    # the log sink is back: the bundle the crash kept from it reaches it now (at least once)
+    capture = _Capture()
+    capture.response = logs_service_pb2.ExportLogsServiceResponse
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(capture, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
     process, addresses = serve(["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
-                                "--otlp-http", "off", "--metrics", "off"],
+                                "--otlp-http", "off", "--metrics", "off",
+                                "--otlp-logs", f"http://127.0.0.1:{port}"],
                                tmp_path / "ready.json")
+    assert capture.event.wait(10)
+    sent = [r for req in capture.requests for r in req.resource_logs[0].scope_logs[0].log_records]
+    assert [{kv.key: _any_value(kv.value) for kv in r.attributes}[S.CONTEXT_ID]
+            for r in sent] == ["ctx-window"]
     stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
     stub.Export(request(envelope_spans(1, "ctx-window", stages=2)), timeout=10)  # a retry
     stub.Export(request(envelope_spans(2, "ctx-next", stages=1)), timeout=10)
@@ -178,3 +190,4 @@ def test_crash_between_bundle_written_and_wal_record_writes_nothing_twice(
     assert sorted(b["context_envelope"]["context_id"] for b in bundles) == [
         "ctx-next", "ctx-window"]
     assert by_context(bundles)["ctx-window"]["rebuild"]["status"] == "complete"
+    server.stop(0)
