@@ -19,14 +19,23 @@ call), one item per resource content or prompt message:
   message is content mode ``embedded_resource`` with its ``mcp.resource.uri``, a resource
   link ``resource_link``.
 
+Each ``ClientSession.call_tool`` is a surface too, one item per content block of the
+result: kind ``tool_result``, content mode ``tool_result_ref`` (``embedded_resource`` or
+``resource_link`` for a resource block, with its ``mcp.resource.uri``), the tool's name as
+``context.source.native.mcp.tool_name``, the digest of the text (or of the structured
+content), and ``mcp.tool.is_error`` when the tool reported an error; item id
+``mcp_tool:<short digest of server, tool and arguments>:<block>``, so one call repeated with
+the same arguments is the same item.
+
 Content (the text) only under content capture. Not recorded: the JSON-RPC request id and
-``mcp.session.id`` (the client session API exposes neither over stdio), tool results.
+``mcp.session.id`` (the client session API of the SDK exposes neither).
 Linking a model call's block to the MCP item whose text it carries is left to the
 assembly's source refs: the item id and digest recorded here are that hook.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..._api import current_envelope
@@ -112,6 +121,60 @@ def _prompt_items(result: Any, name: str, server: str | None) -> list[ContextIte
     return items
 
 
+def _tool_items(result: Any, name: str, arguments: Any, server: str | None
+                ) -> list[ContextItem]:
+    try:
+        args = json.dumps(arguments, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        args = repr(arguments)
+    base = f"mcp_tool:{short_digest(server or '', name, args)}"
+    native = {"mcp.tool_name": name}
+    if server:
+        native["mcp.server_id"] = server
+    if getattr(result, "isError", None) is True or getattr(result, "is_error", None) is True:
+        native["mcp.tool.is_error"] = "true"
+    items = []
+    blocks = list(getattr(result, "content", None) or ())
+    for index, block in enumerate(blocks):
+        btype = getattr(block, "type", None)
+        if btype == "resource":
+            item = _resource_item(getattr(block, "resource", None), server,
+                                  mode=ContentMode.EMBEDDED_RESOURCE)
+        elif btype == "resource_link":
+            uri = str(getattr(block, "uri", ""))
+            item = ContextItem(item_id="mcp_resource:" + short_digest(server or "", uri),
+                               context_kind=ContextKind.EXTERNAL_RESOURCE,
+                               content_mode=ContentMode.RESOURCE_LINK,
+                               source_refs=[_source(uri, server)])
+        else:
+            text = getattr(block, "text", None)
+            item = ContextItem(
+                item_id=f"{base}:{index}", context_kind=ContextKind.TOOL_RESULT,
+                content_mode=ContentMode.TOOL_RESULT_REF,
+                content=text if isinstance(text, str) else None,
+                digest=digest_text(text) if isinstance(text, str) else None,
+                mime_type=getattr(block, "mime_type", None) if btype == "image" else None,
+                source_refs=[ContextSourceRef(source_kind="mcp_tool",
+                                              external_mappings=dict(native))])
+            items.append(item)
+            continue
+        for ref in item.source_refs or ():
+            ref.external_mappings.update(native)
+        items.append(item)
+    structured = getattr(result, "structuredContent", None)
+    if structured is None:
+        structured = getattr(result, "structured_content", None)
+    if structured is not None and not blocks:
+        text = json.dumps(structured, sort_keys=True, default=str)
+        items.append(ContextItem(
+            item_id=f"{base}:structured", context_kind=ContextKind.TOOL_RESULT,
+            content_mode=ContentMode.TOOL_RESULT_REF, content=text, digest=digest_text(text),
+            mime_type="application/json",
+            source_refs=[ContextSourceRef(source_kind="mcp_tool",
+                                          external_mappings=dict(native))]))
+    return items
+
+
 def _record(items: list[ContextItem]) -> None:
     ctx = _STATE.ctx
     if ctx is None or not items:
@@ -151,6 +214,19 @@ async def _wrap_get_prompt(wrapped: Any, instance: Any, args: tuple[Any, ...],
     return result
 
 
+async def _wrap_call_tool(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is not None:
+        try:
+            name = args[0] if args else kwargs.get("name")
+            arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+            _record(_tool_items(result, str(name), arguments, _server(instance)))
+        except Exception:
+            internal_failure("MCP", "call_tool")
+    return result
+
+
 def _session_class(module: Any) -> Any:
     return getattr(module, "ClientSession", None)
 
@@ -158,6 +234,7 @@ def _session_class(module: Any) -> Any:
 _PATCHES = LazyPatches({_MODULE: [
     (_session_class, "read_resource", _wrap_read_resource),
     (_session_class, "get_prompt", _wrap_get_prompt),
+    (_session_class, "call_tool", _wrap_call_tool),
 ]}, _STATE.on)
 
 

@@ -1,5 +1,5 @@
-"""A stdio MCP server written as the MCP Python SDK's docs write one: a resource and a
-prompt (the test starts it as a subprocess)."""
+"""A stdio MCP server written as the MCP Python SDK's docs write one: a resource, a prompt
+and a tool (the test starts it as a subprocess)."""
 
 import os
 
@@ -25,6 +25,12 @@ def refund_policy() -> str:
 def answer_question(question: str) -> str:
     """Answer a customer question with the policies."""
     return f"Answer using our policies. Question: {question}"
+
+
+@mcp.tool()
+def order_status(order_id: str) -> str:
+    """Where an order is."""
+    return f"Order {order_id} was delivered on 2026-11-02."
 
 
 if __name__ == "__main__":
