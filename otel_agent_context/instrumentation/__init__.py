@@ -29,6 +29,8 @@ _INSTRUMENTORS = (
     ("otel_agent_context.instrumentation.openai", "OpenAIContextInstrumentor"),
     ("otel_agent_context.instrumentation.anthropic", "AnthropicContextInstrumentor"),
     ("otel_agent_context.instrumentation.langchain", "LangChainContextInstrumentor"),
+    ("otel_agent_context.instrumentation.openai_agents", "OpenAIAgentsContextInstrumentor"),
+    ("otel_agent_context.instrumentation.mcp", "MCPContextInstrumentor"),
 )
 
 

@@ -42,3 +42,25 @@ def test_example_runs_offline(name: str, calls: int) -> None:
         assert bundles[-1]["compaction"]["method"] == "provider_context_editing"
         assert bundles[-1]["compaction"]["source_item_refs"] == [
             "tool_result:toolu_0", "tool_result:toolu_1"]
+
+
+def test_framework_examples_run_offline() -> None:
+    """The Agents SDK and MCP examples (issue 12): each prints its envelopes, complete."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    agents = subprocess.run([sys.executable, str(EXAMPLES / "openai_agents_app.py")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert agents.returncode == 0, agents.stderr
+    runs = _bundles(agents.stdout)
+    assert [b["scope"] for b in runs].count("turn") == 2
+    assert [b["scope"] for b in runs].count("handoff") == 1
+    assert all(b["rebuild"] == "complete" for b in runs)
+    assert {b["conversation"] for b in runs if b["scope"] == "turn"} == {"customer-1234"}
+    mcp = subprocess.run([sys.executable, str(EXAMPLES / "mcp_client_app.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert mcp.returncode == 0, mcp.stderr
+    (bundle,) = _bundles(mcp.stdout)
+    kinds = sorted(kind for _, kind, _, _ in bundle["items"])
+    assert kinds == ["external_resource", "tool_result", "user_message"]
+    assert bundle["model_calls"] == 1 and bundle["rebuild"] == "complete"
+    assert "Refunds are accepted" not in mcp.stdout.split("agent:")[-1]  # no content
