@@ -36,7 +36,8 @@ from typing import Any
 
 from . import _env
 
-__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "ordered_digest", "short_digest"]
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "digest_chunks", "ordered_digest",
+           "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -156,6 +157,14 @@ def digest_bytes(data: bytes) -> str:
         inner.update(data)
         return HMAC_PREFIX + _keyed(inner)
     return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def digest_chunks(chunks: Iterable[bytes]) -> str:
+    """:func:`digest_bytes` of the chunks joined, without joining them (bounded memory)."""
+    h = _inner.copy() if _current_key() else hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk)
+    return HMAC_PREFIX + _keyed(h) if _current_key() else SHA256_PREFIX + h.hexdigest()
 
 
 def ordered_digest(parts: Iterable[str]) -> str:

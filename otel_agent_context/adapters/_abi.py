@@ -8,6 +8,7 @@ ever read; malformed files give warnings (:attr:`SessionSnapshot.warnings`), nev
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import time
@@ -24,7 +25,7 @@ from .._records import Bundle, ContextEnvelope, ns_to_rfc3339
 from .._replay import emit_bundle
 from ..exceptions import ConfigError
 from ._abi_mapping import _Build, _bundle, _envelope_refs, _names
-from ._abi_reader import PACK, FileState, _History, _Reader, _sha256
+from ._abi_reader import MESSAGES, PACK, FileState, _History, _Reader, _sha256
 from ._abi_rules import (
     RULES,
     RuleBreach,
@@ -63,6 +64,26 @@ class SessionSnapshot:
     pack_key: tuple[int, str] | None  # (mtime_ns, sha256) of context/pack.json
 
 
+#: The lines of messages.jsonl parsed at the last look at each folder (bounded), so that a
+#: watcher parses only what was appended since.
+_HISTORIES: collections.OrderedDict[str, tuple[FileState | None, tuple[list[int], list[int], int]]]\
+    = collections.OrderedDict()
+_HISTORIES_MAX = 64
+
+
+def _resume(reader: _Reader, previous: Mapping[str, FileState], states: Mapping[str, FileState],
+            breaches: list[RuleBreach]) -> tuple[list[int], list[int], int] | None:
+    """What was parsed before, when messages.jsonl only grew since (no breach of append-only
+    and the state parsed then is the one the caller saw last)."""
+    cached = _HISTORIES.get(reader._real_root)
+    before = previous.get(MESSAGES)
+    if cached is None or before is None or cached[0] != before or MESSAGES not in states:
+        return None
+    if any(b.path == MESSAGES for b in breaches):
+        return None
+    return cached[1]
+
+
 def read_session(path: str | os.PathLike[str], *,
                  previous: Mapping[str, FileState] | None = None) -> SessionSnapshot:
     """Read a session folder once: its current pack as a bundle, and the ABI rule breaches.
@@ -78,7 +99,11 @@ def read_session(path: str | os.PathLike[str], *,
     reader = _Reader(root)
     policy = _gc_policy(reader)
     states, breaches = _check_history(reader, previous or {}, policy)
-    history = _History(reader)
+    history = _History(reader, _resume(reader, previous or {}, states, breaches))
+    _HISTORIES[reader._real_root] = (states.get(MESSAGES), history.resumable())
+    _HISTORIES.move_to_end(reader._real_root)
+    while len(_HISTORIES) > _HISTORIES_MAX:
+        _HISTORIES.popitem(last=False)
     build = _Build(reader, history)
 
     pack_bytes = reader.read(PACK)

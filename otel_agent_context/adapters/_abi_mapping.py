@@ -237,8 +237,10 @@ class _Build:
                     self.reader.warn(PACK, f"{where}: range {selector!r} is not a range of "
                                            f"{MESSAGES}; no digest")
                 return None, None, mod, None, None
-            data = self.history.bytes_in(r)
-            return (_digest(data), len(data), mod, f"line_range:{_fmt(r)}",
+            facts = self.history.digest_in(r)
+            if facts is None:
+                return None, None, mod, None, None
+            return (facts[0], facts[1], mod, f"line_range:{_fmt(r)}",
                     self.history.tokens_in(r))
         if rel.startswith("/") or ".." in Path(rel).parts:
             return nothing  # outside the session folder: not ours to read

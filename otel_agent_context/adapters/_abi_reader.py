@@ -12,13 +12,13 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .._digest import digest_bytes
+from .._digest import digest_bytes, digest_chunks
 from ..instrumentation._tokens import estimate_tokens
 
 _log = logging.getLogger("otel_agent_context.adapters")
@@ -52,6 +52,13 @@ class FileState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FileState:
         return cls(int(data["size"]), int(data["mtime_ns"]), str(data["sha256"]))
+
+
+#: What an incremental look at a grown history file re-reads of what it had: its first and
+#: its last this many bytes.
+TAIL_BYTES = 4096
+#: Chunks history files are read in: memory stays bounded whatever their size.
+CHUNK_BYTES = 1 << 20
 
 
 #: The most of one session file read (a pack, an index, a history): beyond, a warning.
@@ -155,6 +162,53 @@ class _Reader:
         finally:
             os.close(fd)
 
+    def chunks(self, rel: str, start: int = 0, limit: int | None = None
+               ) -> Iterator[bytes] | None:
+        """The file's bytes from ``start`` (at most ``limit`` of them) in chunks of
+        :data:`CHUNK_BYTES` (no size cap: memory stays bounded); None when absent or
+        refused, as :meth:`read`."""
+        path = self._inside(rel)
+        if path is None:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or path.is_symlink():
+                self.warn(rel, "is a symbolic link: not followed")
+            else:
+                self.warn(rel, f"cannot read ({exc.strerror or exc})")
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            self.warn(rel, f"cannot read ({exc.strerror or exc})")
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.warn(rel, "is not a regular file: not read")
+            return None
+
+        def stream() -> Iterator[bytes]:
+            try:
+                os.lseek(fd, start, os.SEEK_SET)
+                left = limit
+                while left is None or left > 0:
+                    chunk = os.read(fd, CHUNK_BYTES if left is None else min(left, CHUNK_BYTES))
+                    if not chunk:
+                        return
+                    if left is not None:
+                        left -= len(chunk)
+                    yield chunk
+            except OSError as exc:
+                self.warn(rel, f"cannot read ({exc.strerror or exc})")
+            finally:
+                os.close(fd)
+
+        return stream()
+
     def text(self, rel: str, data: bytes) -> str:
         try:
             return data.decode("utf-8")
@@ -223,20 +277,44 @@ def _count(reader: _Reader, rel: str, where: str, value: Any) -> int | None:
 
 
 class _History:
-    def __init__(self, reader: _Reader) -> None:
-        data = reader.read(MESSAGES)
-        self.present = data is not None
-        self.lines: list[bytes] = []
-        self.tokens: list[int] = []
-        if data is None:
+    """``messages.jsonl`` as line offsets and token counts, read in chunks: memory grows with
+    the number of lines, not their bytes. Given ``resume`` (the lines parsed at an earlier
+    look, when the file has only grown since: :func:`read_session` knows), only the new
+    bytes are parsed."""
+
+    def __init__(self, reader: _Reader,
+                 resume: tuple[list[int], list[int], int] | None = None) -> None:
+        self.reader = reader
+        self.starts: list[int] = list(resume[0]) if resume else []
+        self.tokens: list[int] = list(resume[1]) if resume else []
+        self.end = resume[2] if resume else 0  # end of the last complete line
+        chunks = reader.chunks(MESSAGES, self.end)
+        self.present = chunks is not None
+        if chunks is None:
+            self.starts, self.tokens, self.end = [], [], 0
             return
-        parts = data.split(b"\n")
-        complete = parts[:-1]  # the part after the last newline is not a whole line yet
-        if parts[-1].strip():
-            reader.warn(MESSAGES, f"line {len(parts)}: half-written last line, not counted")
-        for number, raw in enumerate(complete, start=1):
-            self.lines.append(raw + b"\n")
-            self.tokens.append(self._tokens(reader, number, raw))
+        pending = b""
+        offset = self.end
+        for chunk in chunks:
+            data = pending + chunk
+            base = offset - len(pending)
+            position = 0
+            while True:
+                newline = data.find(b"\n", position)
+                if newline < 0:
+                    break
+                self.starts.append(base + position)
+                self.tokens.append(self._tokens(reader, len(self.starts), data[position:newline]))
+                position = newline + 1
+            pending = data[position:]
+            offset += len(chunk)
+            self.end = offset - len(pending)
+        if pending.strip():
+            reader.warn(MESSAGES, f"line {len(self.starts) + 1}: half-written last line, "
+                                  "not counted")
+
+    def resumable(self) -> tuple[list[int], list[int], int]:
+        return self.starts, self.tokens, self.end
 
     @staticmethod
     def _tokens(reader: _Reader, number: int, raw: bytes) -> int:
@@ -257,13 +335,20 @@ class _History:
 
     @property
     def count(self) -> int:
-        return len(self.lines)
+        return len(self.starts)
 
     def tokens_in(self, r: Range) -> int:
         return sum(self.tokens[r[0] - 1:r[1]])
 
-    def bytes_in(self, r: Range) -> bytes:
-        return b"".join(self.lines[r[0] - 1:r[1]])
+    def digest_in(self, r: Range) -> tuple[str, int] | None:
+        """(digest, byte size) of lines ``r``, read from the file in chunks; None if the
+        file cannot be read now."""
+        first = self.starts[r[0] - 1]
+        last = self.starts[r[1]] if r[1] < len(self.starts) else self.end
+        chunks = self.reader.chunks(MESSAGES, first, last - first)
+        if chunks is None:
+            return None
+        return digest_chunks(chunks), last - first
 
     def resolve(self, selector: str | None) -> Range | None:
         """A pack range (``tail:N``, ``head:N``, ``A-B``, ``N``) as lines of messages.jsonl."""

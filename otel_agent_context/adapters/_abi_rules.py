@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .. import _semconv as S
 from ._abi_reader import (
@@ -13,6 +17,7 @@ from ._abi_reader import (
     EVENTS,
     GC_POLICY,
     MESSAGES,
+    TAIL_BYTES,
     FileState,
     _log,
     _Reader,
@@ -84,27 +89,129 @@ def _deletion_allowed(policy: Mapping[str, str], rel: str) -> bool:
     return policy.get(key, "1").strip().lower() in ("0", "false", "no")
 
 
+#: The running sha256 of history files seen by this process, so that a grown file is hashed
+#: from where it was: (size, digest, hasher, digest of its head, of its tail, when it was last
+#: read whole). Keyed by (folder, file); bounded: an evicted entry means one whole read.
+_RUNNING: collections.OrderedDict[tuple[str, str], tuple[int, str, Any, str, str, float]] = \
+    collections.OrderedDict()
+_RUNNING_MAX = 256
+#: Seconds between whole reads of a file that keeps growing (the check of everything before
+#: the last TAIL_BYTES; the incremental look checks the first and last TAIL_BYTES).
+FULL_CHECK_EVERY = 60.0
+
+
+def _remember(reader: _Reader, rel: str, size: int, hasher: Any, head: bytes, tail: bytes,
+              checked_at: float) -> str:
+    key = (reader._real_root, rel)
+    digest = str(hasher.hexdigest())
+    _RUNNING[key] = (size, digest, hasher, _sha256(head), _sha256(tail), checked_at)
+    _RUNNING.move_to_end(key)
+    while len(_RUNNING) > _RUNNING_MAX:
+        _RUNNING.popitem(last=False)
+    return digest
+
+
 def _file_state(reader: _Reader, rel: str, previous: FileState | None
                 ) -> tuple[FileState | None, RuleBreach | None]:
+    """The file's state now, and a breach of append-only against ``previous``.
+
+    Memory stays bounded: files are hashed in chunks of ``CHUNK_BYTES``. A file that only
+    grew since this process last read it is read incrementally: its first and last
+    :data:`TAIL_BYTES` as they were (which must be unchanged), then only the new bytes; the
+    whole file is read again at most every :data:`FULL_CHECK_EVERY` seconds, so a rewrite
+    in the middle of a long history is found within that time."""
     st = reader.stat(rel)
     if st is None:
         return None, None
     if previous is not None and (st.st_size, st.st_mtime_ns) == (previous.size, previous.mtime_ns):
         return previous, None  # unchanged since last seen
-    data = reader.read(rel)
-    if data is None:
-        return None, None
-    state = FileState(len(data), st.st_mtime_ns, _sha256(data))
-    if previous is None:
-        return state, None
     rule = RULE_MESSAGES_APPEND_ONLY if rel == MESSAGES else RULE_EVENTS_APPEND_ONLY
-    if len(data) < previous.size:
+    running = _RUNNING.get((reader._real_root, rel))
+    now = time.monotonic()
+    if (previous is not None and running is not None
+            and running[:2] == (previous.size, previous.sha256)
+            and st.st_size >= previous.size and now - running[5] < FULL_CHECK_EVERY):
+        grown = _grown(reader, rel, st.st_mtime_ns, previous, running)
+        if grown is not None:
+            return grown
+    state, prefix = _whole(reader, rel, st.st_mtime_ns, previous.size if previous else None)
+    if state is None or previous is None:
+        return state, None
+    if state.size < previous.size:
         return state, RuleBreach(rule, rel, f"{rel} shrank from {previous.size} to "
-                                            f"{len(data)} bytes since last seen")
-    if _sha256(data[:previous.size]) != previous.sha256:
+                                            f"{state.size} bytes since last seen")
+    if prefix != previous.sha256:
         return state, RuleBreach(rule, rel, f"the first {previous.size} bytes of {rel} were "
                                             "rewritten since last seen (not an append)")
     return state, None
+
+
+def _grown(reader: _Reader, rel: str, mtime_ns: int, previous: FileState,
+           running: tuple[int, str, Any, str, str, float]
+           ) -> tuple[FileState | None, RuleBreach | None] | None:
+    """The incremental look (see :func:`_file_state`); None when the file must be read
+    whole instead (its head or tail changed: the whole read says how)."""
+    head_len = min(previous.size, TAIL_BYTES)
+    head_chunks = reader.chunks(rel, 0, head_len)
+    if head_chunks is None:
+        return None, None
+    head = b"".join(head_chunks)
+    if _sha256(head) != running[3]:
+        return None
+    start = max(0, previous.size - TAIL_BYTES)
+    chunks = reader.chunks(rel, start)
+    if chunks is None:
+        return None, None
+    hasher = running[2].copy()
+    window = bytearray()
+    tail = bytearray()
+    size = start
+    for chunk in chunks:
+        size += len(chunk)
+        if len(window) < previous.size - start:
+            need = previous.size - start - len(window)
+            window += chunk[:need]
+            chunk = chunk[need:]
+        if chunk:
+            hasher.update(chunk)
+            tail = (tail + chunk)[-TAIL_BYTES:]
+    if bytes(window) and _sha256(bytes(window)) != running[4] or size < previous.size:
+        return None
+    tail = (window + tail)[-TAIL_BYTES:]
+    new_head = head
+    if previous.size < TAIL_BYTES:  # the head grows with the file while the file is shorter
+        first = reader.chunks(rel, 0, TAIL_BYTES)
+        new_head = b"" if first is None else b"".join(first)
+    digest = _remember(reader, rel, size, hasher, new_head, bytes(tail), running[5])
+    return FileState(size, mtime_ns, digest), None
+
+
+def _whole(reader: _Reader, rel: str, mtime_ns: int, prefix_at: int | None
+           ) -> tuple[FileState | None, str | None]:
+    """Hash the whole file in chunks: its state, and the digest of its first ``prefix_at``
+    bytes (None when it is shorter)."""
+    chunks = reader.chunks(rel)
+    if chunks is None:
+        return None, None
+    hasher = hashlib.sha256()
+    prefix = hashlib.sha256(b"").hexdigest() if prefix_at == 0 else None
+    size = 0
+    head = b""
+    tail = b""
+    for chunk in chunks:
+        if prefix_at and prefix is None and size + len(chunk) >= prefix_at:
+            cut = prefix_at - size
+            hasher.update(chunk[:cut])
+            prefix = hasher.hexdigest()
+            hasher.update(chunk[cut:])
+        else:
+            hasher.update(chunk)
+        if len(head) < TAIL_BYTES:
+            head += chunk[:TAIL_BYTES - len(head)]
+        size += len(chunk)
+        tail = (tail + chunk)[-TAIL_BYTES:]
+    digest = _remember(reader, rel, size, hasher, head, tail, time.monotonic())
+    return FileState(size, mtime_ns, digest), prefix
 
 
 def _check_history(reader: _Reader, previous: Mapping[str, FileState], policy: Mapping[str, str]
