@@ -69,6 +69,8 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SINK_TIMEOUT = 10.0
 DEFAULT_FORWARD_QUEUE = 1_000
+#: gRPC's default receive limit, which the Collector's OTLP receiver keeps unless told.
+DEFAULT_FORWARD_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_METRICS_INTERVAL = 15.0
 #: Distinct values of one label of a contract metric (beyond: 'other').
 DEFAULT_LABEL_VALUES = 100
@@ -299,6 +301,8 @@ SETTINGS: tuple[Setting, ...] = (
             "endpoint", "ENDPOINT"),
     Setting("forward.queue_size", DEFAULT_FORWARD_QUEUE, _positive_int, None,
             "requests waiting for the next hop before the receivers push back"),
+    Setting("forward.max_request_bytes", DEFAULT_FORWARD_MAX_REQUEST_BYTES, _positive_int,
+            None, "the next hop's largest request: a larger one is split before it is sent"),
     Setting("log_level", "INFO", _log_level, "--log-level", "debug, info, warning, error",
             "LEVEL"),
     Setting("ready_file", None, _optional_str, "--ready-file",
@@ -346,6 +350,7 @@ class ProcessorConfig:
     otlp_logs_timeout: float
     forward: Target | None
     forward_queue_size: int
+    forward_max_request_bytes: int
     log_level: str
     ready_file: Path | None
 
@@ -450,6 +455,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         otlp_logs_timeout=p["sinks.otlp_logs.timeout"],
         forward=p["forward.endpoint"],
         forward_queue_size=p["forward.queue_size"],
+        forward_max_request_bytes=p["forward.max_request_bytes"],
         log_level=p["log_level"],
         ready_file=Path(ready) if ready is not None else None,
     )

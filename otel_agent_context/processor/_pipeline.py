@@ -192,7 +192,8 @@ class Pipeline:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
         self.forwarder = (
-            Forwarder(config.forward, queue_size=config.forward_queue_size)
+            Forwarder(config.forward, queue_size=config.forward_queue_size,
+                      max_request_bytes=config.forward_max_request_bytes)
             if config.forward is not None else None
         )
         self._queue: collections.deque[Finished] = collections.deque()
@@ -678,4 +679,7 @@ class Pipeline:
         gauge("context_processor_forward_errors_total",
               lambda: [((), float(forwarder.errors if forwarder is not None else 0))])
         gauge("context_processor_forward_dropped_total",
-              lambda: [((), float(forwarder.dropped if forwarder is not None else 0))])
+              lambda: [((reason,), float(count)) for reason, count in
+                       sorted(forwarder.dropped_by.items())] if forwarder is not None else [])
+        gauge("context_processor_forward_split_total",
+              lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
