@@ -28,6 +28,7 @@ from ..rebuild._completion import (  # the engine's defaults, shared with Bundle
     DEFAULT_MAX_TRACES,
     DEFAULT_ORPHAN_TIMEOUT,
 )
+from ._memory import DEFAULT_MAX_MEMORY, parse_byte_size
 
 __all__ = [
     "DEFAULT_ENVELOPE_TIMEOUT",
@@ -264,6 +265,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("wal.fsync", True, _bool, None,
             "fsync the WAL before acknowledging an export (false: survives a process crash, "
             "not a power loss)"),
+    Setting("memory.max_bytes", DEFAULT_MAX_MEMORY, parse_byte_size, "--max-memory",
+            "bytes of spans, events, queues and caches held at most (suffixes: 512MiB, "
+            "1GiB); beyond a part's share the receivers push back", "BYTES"),
     Setting("buffer.envelope_timeout", DEFAULT_ENVELOPE_TIMEOUT, _positive_float,
             "--envelope-timeout",
             "seconds to wait after the last span for promised stage spans before emitting "
@@ -336,6 +340,7 @@ class ProcessorConfig:
     wal_dir: Path
     segment_bytes: int
     wal_fsync: bool
+    max_memory: int
     envelope_timeout: float
     orphan_timeout: float
     max_traces: int
@@ -441,6 +446,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         wal_dir=wal,
         segment_bytes=p["wal.segment_bytes"],
         wal_fsync=p["wal.fsync"],
+        max_memory=p["memory.max_bytes"],
         envelope_timeout=p["buffer.envelope_timeout"],
         orphan_timeout=p["buffer.orphan_timeout"],
         max_traces=p["buffer.max_traces"],

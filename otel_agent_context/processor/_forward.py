@@ -171,10 +171,24 @@ class Forwarder:
             return True
         return self.max_bytes is not None and self.queued_bytes + size > self.max_bytes
 
-    def put(self, body: bytes, *, logs: bool = False) -> None:
+    def reserve(self, size: int) -> bool:
+        """Take room for a request of ``size`` bytes (then :meth:`put` it with
+        ``reserved=True``, or :meth:`release` it); False when the queue is full."""
+        with self._cond:
+            if self.full(size):
+                return False
+            self.queued_bytes += size
+            return True
+
+    def release(self, size: int) -> None:
+        with self._cond:
+            self.queued_bytes -= size
+
+    def put(self, body: bytes, *, logs: bool = False, reserved: bool = False) -> None:
         with self._cond:
             self._queue.append((logs, body))
-            self.queued_bytes += len(body)
+            if not reserved:
+                self.queued_bytes += len(body)
             self._cond.notify()
 
     # -- the sending thread ----------------------------------------------------------------------

@@ -257,6 +257,16 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Requests split in two because the next hop's limit "
                "(forward.max_request_bytes, or its RESOURCE_EXHAUSTED answer) is below them.",
                "0, or steady when senders batch more than the next hop takes"),
+    SelfMetric("context_processor_memory_bytes", "gauge", ("part",),
+               "Bytes held (estimated), by part of memory.max_bytes: buffer (envelopes being "
+               "assembled), queue (finished, waiting for the sinks), events (log-based "
+               "events waiting for their span), forward (requests waiting for the next hop), "
+               "decode_cache.",
+               "below context_processor_memory_limit_bytes; buffer + queue near their limit "
+               "means the receivers push back"),
+    SelfMetric("context_processor_memory_limit_bytes", "gauge", ("part",),
+               "Each part's share of memory.max_bytes (--max-memory); they add up to it.",
+               "constant"),
     SelfMetric("context_processor_envelope_latency_seconds", "histogram", (),
                "From an envelope's last span received to its bundle written.",
                "p99 under a second for complete envelopes"),

@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from processor_testkit import (
+    StallingSink,
     by_context,
     envelope_spans,
     fast_spans,
@@ -210,24 +211,6 @@ def test_bad_requests_amid_good_ones_lose_nothing(start_processor) -> None:
 
 
 # -- a stalled sink ----------------------------------------------------------------------------
-
-
-class StallingSink:
-    """A sink that blocks while ``stalled`` is clear (a slow log store, a full disk)."""
-
-    name = "stalling"
-
-    def __init__(self) -> None:
-        self.flowing = threading.Event()
-        self.written: list[str] = []
-
-    def write(self, batch: Any) -> None:
-        if not self.flowing.wait(20):
-            raise TimeoutError("still stalled")
-        self.written.extend(key[1] for key, _, _ in batch)
-
-    def close(self) -> None:
-        self.flowing.set()
 
 
 def test_stalled_sink_pushes_back_then_recovers_with_nothing_lost(start_processor) -> None:
