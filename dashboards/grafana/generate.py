@@ -818,6 +818,182 @@ def processor_health() -> dict[str, Any]:
 # --------------------------------------------------------------------------- files
 
 
+# --------------------------------------------------------------------------- session timeline
+# On the bundle store in PostgreSQL (``serve --store postgresql://...``, docs/store.md): one
+# conversation turn by turn. Every query here is run against a filled database by
+# tests/store/test_store_postgres.py.
+
+PG = {"type": "grafana-postgresql-datasource", "uid": "${pg}"}
+UID_SESSION = "agent-context-session"
+#: The turns of the chosen conversation, numbered in time order (a CTE every panel starts from).
+TURNS_CTE = (
+    "WITH turns AS (SELECT e.*, ROW_NUMBER() OVER (ORDER BY e.created_ns, e.context_id) AS turn "
+    "FROM envelopes e WHERE e.conversation_id = '${conversation}' "
+    "AND e.agent_name IN (${agent:sqlstring}))"
+)
+
+
+def sql_target(sql: str, fmt: str = "table") -> dict[str, Any]:
+    return {"datasource": PG, "editorMode": "code", "format": fmt, "rawQuery": True,
+            "rawSql": sql}
+
+
+def sql_panel(kind: str, title: str, description: str, sql: str, *, w: int = 12, h: int = 8,
+              unit: str = "short", stack: bool = False, options: dict[str, Any] | None = None,
+              overrides: list[dict[str, Any]] | None = None) -> Panel:
+    custom: dict[str, Any] = {"stacking": {"mode": "normal" if stack else "none", "group": "A"},
+                              "fillOpacity": 80, "lineWidth": 1}
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": PG,
+        "targets": [sql_target(sql)],
+        "fieldConfig": {"defaults": {"unit": unit, "custom": custom, "thresholds": GREEN_ONLY,
+                                     "color": {"mode": "palette-classic"}},
+                        "overrides": overrides or []},
+        "options": options or {},
+        "_size": (w, h),
+    }
+
+
+def _by_turn(sql: str, title: str, description: str, *, unit: str = "short",
+             w: int = 12) -> Panel:
+    return sql_panel("barchart", title, description, sql, w=w, unit=unit, stack=True, options={
+        "xField": "turn", "orientation": "vertical", "stacking": "normal", "showValue": "never",
+        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+        "tooltip": {"mode": "multi", "sort": "desc"}, "xTickLabelRotation": 0,
+        "barWidth": 0.9, "groupWidth": 0.7, "fullHighlight": False,
+    })
+
+
+def session_timeline() -> dict[str, Any]:
+    composition = (
+        f"{TURNS_CTE} SELECT t.turn::text AS turn, "
+        + ", ".join(
+            f"COALESCE(SUM(b.tokens) FILTER (WHERE b.context_kind = '{kind}'), 0) AS \"{kind}\""
+            for kind in SESSION_KINDS)
+        + ", COALESCE(SUM(b.tokens) FILTER (WHERE b.context_kind NOT IN ("
+        + ", ".join(f"'{k}'" for k in SESSION_KINDS)
+        + ")), 0) AS other FROM turns t LEFT JOIN blocks b ON b.trace_id = t.trace_id AND "
+          "b.context_id = t.context_id GROUP BY t.turn ORDER BY t.turn"
+    )
+    omitted = (
+        f"{TURNS_CTE} SELECT t.turn::text AS turn, "
+        + ", ".join(f"COUNT(i.item_id) FILTER (WHERE i.omit_reason = '{r}') AS \"{r}\""
+                    for r in SESSION_REASONS)
+        + ", COUNT(i.item_id) FILTER (WHERE i.omit_reason IS NULL OR i.omit_reason NOT IN ("
+        + ", ".join(f"'{r}'" for r in SESSION_REASONS)
+        + ")) AS other FROM turns t LEFT JOIN items i ON i.trace_id = t.trace_id AND "
+          "i.context_id = t.context_id AND i.state = 'omitted' GROUP BY t.turn ORDER BY t.turn"
+    )
+    changed = (
+        f"{TURNS_CTE} SELECT t.turn::text AS turn, t.truncated_count AS truncated, "
+        "t.compacted_count AS compacted, t.blocking_missing_count AS \"blocking gaps\" "
+        "FROM turns t ORDER BY t.turn"
+    )
+    use = (
+        f"{TURNS_CTE} SELECT t.turn::text AS turn, t.window_used_tokens AS used, "
+        "t.window_max_tokens AS \"limit\", t.overflow_tokens AS overflow FROM turns t "
+        "ORDER BY t.turn"
+    )
+    coverage = (
+        f"{TURNS_CTE} SELECT t.turn AS turn, c.method, c.coverage, c.source_count AS sources, "
+        "c.tokens_before, c.tokens_after, c.uncovered_sources::text AS \"not covered\", "
+        "c.loss_notes::text AS \"loss notes\" FROM turns t JOIN compactions c "
+        "ON c.trace_id = t.trace_id AND c.context_id = t.context_id ORDER BY t.turn"
+    )
+    turns = (
+        f"{TURNS_CTE} SELECT t.turn, t.created_at AS time, t.context_id, t.trace_id, "
+        "t.status, t.window_used_tokens AS used, t.window_max_tokens AS \"limit\", "
+        "t.utilization, t.overflow, t.selected_count AS selected, t.omitted_count AS omitted, "
+        "t.truncated_count AS truncated, t.compacted_count AS compacted, "
+        "t.blocking_missing_count AS blocking FROM turns t ORDER BY t.turn"
+    )
+    missing = (
+        f"{TURNS_CTE} SELECT t.turn, m.severity, m.needed_for, m.status, m.requested_from, "
+        "m.blocked_actions::text AS blocks FROM turns t JOIN missing_context m "
+        "ON m.trace_id = t.trace_id AND m.context_id = t.context_id ORDER BY t.turn"
+    )
+    trace_link = [{"matcher": {"id": "byName", "options": "trace_id"}, "properties": [
+        {"id": "links", "value": [{"title": "Open the trace in Jaeger",
+                                   "url": "${jaeger_url}/trace/${__value.raw}",
+                                   "targetBlank": True}]}]}]
+    panels: list[Panel] = [
+        row("Window per turn"),
+        _by_turn(composition, "Window composition per turn",
+                 "Tokens in the assembled context by context kind, one bar per turn.",
+                 unit="none", w=16),
+        sql_panel("barchart", "Window use against its limit",
+                  "Tokens used, the window's limit and the overflow per turn.", use, w=8,
+                  options={"xField": "turn", "orientation": "vertical", "stacking": "none",
+                           "showValue": "never", "barWidth": 0.9, "groupWidth": 0.7,
+                           "legend": {"displayMode": "list", "placement": "bottom",
+                                      "showLegend": True},
+                           "tooltip": {"mode": "multi", "sort": "none"}}),
+        row("What was left out or cut"),
+        _by_turn(omitted, "Omitted items per turn, by reason",
+                 "Items the selection left out, by the reason it gave."),
+        _by_turn(changed, "Truncated, compacted and blocking gaps per turn",
+                 "Items cut by a budget, items folded into a summary, and blocking missing "
+                 "context."),
+        sql_panel("table", "Compactions: coverage and loss",
+                  "Each compaction of the conversation: how much of its sources the summary "
+                  "covers, which it does not, and the loss it noted.", coverage, w=24, h=6,
+                  unit="none", overrides=[{"matcher": {"id": "byName", "options": "coverage"},
+                                           "properties": [{"id": "unit", "value": "percentunit"},
+                                                          {"id": "thresholds",
+                                                           "value": COVERAGE},
+                                                          {"id": "custom.cellOptions",
+                                                           "value": {"type": "color-text"}}]}]),
+        row("Turns"),
+        sql_panel("table", "Turns", "Every envelope of the conversation in time order; the "
+                  "trace id opens the trace in Jaeger.", turns, w=24, h=8, unit="none",
+                  overrides=trace_link),
+        sql_panel("table", "Missing context", "What the agent knew it lacked, per turn.",
+                  missing, w=24, h=5, unit="none"),
+    ]
+    variables = [
+        datasource_var("pg", "grafana-postgresql-datasource", "Bundle store", "agent-context-pg"),
+        {
+            "name": "agent", "label": "Agent", "type": "query", "datasource": PG,
+            "definition": AGENT_VAR_SQL, "query": AGENT_VAR_SQL, "refresh": 2, "regex": "",
+            "sort": 1, "hide": 0, "multi": True, "includeAll": True,
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "options": [], "skipUrlSync": False,
+        },
+        {
+            "name": "conversation", "label": "Conversation", "type": "query", "datasource": PG,
+            "definition": CONVERSATION_VAR_SQL, "query": CONVERSATION_VAR_SQL, "refresh": 2,
+            "regex": "", "sort": 0, "hide": 0, "multi": False, "includeAll": False,
+            "current": {}, "options": [], "skipUrlSync": False,
+        },
+        textbox_var("jaeger_url", "Jaeger UI", "http://localhost:16686"),
+    ]
+    model = dashboard(UID_SESSION, "Agent context: session timeline",
+                      "One conversation turn by turn, from the bundle store in PostgreSQL: what "
+                      "filled the window, what was omitted, truncated and compacted, and what "
+                      "the agent knew it lacked.", panels, variables)
+    model["annotations"] = {"list": [BUILTIN_ANNOTATION]}
+    model["refresh"] = "1m"
+    model["time"] = {"from": "now-24h", "to": "now"}
+    return model
+
+
+#: Kinds and reasons given their own series (the rest are summed as "other").
+SESSION_KINDS = ("system_prompt", "developer_instruction", "session_history", "user_message",
+                 "thread_summary", "computed_summary", "working_memory", "durable_memory",
+                 "document_excerpt", "retrieval_result", "tool_result")
+SESSION_REASONS = ("budget", "low_relevance", "duplicate_coverage", "stale_source",
+                   "privacy_risk", "policy_block")
+AGENT_VAR_SQL = ("SELECT DISTINCT agent_name FROM envelopes WHERE agent_name IS NOT NULL "
+                 "AND $__timeFilter(created_at) ORDER BY 1")
+CONVERSATION_VAR_SQL = (
+    "SELECT conversation_id FROM envelopes WHERE conversation_id IS NOT NULL "
+    "AND agent_name IN (${agent:sqlstring}) AND $__timeFilter(created_at) "
+    "GROUP BY conversation_id ORDER BY MAX(created_ns) DESC LIMIT 500")
+
+
 def build() -> dict[str, dict[str, Any]]:
     """File name -> dashboard model."""
     models = {
@@ -828,6 +1004,8 @@ def build() -> dict[str, dict[str, Any]]:
     unknown = sorted(unknown_contract_metrics(json.dumps(models)))
     if unknown:
         raise SystemExit(f"queries name metrics the contract table lacks: {unknown}")
+    # SQL on the bundle store, not PromQL: its column names are not metric names
+    models["session-timeline.json"] = session_timeline()
     return models
 
 

@@ -1,4 +1,4 @@
-"""``serve``, ``demo`` and ``timeline``: the processor's subcommands.
+"""``serve``, ``demo``, ``timeline`` and ``query``: the processor's subcommands.
 
 ``serve`` exits 2, before listening, on any bad configuration (file, flag, unusable
 address), with a message naming the setting; 0 after a graceful stop (SIGTERM, Ctrl-C).
@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from ..exceptions import ConfigError
-from . import _demo, _timeline
+from . import _demo, _query, _timeline
 from ._config import SETTINGS, load_config
 
 __all__ = ["register"]
@@ -62,6 +62,14 @@ def register(subparsers: Any) -> None:
     )
     _timeline.add_arguments(timeline)
     timeline.set_defaults(func=_timeline.run)
+
+    query = subparsers.add_parser(
+        "query", help="ask the bundle store: conversations, envelopes, dropped items, diffs",
+        description="Answer questions from the bundle store (or bundles JSON Lines): which "
+                    "turns dropped an item and why, what changed between two turns, how full "
+                    "the window was by kind.")
+    _query.add_query_arguments(query)
+    query.set_defaults(func=_query.run_query)
 
 
 _FLAGS = {s.key: s.flag for s in SETTINGS if s.flag is not None}

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_OTLP_GRPC",
     "DEFAULT_OTLP_HTTP",
     "DEFAULT_OUT",
+    "DEFAULT_TRACE_URL",
     "SETTINGS",
     "Endpoint",
     "ProcessorConfig",
@@ -51,6 +52,10 @@ DEFAULT_OTLP_GRPC = "127.0.0.1:4317"
 DEFAULT_OTLP_HTTP = "127.0.0.1:4318"
 DEFAULT_METRICS = "127.0.0.1:9464"
 DEFAULT_OUT = "agent-context-out"
+#: Jaeger's trace page (docker-compose.yml publishes Jaeger's UI on 16686).
+DEFAULT_TRACE_URL = "http://localhost:16686/trace/{trace_id}"
+#: The SQLite store's file under the output directory.
+DEFAULT_STORE_FILE = "context.db"
 #: OTLP's recommended receive limit (grpcio's own default is only 4 MiB).
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_GRPC_WORKERS = 8
@@ -192,6 +197,41 @@ def _optional_str(key: str, value: Any) -> str | None:
     return os.fspath(value)
 
 
+def _store_url(key: str, value: Any) -> str | None:
+    """``sqlite`` (the default file under the output directory), ``sqlite:///PATH``, a
+    ``postgresql://`` URL, or ``off``."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(key, f"expected sqlite, sqlite:///PATH, postgresql://... or off, "
+                               f"got {value!r}")
+    text = value.strip()
+    if text == "sqlite" or text.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        return text
+    raise ConfigError(key, f"expected sqlite, sqlite:///PATH, postgresql://... or off, "
+                           f"got {value!r}")
+
+
+def _duration(key: str, value: Any) -> float | None:
+    """Seconds, or a number with a unit: ``90s``, ``30m``, ``12h``, ``7d``; 0 or off: none."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if isinstance(value, str) and value.strip()[-1:].lower() in units:
+            seconds = float(value.strip()[:-1]) * units[value.strip()[-1].lower()]
+        elif isinstance(value, bool):
+            raise ValueError
+        else:
+            seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"expected a duration such as 7d, 12h or 3600, got {value!r}"
+                          ) from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ConfigError(key, f"must be a finite duration of at least 0, got {value!r}")
+    return seconds or None
+
+
 def _readable_file(key: str, value: Any) -> str | None:
     path = _optional_str(key, value)
     if path is not None and not os.access(path, os.R_OK):
@@ -258,6 +298,17 @@ SETTINGS: tuple[Setting, ...] = (
             "start a new bundles file beyond this size"),
     Setting("output.fsync", True, _bool, None,
             "fsync bundle files before the WAL forgets their envelopes"),
+    Setting("store.url", "sqlite", _store_url, "--store",
+            "bundle store: sqlite (DIR/context.db), sqlite:///PATH, postgresql://... or off",
+            "URL"),
+    Setting("store.retention", None, _duration, "--store-retention",
+            "delete stored envelopes older than this (e.g. 30d; default: keep)", "DURATION"),
+    Setting("ui.endpoint", None, parse_hostport, "--ui",
+            "serve the web page (conversations, session timelines) on this address",
+            "HOST:PORT"),
+    Setting("ui.trace_url", DEFAULT_TRACE_URL, _optional_str, "--trace-url",
+            "link from an envelope to its trace; {trace_id} and {span_id} are replaced",
+            "TEMPLATE"),
     Setting("wal.dir", None, _optional_str, "--wal",
             "write-ahead log directory (default: OUT/wal)", "DIR"),
     Setting("wal.segment_bytes", DEFAULT_SEGMENT_BYTES, _positive_int, None,
@@ -337,6 +388,10 @@ class ProcessorConfig:
     out_dir: Path
     max_file_bytes: int
     output_fsync: bool
+    store_url: str | None
+    store_retention: float | None
+    ui: Endpoint | None
+    trace_url: str | None
     wal_dir: Path
     segment_bytes: int
     wal_fsync: bool
@@ -408,7 +463,8 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
     for setting_key, directory in (("output.dir", out), ("wal.dir", wal)):
         _check_dir(setting_key, directory)
     listeners = [(k, p[k]) for k in ("receivers.otlp_grpc.endpoint",
-                                     "receivers.otlp_http.endpoint", "metrics.endpoint")]
+                                     "receivers.otlp_http.endpoint", "metrics.endpoint",
+                                     "ui.endpoint")]
     seen: dict[tuple[str, int], str] = {}
     for setting_key, ep in listeners:
         if ep is None or ep.port == 0:
@@ -422,6 +478,9 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
     if p["buffer.orphan_timeout"] < p["buffer.envelope_timeout"]:
         raise ConfigError("buffer.orphan_timeout",
                           "must be at least buffer.envelope_timeout")
+    if p["ui.endpoint"] is not None and p["store.url"] is None:
+        raise ConfigError("ui.endpoint", "the web page reads the bundle store: "
+                                         "store.url must not be off")
     if p["metrics.auth"] and token is None:
         raise ConfigError("metrics.auth", "needs receivers.auth.bearer_token (or _file)")
     ready = p["ready_file"]
@@ -443,6 +502,11 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         out_dir=out,
         max_file_bytes=p["output.max_file_bytes"],
         output_fsync=p["output.fsync"],
+        store_url=(f"sqlite:///{(out / DEFAULT_STORE_FILE).resolve()}"
+                   if p["store.url"] == "sqlite" else p["store.url"]),
+        store_retention=p["store.retention"],
+        ui=p["ui.endpoint"],
+        trace_url=p["ui.trace_url"],
         wal_dir=wal,
         segment_bytes=p["wal.segment_bytes"],
         wal_fsync=p["wal.fsync"],

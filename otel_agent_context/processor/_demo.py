@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..exceptions import ConfigError
 from ._summary import summarize
+from ._ui import session_path
 
 __all__ = ["add_arguments", "run"]
 
@@ -40,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep sending a round every --interval seconds until stopped")
     parser.add_argument("--interval", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="seconds between rounds with --forever (default: 5)")
+    parser.add_argument("--ui", metavar="HOST:PORT",
+                        help="also serve the web page (session timelines) on this address, "
+                             "and keep serving it after the rounds until Ctrl-C")
     parser.add_argument("--out", metavar="DIR",
                         help="where the in-process processor writes bundles "
                              "(default: a new temporary directory)")
@@ -86,6 +91,12 @@ class _CollectSink:
 
     def close(self) -> None:
         return None
+
+
+def _conversation(bundle: dict[str, Any]) -> str | None:
+    metadata = (bundle.get("context_envelope") or {}).get("metadata") or {}
+    value = metadata.get("gen_ai.conversation.id")
+    return value if isinstance(value, str) else None
 
 
 def _tracer_provider(endpoint: str, protocol: str) -> Any:
@@ -143,14 +154,11 @@ def _run_external(args: argparse.Namespace, run_demo: Any, stop: threading.Event
     return 0
 
 
-def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
-                  out: TextIO) -> int:
+def _embedded_config(args: argparse.Namespace, out_dir: Path) -> Any:
     from ._config import ProcessorConfig
-    from ._server import Processor
 
-    out_dir = Path(args.out) if args.out else Path(
-        tempfile.mkdtemp(prefix="otel-agent-context-demo-"))
-    config = ProcessorConfig.from_values({
+    return ProcessorConfig.from_values({
+        "ui.endpoint": args.ui,
         "receivers.otlp_grpc.endpoint": "127.0.0.1:0",
         "receivers.otlp_http.endpoint": "127.0.0.1:0",
         "metrics.endpoint": "127.0.0.1:0",
@@ -158,17 +166,38 @@ def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event
         "buffer.envelope_timeout": 5.0,
         "buffer.orphan_timeout": 10.0,
     })
+
+
+def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
+                  out: TextIO) -> int:
+    from ._server import Processor
+
+    out_dir = Path(args.out) if args.out else Path(
+        tempfile.mkdtemp(prefix="otel-agent-context-demo-"))
+    try:
+        config = _embedded_config(args, out_dir)
+    except ConfigError as exc:
+        print(f"otel-agent-context demo: {exc}", file=sys.stderr)
+        return 2
     collected = _CollectSink()
-    processor = Processor(config, sinks=[collected]).start()
+    try:
+        processor = Processor(config, sinks=[collected]).start()
+    except ConfigError as exc:
+        print(f"otel-agent-context demo: {exc}", file=sys.stderr)
+        return 2
     target = processor.addresses["otlp_grpc" if args.protocol == "grpc" else "otlp_http"]
     endpoint = f"http://{target}" + ("/v1/traces" if args.protocol == "http" else "")
     print(f"demo agent → OTLP/{args.protocol} {target} → context processor (in this process)",
           file=out)
-    print(f"metrics while it runs: http://{processor.addresses['metrics']}/metrics\n", file=out,
+    print(f"metrics while it runs: http://{processor.addresses['metrics']}/metrics", file=out,
           flush=True)
+    if "ui" in processor.addresses:
+        print(f"web page: {processor.addresses['ui']}/", file=out, flush=True)
+    print(file=out, flush=True)
     provider = _tracer_provider(endpoint, args.protocol)
     written = 0
     last_id = None
+    conversations: set[str] = set()
     round_number = 0
     try:
         while True:
@@ -182,15 +211,28 @@ def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event
                 print(f"only {len(bundles)} of {len(ids)} envelopes were rebuilt in "
                       f"{_WAIT_FOR_BUNDLES:.0f}s", file=out)
             last_id = ids[-1] if ids else last_id
+            conversations.update(c for c in map(_conversation, bundles) if c)
             round_number += 1
             if not args.forever or stop.wait(args.interval):
                 break
+        if args.ui and not stop.is_set():
+            for conversation in sorted(c for c in conversations if c):
+                print(f"session:  {processor.addresses['ui']}{session_path(conversation)}",
+                      file=out)
+            print("serving the web page until Ctrl-C", file=out, flush=True)
+            while not stop.wait(0.5):
+                pass
     finally:
         provider.shutdown()
         processor.stop()
     files = sorted(out_dir.glob("bundles-*.jsonl"))
     print(f"bundles:  {', '.join(str(f) for f in files)} ({written} envelopes)", file=out)
     print(f"WAL:      {config.wal_dir}", file=out)
+    if config.store_url is not None:
+        print(f"store:    {config.store_url}", file=out)
+        for conversation in sorted(c for c in conversations if c):
+            print(f"session:  otel-agent-context timeline {out_dir} --session {conversation}",
+                  file=out)
     if files and last_id:
         print(f"timeline: otel-agent-context timeline {files[-1]} --context-id {last_id}",
               file=out)

@@ -59,6 +59,7 @@ from ._forward import Forwarder
 from ._memory import PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
+from ._store_sink import StoreSink
 from ._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
 __all__ = ["Backpressure", "IngestResult", "Pipeline", "RebuildFunction", "RequestTooLarge"]
@@ -205,6 +206,11 @@ class Pipeline:
         self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
                                fsync=config.output_fsync)
         extra: list[Sink] = list(sinks or ())
+        self.store = (StoreSink(config.store_url, durable=config.output_fsync,
+                                retention=config.store_retention)
+                      if config.store_url is not None else None)
+        if self.store is not None:
+            extra.append(self.store)
         if config.otlp_logs is not None:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
@@ -237,13 +243,19 @@ class Pipeline:
         if self._rebuild is None:
             self._rebuild = _default_rebuild()
         self.jsonl.open()
+        if self.store is not None:
+            self.store.open()
         replay = self.wal.open()
         now = time.time()
         for key, when in replay.done.items():
             self.buffer.remember_done(key, when)
-        recovered = self.jsonl.recover(replay.sink_position)
+        recovered_bundles = self.jsonl.recover(replay.sink_position)
+        recovered = [key for key, _ in recovered_bundles]
         for key in recovered:
             self.buffer.remember_done(key, now)
+        if self.store is not None and recovered_bundles:
+            # written to JSON Lines, perhaps not to the store, before the crash
+            self.store.catch_up(bundle for _, bundle in recovered_bundles)
         for (trace_id, span_id), when in replay.done_spans.items():
             self.events.forget_written(trace_id, span_id, when)
         if recovered:

@@ -26,6 +26,7 @@ from ._http import MetricsServer, OtlpHttpReceiver
 from ._metrics import MetricsRegistry, OtlpMetricsPush
 from ._pipeline import Pipeline, RebuildFunction
 from ._sinks import Sink
+from ._ui import UiServer
 
 __all__ = ["GC_THRESHOLD", "Processor", "check_protobuf_backend", "tune_gc"]
 
@@ -68,6 +69,7 @@ class Processor:
         self.grpc: GrpcReceiver | None = None
         self.http: OtlpHttpReceiver | None = None
         self.metrics_server: MetricsServer | None = None
+        self.ui: UiServer | None = None
         self.addresses: dict[str, str] = {}
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
@@ -116,7 +118,17 @@ class Processor:
                     read_timeout=config.read_timeout, max_connections=config.max_connections,
                     workers=config.grpc_workers,
                 )
+            if config.ui is not None:
+                self.ui = UiServer(None, config.ui, bearer_token=config.bearer_token,
+                                   trace_url_template=config.trace_url,
+                                   read_timeout=config.read_timeout,
+                                   max_connections=config.max_connections)
             self.pipeline.open()
+            if self.ui is not None:
+                assert config.ui is not None and self.pipeline.store is not None
+                self.ui.store = self.pipeline.store.opened
+                port = self.ui.start()
+                self.addresses["ui"] = f"http://{_host(config.ui.host)}:{port}"
             if self.grpc is not None:
                 assert config.otlp_grpc is not None
                 port = self.grpc.start()
@@ -137,7 +149,7 @@ class Processor:
         return self
 
     def _teardown(self) -> None:
-        for server in (self.grpc, self.http, self.metrics_server):
+        for server in (self.grpc, self.http, self.metrics_server, self.ui):
             if server is not None:
                 try:
                     server.stop()
@@ -158,6 +170,8 @@ class Processor:
                 self.grpc.stop(grace=min(5.0, timeout))
             if self.http is not None:
                 self.http.stop()
+            if self.ui is not None:
+                self.ui.stop()  # before the pipeline closes the store it reads
             if self._started:
                 self.pipeline.close(timeout)
             if self.metrics.push is not None:

@@ -113,11 +113,12 @@ class JsonlSink:
         """(file number, size): where the next bundle will start."""
         return (self._seq, self._size)
 
-    def recover(self, since: tuple[int, int] | None) -> list[Key]:
-        """Keys of the bundles written at or after ``since`` (the last recorded position)."""
+    def recover(self, since: tuple[int, int] | None) -> list[tuple[Key, dict[str, Any]]]:
+        """The bundles (with their keys) written at or after ``since`` (the last recorded
+        position)."""
         if since is None:
             return []
-        keys: list[Key] = []
+        keys: list[tuple[Key, dict[str, Any]]] = []
         for seq in self._files():
             if seq < since[0]:
                 continue
@@ -129,7 +130,8 @@ class JsonlSink:
                     if not line.endswith(b"\n"):
                         break  # torn; open() cuts it
                     try:
-                        keys.append(bundle_key(orjson.loads(line)))
+                        bundle = orjson.loads(line)
+                        keys.append((bundle_key(bundle), bundle))
                     except orjson.JSONDecodeError:
                         log.error("%s: unreadable line ignored during recovery", path.name)
         return keys

@@ -1,4 +1,5 @@
-"""``otel-agent-context timeline FILE [--context-id ID]``: one envelope, in time order.
+"""``otel-agent-context timeline [SOURCE] [--context-id ID | --session CONVERSATION]``: one
+envelope in time order, or a whole conversation turn by turn (``_query.run_session``).
 
 FILE is a bundles JSON Lines file (or a directory of them, such as ``serve --out``);
 ``-`` reads standard input. Without ``--context-id`` the last envelope in FILE is shown.
@@ -14,18 +15,30 @@ from typing import Any, TextIO
 
 import orjson
 
+from ._config import DEFAULT_OUT, DEFAULT_TRACE_URL
+from ._query import run_session
 from ._summary import render_table, summarize, timeline_rows
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE",
-                        help="bundles JSON Lines file, a directory of them, or - for stdin")
-    parser.add_argument("--context-id", metavar="ID", help="the envelope to show "
-                        "(default: the last one in FILE)")
+    parser.add_argument("file", metavar="SOURCE", nargs="?", default=DEFAULT_OUT,
+                        help="bundles JSON Lines file, a directory of them (serve's --out), "
+                             "- for stdin; with --session also a SQLite file or a "
+                             f"postgresql:// store (default: {DEFAULT_OUT})")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--context-id", metavar="ID", help="the envelope to show "
+                       "(default: the last one in SOURCE)")
+    which.add_argument("--session", metavar="CONVERSATION",
+                       help="a whole conversation turn by turn: the window against its limit, "
+                            "what changed since the previous turn, omissions, gaps")
     parser.add_argument("--all-items", action="store_true",
-                        help="one row per item event instead of folding runs of them")
+                        help="one row per item event instead of folding runs of them; with "
+                             "--session, every omitted item with its reason")
+    parser.add_argument("--json", action="store_true", help="with --session: JSON")
+    parser.add_argument("--trace-url", metavar="TEMPLATE", default=DEFAULT_TRACE_URL,
+                        help="with --session: the link to a turn's trace ({trace_id})")
 
 
 class _Unreadable(Exception):
@@ -54,6 +67,8 @@ def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    if getattr(args, "session", None):
+        return run_session(args, out, err)
     chosen: dict[str, Any] | None = None
     seen: list[str] = []
     bad = 0

@@ -143,7 +143,8 @@ def test_dockerfile_runs_serve_on_the_ports_compose_and_prometheus_use():
     assert user not in ("0", "root")
     processor = read_config_file(COLLECTOR / "processor.yaml")
     ports = {int(processor[k].rsplit(":", 1)[1]) for k in
-             ("receivers.otlp_grpc.endpoint", "receivers.otlp_http.endpoint", "metrics.endpoint")}
+             ("receivers.otlp_grpc.endpoint", "receivers.otlp_http.endpoint", "metrics.endpoint",
+              "ui.endpoint")}
     exposed = {int(p) for k, v in instructions if k == "EXPOSE" for p in v.split()}
     assert exposed == ports
     metrics_port = int(processor["metrics.endpoint"].rsplit(":", 1)[1])

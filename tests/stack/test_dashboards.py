@@ -37,9 +37,10 @@ PROCESSOR = DASHBOARDS["processor-health.json"]
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 
 
-def test_three_dashboards_are_committed():
+def test_three_prometheus_dashboards_and_the_session_dashboard_are_committed():
     assert set(DASHBOARDS) == {"context-overview.json", "agent-drilldown.json",
                                "processor-health.json"}
+    assert set(load_dashboards(sql=True)) == {"session-timeline.json"}
 
 
 def test_committed_json_is_what_the_generator_writes():
@@ -192,6 +193,7 @@ def test_drilldown_is_by_agent_and_overview_links_to_it():
 def test_datasource_provisioning_fixes_uids_and_links_exemplars_to_jaeger():
     doc = yaml.safe_load((PROVISIONING / "datasources" / "agent-context.yaml").read_text())
     by_uid = {d["uid"]: d for d in doc["datasources"]}
+    assert by_uid["agent-context-pg"]["type"] == "grafana-postgresql-datasource"
     assert by_uid["prometheus"]["type"] == "prometheus"
     assert by_uid["jaeger"]["type"] == "jaeger"
     assert by_uid["prometheus"]["isDefault"] is True

@@ -1,0 +1,280 @@
+"""A bundle as table rows: the one place that knows both the bundle's shape and the schema.
+
+Every value is read defensively (a partial envelope lacks whole records), and each row is a
+tuple in the column order of :data:`COLUMNS`, so the writers stay dialect-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .. import _semconv as S
+from .._records import rfc3339_to_ns
+
+__all__ = ["COLUMNS", "TIMESTAMP_COLUMNS", "Rows", "bundle_rows"]
+
+#: Table → columns, in row order. The key (trace_id, context_id) comes first everywhere.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "envelopes": (
+        "trace_id", "context_id", "span_id", "conversation_id", "agent_name", "scope",
+        "lifecycle", "status", "partial_reasons", "parent_context_id", "model",
+        "created_at", "created_ns", "completed_at", "window_max_tokens", "window_used_tokens",
+        "utilization", "overflow", "overflow_tokens", "candidate_count", "selected_count",
+        "omitted_count", "truncated_count", "compacted_count", "missing_count",
+        "blocking_missing_count", "window_items", "tokens_by_kind", "tokens_by_point",
+        "omitted_items", "truncated_items", "bundle",
+    ),
+    "items": (
+        "trace_id", "context_id", "item_id", "context_kind", "state", "omit_reason",
+        "omit_detail", "score", "rank", "tokens", "truncated", "tokens_after_truncation",
+        "compacted", "compaction_id", "injected", "injection_point", "block_index", "digest",
+        "source_uri",
+    ),
+    "blocks": (
+        "trace_id", "context_id", "assembly_id", "block_index", "item_id", "context_kind",
+        "tokens", "injection_point",
+    ),
+    "budgets": (
+        "trace_id", "context_id", "budget_id", "target", "max_tokens", "reserved_tokens",
+        "actual_tokens", "utilization", "overflow", "overflow_tokens", "overflow_strategy",
+        "truncation_count",
+    ),
+    "window_segments": (
+        "trace_id", "context_id", "budget_id", "segment_order", "segment", "reserved_tokens",
+        "used_tokens",
+    ),
+    "compactions": (
+        "trace_id", "context_id", "compaction_id", "method", "trigger_reason", "scope",
+        "coverage", "source_count", "tokens_before", "tokens_after", "source_items",
+        "uncovered_sources", "loss_notes", "summary_id",
+    ),
+    "missing_context": (
+        "trace_id", "context_id", "missing_id", "needed_for", "severity", "status",
+        "requested_from", "blocked_actions",
+    ),
+}
+#: Columns holding an RFC 3339 time (timestamptz in PostgreSQL, text in SQLite).
+TIMESTAMP_COLUMNS = frozenset({"created_at", "completed_at"})
+#: Columns holding a JSON document (jsonb in PostgreSQL, text in SQLite).
+JSON_COLUMNS = frozenset({"bundle", "partial_reasons", "uncovered_sources", "loss_notes",
+                          "blocked_actions", "window_items", "tokens_by_kind",
+                          "tokens_by_point", "source_items", "omitted_items",
+                          "truncated_items"})
+
+Rows = dict[str, list[tuple[Any, ...]]]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: Any) -> Iterable[Mapping[str, Any]]:
+    return (v for v in _list(value) if isinstance(v, Mapping))
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return int(value)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _ns(value: Any) -> int | None:
+    try:
+        return rfc3339_to_ns(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
+    """The rows of every table for one bundle (a key with no envelope id gets empty rows)."""
+    env = bundle.get("context_envelope") or {}
+    meta: Mapping[str, Any] = env["metadata"] if isinstance(env.get("metadata"), Mapping) else {}
+    refs = list(_dicts(env.get("telemetry_refs"))) or [{}]
+    trace_id = str(refs[0].get("trace_id", ""))
+    context_id = str(env.get("context_id", ""))
+    key = (trace_id, context_id)
+    rebuild: Mapping[str, Any] = (bundle["rebuild"] if isinstance(bundle.get("rebuild"), Mapping)
+                                  else {})
+
+    records = {str(i.get("item_id")): i for i in _dicts(bundle.get("context_items"))
+               if i.get("item_id") is not None}
+    items: dict[str, dict[str, Any]] = {}
+
+    def item(item_id: Any) -> dict[str, Any]:
+        ident = str(item_id)
+        row = items.get(ident)
+        if row is None:
+            record = records.get(ident, {})
+            row = items[ident] = {
+                "item_id": ident, "context_kind": _str(record.get("context_kind")),
+                "state": "surfaced", "tokens": _int(record.get("token_estimate")),
+                "truncated": False, "compacted": False, "injected": False,
+                "digest": _str(record.get("digest")),
+                "source_uri": next((_str(r.get("uri")) for r in _dicts(record.get("source_refs"))
+                                    if _str(r.get("uri"))), None),
+            }
+        return row
+
+    for ident in records:
+        item(ident)
+    for selection in _dicts(bundle.get("context_selections")):
+        for ident in _list(selection.get("candidate_item_refs")):
+            if isinstance(ident, str):
+                row = item(ident)
+                row["state"] = "candidate" if row["state"] == "surfaced" else row["state"]
+        for ident in _list(selection.get("selected_item_refs")):
+            if isinstance(ident, str):
+                item(ident)["state"] = "selected"
+        for omitted in _dicts(selection.get("omitted_item_refs")):
+            if omitted.get("item_id") is None:
+                continue
+            row = item(omitted["item_id"])
+            row.update(state="omitted", omit_reason=_str(omitted.get("reason")),
+                       omit_detail=_str(omitted.get("detail")),
+                       score=_num(omitted.get("score")))
+        for signal in _dicts(selection.get("ranking_signals")):
+            if signal.get("item_id") is not None:
+                row = item(signal["item_id"])
+                row["rank"] = _int(signal.get("rank"))
+                row.setdefault("score", _num(signal.get("score")))
+
+    budgets: list[tuple[Any, ...]] = []
+    segments: list[tuple[Any, ...]] = []
+    truncated_total = 0
+    for budget in _dicts(bundle.get("context_budgets")):
+        budget_id = str(budget.get("budget_id", ""))
+        truncations = list(_dicts(budget.get("truncation_records")))
+        truncated_total += len(truncations)
+        for truncation in truncations:
+            if truncation.get("item_id") is not None:
+                row = item(truncation["item_id"])
+                row["truncated"] = True
+                row["tokens_after_truncation"] = _int(truncation.get("tokens_after"))
+                if row.get("tokens") is None:
+                    row["tokens"] = _int(truncation.get("tokens_before"))
+        budgets.append((*key, budget_id, _str(budget.get("target")),
+                        _int(budget.get("max_tokens")), _int(budget.get("reserved_tokens")),
+                        _int(budget.get("actual_tokens")), _num(budget.get("utilization")),
+                        budget.get("overflow") is True, _int(budget.get("overflow_tokens")),
+                        _str(budget.get("overflow_strategy")), len(truncations)))
+        for order, segment in enumerate(_dicts(budget.get("window_segments"))):
+            segments.append((*key, budget_id, order,
+                              _str(segment.get("segment")),
+                              _int(segment.get("reserved_tokens")),
+                              _int(segment.get("used_tokens"))))
+
+    compactions: list[tuple[Any, ...]] = []
+    compacted_ids: set[str] = set()
+    for compaction in _dicts(bundle.get("context_compactions")):
+        compaction_id = str(compaction.get("compaction_id", ""))
+        uncovered = [str(c.get("item_id")) for c in _dicts(compaction.get("source_coverage"))
+                     if c.get("covered") is False and c.get("item_id") is not None]
+        compaction_sources = []
+        for ident in _list(compaction.get("source_item_refs")):
+            if isinstance(ident, str):
+                row = item(ident)
+                row["compacted"] = True
+                row["compaction_id"] = compaction_id
+                compacted_ids.add(ident)
+                compaction_sources.append(ident)
+        compactions.append((*key, compaction_id, _str(compaction.get("method")),
+                            _str(compaction.get("trigger")), _str(compaction.get("scope")),
+                            _num(compaction.get("coverage")), _int(compaction.get("source_count")),
+                            _int(compaction.get("tokens_before")),
+                            _int(compaction.get("tokens_after")), compaction_sources, uncovered,
+                            [n for n in _list(compaction.get("loss_notes")) if isinstance(n, str)],
+                            _str(compaction.get("summary_ref"))))
+
+    blocks: list[tuple[Any, ...]] = []
+    used_tokens = 0
+    # what a session page reads per turn, kept beside the rows (one row read per turn, not
+    # one per block): the window's items in order, and its tokens by kind and by point
+    window: dict[str, None] = {}
+    by_kind: dict[str, int] = {}
+    by_point: dict[str, int] = {}
+    for assembly in _dicts(bundle.get("context_assemblies")):
+        assembly_id = str(assembly.get("assembly_id", ""))
+        for position, block in enumerate(_dicts(assembly.get("ordered_blocks"))):
+            index = _int(block.get("index"))
+            index = position if index is None else index
+            tokens = _int(block.get("tokens"))
+            used_tokens += tokens or 0
+            block_item = block.get("item_id")
+            kind = _str(block.get("context_kind"))
+            point = _str(block.get("injection_point"))
+            blocks.append((*key, assembly_id, index,
+                           None if block_item is None else str(block_item), kind, tokens, point))
+            by_kind[kind or "unknown"] = by_kind.get(kind or "unknown", 0) + (tokens or 0)
+            by_point[point or "unknown"] = by_point.get(point or "unknown", 0) + (tokens or 0)
+            if block_item is not None:
+                window[str(block_item)] = None
+                row = item(block_item)
+                if not row["injected"]:
+                    row.update(injected=True, injection_point=point, block_index=index)
+                    row["context_kind"] = row["context_kind"] or kind
+
+    missing: list[tuple[Any, ...]] = []
+    blocking = 0
+    for gap in _dicts(bundle.get("missing_context")):
+        severity = _str(gap.get("severity"))
+        blocking += severity == "blocking" and gap.get("status") not in ("resolved", "dismissed")
+        missing.append((*key, str(gap.get("missing_id", "")), _str(gap.get("needed_for")),
+                        severity, _str(gap.get("status")), _str(gap.get("requested_from")),
+                        [a for a in _list(gap.get("blocked_actions")) if isinstance(a, str)]))
+
+    first_budget = budgets[0] if budgets else None
+    window_max = first_budget[4] if first_budget else None
+    window_used = first_budget[6] if first_budget and first_budget[6] is not None else (
+        used_tokens if blocks else None)
+    utilization = first_budget[7] if first_budget else None
+    if utilization is None and window_max and window_used is not None:
+        utilization = window_used / window_max
+    selections = list(_dicts(bundle.get("context_selections")))
+    states = [row["state"] for row in items.values()]
+    created = _str(env.get("created_at"))
+    by_item = sorted(items.values(), key=lambda r: r["item_id"])
+    envelope_row = (
+        *key, _str(refs[0].get("span_id")), _str(meta.get(S.GEN_AI_CONVERSATION_ID)),
+        _str(meta.get(S.GEN_AI_AGENT_NAME)), _str(env.get("scope")), _str(env.get("lifecycle")),
+        _str(rebuild.get("status")),
+        [r for r in _list(rebuild.get("partial_reasons")) if isinstance(r, str)],
+        _str(meta.get(S.CONTEXT_PARENT_ID)), _str(meta.get(S.GEN_AI_REQUEST_MODEL)),
+        created, _ns(created), _str(env.get("completed_at")), window_max, window_used,
+        utilization, any(b[8] for b in budgets), sum(b[9] or 0 for b in budgets) or None,
+        sum(_int(s.get("candidate_count")) or 0 for s in selections) if selections else None,
+        states.count("selected"),
+        states.count("omitted"), truncated_total, len(compacted_ids), len(missing), blocking,
+        list(window), by_kind, by_point,
+        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
+          "reason": r.get("omit_reason"), "detail": r.get("omit_detail"),
+          "score": r.get("score"), "tokens": r["tokens"]}
+         for r in by_item if r["state"] == "omitted"],
+        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
+          "tokens_before": r["tokens"], "tokens_after": r.get("tokens_after_truncation")}
+         for r in by_item if r["truncated"]],
+        bundle,
+    )
+    item_columns = COLUMNS["items"][2:]
+    return {
+        "envelopes": [envelope_row],
+        "items": [(*key, *(row.get(c) for c in item_columns)) for row in items.values()],
+        "blocks": blocks,
+        "budgets": budgets,
+        "window_segments": segments,
+        "compactions": compactions,
+        "missing_context": missing,
+    }

@@ -1,0 +1,70 @@
+"""Where the readers (``timeline --session``, ``query``) find bundles: a store URL, a
+SQLite file, ``serve``'s output directory (its ``context.db``), or JSON Lines files, which
+are loaded into an in-memory store so every question is answered by the same SQL."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._store import DEFAULT_SQLITE_NAME, Store, StoreError, open_store
+
+__all__ = ["open_source"]
+
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def open_source(source: str, *, warn: Any = None) -> Store:
+    """A store to read from; raises StoreError with a message for a person."""
+    if source.startswith(("postgresql://", "postgres://", "sqlite:///")):
+        return open_store(source, durable=False)
+    path = Path(source)
+    if source != "-" and not path.exists():
+        raise StoreError(f"{source}: no such file, directory or store")
+    if path.is_dir() and (path / DEFAULT_SQLITE_NAME).is_file():
+        return open_store(str(path / DEFAULT_SQLITE_NAME), durable=False)
+    if path.is_file() and path.suffix in _SQLITE_SUFFIXES:
+        return open_store(str(path), durable=False)
+    store = open_store(":memory:", durable=False)
+    bad = 0
+    batch: list[dict[str, Any]] = []
+    for name, number, line in _lines(source):
+        if not line.strip():
+            continue
+        try:
+            bundle = orjson.loads(line)
+            if not isinstance(bundle, dict) or not isinstance(
+                    bundle.get("context_envelope"), dict):
+                raise ValueError
+        except ValueError:
+            bad += 1
+            if warn is not None and bad <= 3:
+                warn(f"{name}:{number}: not a bundle, skipped")
+            continue
+        batch.append(bundle)
+        if len(batch) >= 500:
+            store.write(batch)
+            batch = []
+    store.write(batch)
+    return store
+
+
+def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
+    if source == "-":
+        for number, line in enumerate(sys.stdin.buffer, 1):
+            yield "<stdin>", number, line
+        return
+    path = Path(source)
+    files = (sorted(path.glob("bundles-*.jsonl")) or sorted(path.glob("*.jsonl"))
+             if path.is_dir() else [path])
+    for file in files:
+        try:
+            with open(file, "rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    yield str(file), number, line
+        except OSError as exc:
+            raise StoreError(f"{file}: {exc.strerror}") from None

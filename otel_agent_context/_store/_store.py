@@ -1,0 +1,379 @@
+"""The bundle store: SQLite (embedded, the default) or PostgreSQL (``postgresql://``).
+
+One :class:`Store` object serves the processor's sink (writes) and the readers (``query``,
+``timeline --session``, the web page). Writes are idempotent: a bundle written again (a WAL
+replay after a crash) replaces its own rows, so nothing is ever counted twice. SQL is written
+once with ``?`` placeholders; the PostgreSQL side turns them into ``%s``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._rows import COLUMNS, JSON_COLUMNS, TIMESTAMP_COLUMNS, bundle_rows
+from ._schema import MIGRATIONS, SCHEMA_VERSION, TYPES
+
+__all__ = ["DEFAULT_SQLITE_NAME", "Store", "StoreError", "open_store"]
+
+log = logging.getLogger(__name__)
+
+#: The SQLite file ``serve`` keeps under ``--out`` unless ``--store`` says otherwise.
+DEFAULT_SQLITE_NAME = "context.db"
+
+#: Primary-key width of each table (its first N columns).
+_KEY_WIDTH = {"envelopes": 2, "items": 3, "blocks": 4, "budgets": 3, "window_segments": 4,
+              "compactions": 3, "missing_context": 3}
+_CHILDREN = tuple(t for t in COLUMNS if t != "envelopes")
+
+
+class StoreError(Exception):
+    """The store cannot be opened or used (bad URL, newer schema, unreachable database)."""
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def _rfc3339(value: datetime.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return value.isoformat() + "Z"
+
+
+def open_store(url: str, *, durable: bool = True) -> Store:
+    """``postgresql://…`` / ``postgres://…``, ``sqlite:///PATH`` (``sqlite:////abs/path``),
+    ``:memory:`` or a plain file path.
+
+    Creates the schema (or migrates it) on open. ``durable=False`` trades SQLite's fsync at
+    each commit for speed (the processor's WAL already replays what a crash lost)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return Store(_PostgresConnection(url), url=_redact(url))
+    # as in SQLAlchemy: sqlite:///relative.db, sqlite:////absolute/path.db
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url
+    if not path:
+        raise StoreError(f"no SQLite file in {url!r} (e.g. sqlite:///context.db)")
+    if path != ":memory:":
+        parent = Path(path).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise StoreError(f"cannot open the store {url!r}: {parent} is not a directory")
+    return Store(_SqliteConnection(path, durable=durable), url=url)
+
+
+class _SqliteConnection:
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, durable: bool) -> None:
+        try:
+            self.raw = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                       timeout=30.0)
+            self.raw.execute("PRAGMA journal_mode=WAL")
+            self.raw.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self.raw.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from None
+        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+
+    def sql(self, text: str) -> str:
+        return text
+
+    def json(self, value: Any) -> Any:
+        return orjson.dumps(value).decode()
+
+    def timestamp(self, value: Any) -> Any:
+        return value
+
+    def begin(self) -> None:
+        self.raw.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.raw.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.raw.in_transaction:
+            self.raw.execute("ROLLBACK")
+
+    def lock_schema(self) -> None:
+        """BEGIN IMMEDIATE already holds the write lock."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = self.raw.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str],
+                                                                    list[tuple[Any, ...]]]:
+        cursor = self.raw.execute(sql, params)
+        names = [d[0] for d in cursor.description or ()]
+        return names, cursor.fetchall()
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.raw.executemany(sql, rows)
+
+    def reconnect(self) -> None:
+        """A local file does not go away."""
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class _PostgresConnection:
+    dialect = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+            from psycopg.types.json import Jsonb
+        except ImportError:
+            raise StoreError("a postgresql:// store needs psycopg: "
+                             "pip install 'otel-agent-context[postgresql]'") from None
+        self._psycopg = psycopg
+        self._jsonb = Jsonb
+        self._url = url
+        self.errors = (psycopg.Error,)
+        self.raw: Any = None
+        self.reconnect()
+
+    def reconnect(self) -> None:
+        if self.raw is not None and not self.raw.closed and not self.raw.broken:
+            return
+        try:
+            self.raw = self._psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+        except self._psycopg.Error as exc:
+            raise StoreError(f"cannot connect to the store {_redact(self._url)}: "
+                             f"{str(exc).strip()}") from None
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", "%s")
+
+    def json(self, value: Any) -> Any:
+        return self._jsonb(value, dumps=lambda v: orjson.dumps(v).decode())
+
+    def timestamp(self, value: Any) -> Any:
+        return value
+
+    def begin(self) -> None:
+        self.raw.execute("BEGIN")
+
+    def commit(self) -> None:
+        self.raw.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if not self.raw.closed and not self.raw.broken:
+            self.raw.execute("ROLLBACK")
+
+    def lock_schema(self) -> None:
+        # two processors starting at once must not both create the tables
+        self.raw.execute("SELECT pg_advisory_xact_lock(7244537261)")
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = self.raw.execute(self.sql(sql), params)
+        return cursor.fetchall() if cursor.description else []
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str],
+                                                                    list[tuple[Any, ...]]]:
+        cursor = self.raw.execute(self.sql(sql), params)
+        names = [d.name for d in cursor.description or ()]
+        return names, cursor.fetchall()
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.raw.cursor() as cursor:
+            cursor.executemany(self.sql(sql), list(rows))
+
+    def close(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
+
+
+class Store:
+    """Bundles in tables a person can query. Thread-safe: one connection, one lock."""
+
+    def __init__(self, connection: _SqliteConnection | _PostgresConnection, *, url: str) -> None:
+        self._db = connection
+        self.url = url
+        self.dialect = connection.dialect
+        self._lock = threading.Lock()
+        self._insert = {
+            table: self._insert_sql(table, columns) for table, columns in COLUMNS.items()
+        }
+        self._json_at = {table: [i for i, c in enumerate(cols) if c in JSON_COLUMNS]
+                         for table, cols in COLUMNS.items()}
+        self._ts_at = {table: [i for i, c in enumerate(cols) if c in TIMESTAMP_COLUMNS]
+                       for table, cols in COLUMNS.items()}
+        try:
+            self._migrate()
+        except StoreError:
+            connection.close()
+            raise
+        except connection.errors as exc:
+            connection.close()
+            raise StoreError(f"cannot prepare the store {url}: {exc}") from None
+
+    # -- schema ----------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        db = self._db
+        types = TYPES[self.dialect]
+        with self._lock:
+            db.begin()
+            try:
+                db.lock_schema()
+                db.execute("CREATE TABLE IF NOT EXISTS schema_version "
+                           "(version INTEGER NOT NULL, description TEXT, applied_ns BIGINT)")
+                found = db.execute("SELECT MAX(version) FROM schema_version")[0][0] or 0
+                if found > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"the store {self.url} has schema version {found}, newer than this "
+                        f"otel-agent-context understands ({SCHEMA_VERSION}): upgrade it")
+                for version, description, statements in MIGRATIONS:
+                    if version <= found:
+                        continue
+                    for statement in statements:
+                        db.execute(statement.format(**types))
+                    db.execute("INSERT INTO schema_version VALUES (?, ?, ?)",
+                               (version, description, time.time_ns()))
+                    log.info("store %s: schema migrated to version %d (%s)", self.url, version,
+                             description)
+                db.commit()
+            except BaseException:
+                db.rollback()
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT MAX(version) FROM schema_version")[0][0])
+
+    def _insert_sql(self, table: str, columns: Sequence[str]) -> str:
+        values = ", ".join("?" for _ in columns)
+        sql = f"INSERT INTO {table} ({', '.join(columns)}"
+        if table == "envelopes":
+            key = ", ".join(columns[:2])
+            update = ", ".join(f"{c} = excluded.{c}" for c in (*columns[2:], "stored_ns"))
+            return (f"{sql}, stored_ns) VALUES ({values}, ?) "
+                    f"ON CONFLICT ({key}) DO UPDATE SET {update}")
+        return f"{sql}) VALUES ({values})"
+
+    # -- writing ---------------------------------------------------------------------------------
+    def write(self, bundles: Iterable[Mapping[str, Any]]) -> int:
+        """Store bundles in one transaction (all or none); returns how many."""
+        tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {t: {} for t in COLUMNS}
+        for bundle in bundles:
+            for table, rows in bundle_rows(bundle).items():
+                width = _KEY_WIDTH[table]
+                target = tables[table]
+                for row in rows:
+                    target[row[:width]] = self._adapt(table, row)
+        envelopes = tables["envelopes"]
+        if not envelopes:
+            return 0
+        now = time.time_ns()
+        db = self._db
+        with self._lock:
+            db.reconnect()
+            db.begin()
+            try:
+                existing = self._existing(list(envelopes))
+                if existing:
+                    for table in _CHILDREN:
+                        db.executemany(f"DELETE FROM {table} WHERE trace_id = ? AND "
+                                       f"context_id = ?", existing)
+                db.executemany(self._insert["envelopes"],
+                               [(*row, now) for row in envelopes.values()])
+                for table in _CHILDREN:
+                    if tables[table]:
+                        db.executemany(self._insert[table], tables[table].values())
+                db.commit()
+            except BaseException:
+                try:
+                    db.rollback()
+                except db.errors:
+                    log.debug("rollback after a failed write failed", exc_info=True)
+                raise
+        return len(envelopes)
+
+    def _adapt(self, table: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        json_at, ts_at = self._json_at[table], self._ts_at[table]
+        if not json_at and not ts_at:
+            return row
+        values = list(row)
+        for index in json_at:
+            values[index] = self._db.json(values[index])
+        for index in ts_at:
+            values[index] = self._db.timestamp(values[index])
+        return tuple(values)
+
+    def _existing(self, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = []
+        wanted = set(keys)
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            rows = self._db.execute(
+                f"SELECT trace_id, context_id FROM envelopes WHERE context_id IN ({marks})",
+                [k[1] for k in chunk])
+            found.extend(tuple(r) for r in rows if tuple(r) in wanted)
+        return found
+
+    def prune(self, older_than_ns: int) -> int:
+        """Delete envelopes created (or stored, if undated) before ``older_than_ns``."""
+        db = self._db
+        condition = "COALESCE(created_ns, stored_ns) < ?"
+        with self._lock:
+            db.reconnect()
+            db.begin()
+            try:
+                for table in _CHILDREN:
+                    db.execute(f"DELETE FROM {table} WHERE (trace_id, context_id) IN "
+                               f"(SELECT trace_id, context_id FROM envelopes WHERE {condition})",
+                               (older_than_ns,))
+                count = len(db.execute(f"DELETE FROM envelopes WHERE {condition} "
+                                       f"RETURNING context_id", (older_than_ns,)))
+                db.commit()
+            except BaseException:
+                db.rollback()
+                raise
+        return count
+
+    # -- reading ---------------------------------------------------------------------------------
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """A read query's rows as dicts (``?`` placeholders; JSON columns decoded)."""
+        with self._lock:
+            self._db.reconnect()
+            names, rows = self._db.query(sql, params)
+        decoded = [n in JSON_COLUMNS for n in names]
+        out = []
+        for row in rows:
+            record = {}
+            for name, value, is_json in zip(names, row, decoded, strict=True):
+                if is_json and isinstance(value, (str, bytes)):
+                    value = orjson.loads(value)
+                elif isinstance(value, datetime.datetime):  # PostgreSQL's timestamptz
+                    value = _rfc3339(value)
+                record[name] = value
+            out.append(record)
+        return out
+
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read query's rows as plain tuples (no decoding): for the bulk reads of a page."""
+        with self._lock:
+            self._db.reconnect()
+            return self._db.query(sql, params)[1]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

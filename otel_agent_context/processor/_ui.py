@@ -1,0 +1,361 @@
+"""The built-in web page: conversations, envelopes with filters, a session's timeline turn
+by turn with what changed, and one envelope's full record, over a JSON API.
+
+Server-rendered (Jinja2, autoescaped: ids and reasons come from other people's telemetry),
+one page per request, no script, no CDN: it works offline and behind a proxy. With a bearer
+token configured, every request needs it: the ``Authorization`` header (the API), or a
+cookie a browser gets by opening any page once with ``?token=TOKEN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import hmac
+import html
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote, unquote
+
+import jinja2
+import orjson
+from aiohttp import web
+from markupsafe import Markup
+
+from .._enums import ContextKind, OmissionReason
+from .._store import Store
+from .._store._session import EnvelopeFilter, conversations, envelope, envelopes, session, trace_url
+from .._version import __version__
+from ._config import DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_HTTP_READ_TIMEOUT, Endpoint
+from ._http import HttpServer, bearer_matches
+from ._summary import summarize, timeline_rows
+
+__all__ = ["UiServer", "render_session"]
+
+log = logging.getLogger(__name__)
+
+_COOKIE = "otel_agent_context_token"
+_HTML = "text/html; charset=utf-8"
+_JSON = "application/json"
+_PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+            "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#a0cbe8", "#ffbe7d")
+_KINDS = [k.value for k in ContextKind]
+_REASONS = sorted(r.value for r in OmissionReason)
+#: Ids listed per turn before "N more" (a window can hold hundreds of items).
+_MAX_LISTED = 40
+
+Reply = tuple[int, bytes, str, tuple[tuple[str, str], ...]]
+
+
+@functools.lru_cache(maxsize=1024)
+def _colour(kind: str) -> str:
+    if kind in _KINDS:
+        return _PALETTE[_KINDS.index(kind) % len(_PALETTE)]
+    digest = hashlib.blake2s(kind.encode(), digest_size=2).digest()
+    return _PALETTE[int.from_bytes(digest, "big") % len(_PALETTE)]
+
+
+def _pct(value: Any) -> str:
+    return f"{value * 100:.0f}%" if isinstance(value, (int, float)) else "–"
+
+
+def _tokens(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _score(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else ""
+
+
+def _share(part: int, limit: Any, used: Any) -> float:
+    whole = max(limit or 0, used or 0, 1)
+    return round(part / whole * 100, 3)
+
+
+def _reason_counts(omitted: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return Counter(o["reason"] or "unspecified" for o in omitted).most_common()
+
+
+# The long lists of a session page (a turn's items that entered and left the window, its
+# omitted items) are built here rather than in a template loop: a 200-turn page has tens of
+# thousands of them, and escape() + join is about ten times faster than Jinja's loop.
+
+_SPECIAL = re.compile(r"[&<>\"']")
+
+
+def _esc(text: Any) -> str:
+    text = str(text)
+    return html.escape(text, quote=True) if _SPECIAL.search(text) else text
+
+
+def _chart_columns(turns: list[Any], chart_max: int) -> Markup:
+    out = []
+    for t in turns:
+        e = t.envelope
+        spans = "".join(f'<span style="height: {n / chart_max * 100:.3f}%; '
+                        f'background: {_colour(kind)}"></span>' for kind, n in t.by_kind.items())
+        out.append(f'<a href="#turn-{t.number}" title="turn {t.number}: '
+                   f'{_tokens(e["window_used_tokens"])} of {_tokens(e["window_max_tokens"])} '
+                   f'tokens">{spans}</a>')
+    return Markup("".join(out))
+
+
+def _bar(turn: Any) -> Markup:
+    e = turn.envelope
+    return Markup("".join(
+        f'<span style="width: {_share(n, e["window_max_tokens"], e["window_used_tokens"])}%; '
+        f'background: {_colour(kind)}" title="{_esc(kind)}: {n} tokens"></span>'
+        for kind, n in turn.by_kind.items()))
+
+
+def _legend(turn: Any) -> Markup:
+    return Markup("".join(f'<span><i style="background: {_colour(kind)}"></i>{_esc(kind)} '
+                          f'{n}</span>' for kind, n in turn.by_kind.items()))
+
+
+def _id_list(ids: list[str], css: str, sign: str) -> Markup:
+    shown = "".join(f'<li class="{css} mono">{sign} {_esc(i)}</li>' for i in ids[:_MAX_LISTED])
+    if len(ids) > _MAX_LISTED:
+        shown += f'<li class="muted">{sign} {len(ids) - _MAX_LISTED} more</li>'
+    return Markup(shown)
+
+
+def _omitted_rows(omitted: list[dict[str, Any]]) -> Markup:
+    rows = []
+    for o in omitted:
+        detail = f' <span class="muted">({_esc(o["detail"])})</span>' if o["detail"] else ""
+        tokens = "" if o["tokens"] is None else o["tokens"]
+        rows.append(f'<tr><td class="mono">{_esc(o["item_id"])}</td>'
+                    f'<td>{_esc(o["context_kind"] or "")}</td>'
+                    f'<td>{_esc(o["reason"] or "")}{detail}</td>'
+                    f'<td class="num">{_score(o["score"])}</td><td class="num">{tokens}</td></tr>')
+    return Markup("".join(rows))
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
+    autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+)
+_ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
+                    reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
+                    id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
+                    bar=_bar, legend=_legend)
+
+
+def render_session(store: Store, conversation_id: str, *, trace_url_template: str | None = None,
+                   root: str = "") -> str | None:
+    """The session page's HTML, or None when the store holds no such conversation."""
+    turns = session(store, conversation_id, trace_url_template=trace_url_template)
+    if not turns:
+        return None
+    kinds = sorted({k for t in turns for k in t.by_kind},
+                   key=lambda k: (_KINDS.index(k) if k in _KINDS else len(_KINDS), k))
+    used = [sum(t.by_kind.values()) for t in turns]
+    limits = [t.envelope["window_max_tokens"] or 0 for t in turns]
+    peak_limit = max(limits) if limits else 0
+    chart_max = max([*used, peak_limit, 1])
+    return _ENV.get_template("session.html").render(
+        root=root, conversation=conversation_id, turns=turns, kinds=kinds,
+        agents=sorted({t.envelope["agent_name"] or "unknown" for t in turns}),
+        chart_max=chart_max, peak_limit=peak_limit, chart_limit=peak_limit / chart_max,
+    )
+
+
+def _yes_no(value: str | None) -> bool | None:
+    if value in ("yes", "true", "1"):
+        return True
+    if value in ("no", "false", "0"):
+        return False
+    return None
+
+
+def _filter(query: Any) -> EnvelopeFilter:
+    try:
+        limit = int(query.get("limit", 200))
+    except ValueError:
+        limit = 200
+    return EnvelopeFilter(
+        conversation=query.get("conversation") or None, agent=query.get("agent") or None,
+        status=query.get("status") or None, omission_reason=query.get("reason") or None,
+        overflow=_yes_no(query.get("overflow")), blocking=_yes_no(query.get("blocking")),
+        limit=limit,
+    )
+
+
+def _json(document: Any, status: int = 200) -> Reply:
+    return status, orjson.dumps(document, default=str), _JSON, ()
+
+
+def _page(status: int, html: str) -> Reply:
+    return status, html.encode(), _HTML, ()
+
+
+class UiServer:
+    """The web page and its JSON API over a :class:`Store`, on an :class:`Endpoint`."""
+
+    def __init__(self, store: Store | None, endpoint: Endpoint, *, bearer_token: str | None = None,
+                 trace_url_template: str | None = None,
+                 read_timeout: float = DEFAULT_HTTP_READ_TIMEOUT,
+                 max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS) -> None:
+        self._store = store
+        self.trace_url_template = trace_url_template
+        self._token = bearer_token.encode() if bearer_token else None
+        self._cookie = (hashlib.sha256(b"otel-agent-context-ui:" + self._token).hexdigest()
+                        if self._token else None)
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="otel-ac-ui")
+        self._http = HttpServer(endpoint, self.handle, key="ui.endpoint",
+                                read_timeout=read_timeout, max_connections=max_connections)
+        self.port = self._http.port
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None, "UiServer.start() before the store is open"
+        return self._store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store = store
+
+    def start(self) -> int:
+        return self._http.start()
+
+    def stop(self) -> None:
+        self._http.stop()
+        self._pool.shutdown(wait=True)
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def _authorized(self, request: web.BaseRequest) -> bool:
+        if self._token is None:
+            return True
+        if bearer_matches(request.headers.get("Authorization"), self._token):
+            return True
+        assert self._cookie is not None
+        return hmac.compare_digest(request.cookies.get(_COOKIE, ""), self._cookie)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="use GET\n", headers={"Allow": "GET, HEAD"})
+        if self._token is not None and "token" in request.query:
+            given = request.query["token"].encode()
+            if hmac.compare_digest(given, self._token):
+                response = web.Response(status=303, headers={"Location": request.path})
+                assert self._cookie is not None
+                response.set_cookie(_COOKIE, self._cookie, httponly=True, samesite="Strict",
+                                    path="/")
+                return response
+        if not self._authorized(request):
+            api = request.path.startswith("/api/")
+            body = (b'{"error": "missing or wrong bearer token"}' if api else
+                    _ENV.get_template("message.html").render(
+                        root="", heading="Token needed",
+                        text="This processor wants its bearer token: open this page once with "
+                             "?token=TOKEN, or send Authorization: Bearer TOKEN.").encode())
+            return web.Response(status=401, body=body, content_type=_JSON if api else "text/html",
+                                headers={"WWW-Authenticate": "Bearer"})
+        route = self._route(request.path)
+        if route is None:
+            status, body, content_type, headers = _page(404, self._message(
+                "Not found", f"Nothing at {request.path}: try the list of conversations."))
+        else:
+            handler, argument = route
+            loop = asyncio.get_running_loop()
+            try:
+                status, body, content_type, headers = await loop.run_in_executor(
+                    self._pool, handler, argument, request.query)
+            except Exception:  # noqa: BLE001 - one bad page must not take the server down
+                log.exception("rendering %s failed", request.path)
+                status, body, content_type, headers = _page(500, self._message(
+                    "Error", "This page failed to render; the processor's log says why."))
+        response = web.Response(status=status, body=body,
+                                headers={"Content-Type": content_type,
+                                         "Cache-Control": "no-store",
+                                         "X-Content-Type-Options": "nosniff",
+                                         "Content-Security-Policy":
+                                             "default-src 'none'; style-src 'unsafe-inline'; "
+                                             "img-src 'self'; form-action 'self'"})
+        for name, value in headers:
+            response.headers[name] = value
+        return response
+
+    def _route(self, path: str) -> tuple[Callable[[str, Any], Reply], str] | None:
+        table: tuple[tuple[str, Callable[[str, Any], Reply]], ...] = (
+            ("/api/conversations", self._api_conversations),
+            ("/api/envelopes/", self._api_envelope),
+            ("/api/envelopes", self._api_envelopes),
+            ("/api/sessions/", self._api_session),
+            ("/sessions/", self._session_page),
+            ("/envelopes/", self._envelope_page),
+        )
+        if path in ("/", ""):
+            return self._index, ""
+        for prefix, handler in table:
+            if prefix.endswith("/") and path.startswith(prefix) and len(path) > len(prefix):
+                return handler, unquote(path[len(prefix):])
+            if path == prefix:
+                return handler, ""
+        return None
+
+    @staticmethod
+    def _message(heading: str, text: str) -> str:
+        return _ENV.get_template("message.html").render(root="", heading=heading, text=text)
+
+    # -- pages -----------------------------------------------------------------------------------
+    def _index(self, _: str, query: Any) -> Reply:
+        where = _filter(query)
+        return _page(200, _ENV.get_template("index.html").render(
+            root="", conversations=conversations(self.store, agent=where.agent),
+            envelopes=envelopes(self.store, where), f=where, reasons=_REASONS))
+
+    def _session_page(self, conversation_id: str, _: Any) -> Reply:
+        html = render_session(self.store, conversation_id,
+                              trace_url_template=self.trace_url_template)
+        if html is None:
+            return _page(404, self._message(
+                "No such conversation", f"The store holds no envelope of {conversation_id!r}."))
+        return _page(200, html)
+
+    def _envelope_page(self, context_id: str, _: Any) -> Reply:
+        bundle = envelope(self.store, context_id)
+        if bundle is None:
+            return _page(404, self._message(
+                "No such envelope", f"The store holds no envelope {context_id!r}."))
+        env = bundle.get("context_envelope") or {}
+        refs = env.get("telemetry_refs") or [{}]
+        meta = env.get("metadata") or {}
+        return _page(200, _ENV.get_template("envelope.html").render(
+            root="", context_id=context_id,
+            conversation=meta.get("gen_ai.conversation.id"),
+            trace=trace_url(self.trace_url_template, str(refs[0].get("trace_id", "")),
+                            refs[0].get("span_id")),
+            summary=summarize(bundle), timeline=timeline_rows(bundle),
+            bundle_json=orjson.dumps(bundle, option=orjson.OPT_INDENT_2).decode()))
+
+    # -- JSON API --------------------------------------------------------------------------------
+    def _api_conversations(self, _: str, query: Any) -> Reply:
+        return _json({"conversations": conversations(self.store, agent=query.get("agent"))})
+
+    def _api_envelopes(self, _: str, query: Any) -> Reply:
+        return _json({"envelopes": envelopes(self.store, _filter(query))})
+
+    def _api_envelope(self, context_id: str, _: Any) -> Reply:
+        bundle = envelope(self.store, context_id)
+        if bundle is None:
+            return _json({"error": f"no envelope {context_id!r}"}, 404)
+        return _json(bundle)
+
+    def _api_session(self, conversation_id: str, _: Any) -> Reply:
+        turns = session(self.store, conversation_id,
+                        trace_url_template=self.trace_url_template)
+        if not turns:
+            return _json({"error": f"no conversation {conversation_id!r}"}, 404)
+        return _json({"conversation_id": conversation_id,
+                      "turns": [t.as_json() for t in turns]})
+
+
+def session_path(conversation_id: str) -> str:
+    return "/sessions/" + quote(conversation_id, safe="")
