@@ -788,7 +788,8 @@ class Pipeline:
               lambda: [((), float(forwarder.errors if forwarder is not None else 0))])
         gauge("context_processor_forward_dropped_total",
               lambda: [((reason,), float(count)) for reason, count in
-                       sorted(forwarder.dropped_by.items())] if forwarder is not None else [])
+                       sorted(forwarder.dropped_by.copy().items())]
+              if forwarder is not None else [])
         gauge("context_processor_forward_split_total",
               lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
         gauge("context_processor_memory_bytes",

@@ -155,6 +155,14 @@ def test_a_flood_gets_backpressure_not_growth(start_processor, stalled) -> None:
         assert held["buffer"] + held["queue"] <= cap
     assert accepted and len(refused) > 200, (len(accepted), len(refused))
     assert peak > cap * 0.9  # it filled up to the cap, and no further
+    # OTLP/HTTP gets the same answer: 503 with Retry-After
+    post = urllib.request.Request(
+        f"http://{processor.addresses['otlp_http']}/v1/traces",
+        data=request(envelope_spans(999, "ctx-flood-http")).SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"})
+    with pytest.raises(urllib.error.HTTPError) as http_info:
+        urllib.request.urlopen(post, timeout=10)
+    assert http_info.value.code == 503 and http_info.value.headers["Retry-After"] == "1"
     # the sink answers again: what was held is written, the refused retries are taken
     sink.flowing.set()
     wait_for(lambda: _held(processor)["queue"] == 0, message="the queue drained")
@@ -167,6 +175,7 @@ def test_a_flood_gets_backpressure_not_growth(start_processor, stalled) -> None:
             except grpc.RpcError:
                 wait_for(lambda: _held(processor)["queue"] < cap // 2, message="room")
     wait_for(lambda: len(read_bundles(processor.config.out_dir)) == 400, message="400 bundles")
+    assert "ctx-flood-http" not in {key for key in sink.written}
     assert len(set(sink.written)) == 400
 
 
