@@ -11,8 +11,11 @@
 
 Backpressure: a request is refused (UNAVAILABLE / 503, retry after ``retry_after``)
 before anything is done with it when the queue to the sinks, or the forward queue, is
-full. Everything acknowledged is in the WAL; the emitter writes a DONE record only after
-every sink took the bundle, so a crash at any point replays exactly what is not written.
+full, or when what it brings would take one past its cap: the envelopes it may finish,
+its bytes against its part of ``memory.max_bytes`` (``_memory``); checked under the lock
+the buffer changes under, before the WAL append. Everything acknowledged is in the WAL;
+the emitter writes a DONE record only after every sink took the bundle, so a crash at any
+point replays exactly what is not written.
 
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
@@ -346,10 +349,16 @@ class Pipeline:
             raise Backpressure("the envelopes held fill their share of memory.max_bytes",
                                retry)
 
-    def _room_for_spans(self, size: int) -> None:
+    def _room_for_spans(self, size: int, envelopes: int = 0) -> None:
         """Backpressure (RequestTooLarge if never) unless spans of ``size`` bytes fit in the
-        envelopes' share of memory.max_bytes. Called under the lock the buffer changes
-        under, before the WAL append: a request never takes the buffer and queue past it."""
+        envelopes' share of memory.max_bytes, and the ``envelopes`` they may finish in the
+        queue (an empty queue takes any one request). Called under the lock the buffer
+        changes under, before the WAL append: a request never takes the buffer and queue
+        past them."""
+        finished = self.buffer.finished_envelopes
+        if finished and finished + envelopes > self.config.queue_size:
+            raise Backpressure("the envelopes this request may finish would pass "
+                               "pipeline.queue_size", self.config.retry_after)
         cap = self.memory.envelopes
         if size > cap:
             raise RequestTooLarge(
@@ -423,8 +432,9 @@ class Pipeline:
         if decoded.accepted:
             assert decoded.wal_payload is not None
             size = sum(accepted.size for accepted in decoded.accepted)
+            envelopes = len({(a.view.trace_id, a.context_id) for a in decoded.accepted})
             with self._lock:
-                self._room_for_spans(size)
+                self._room_for_spans(size, envelopes)
                 position = self._append(SPANS, decoded.wal_payload)
                 segment = position[0]
                 add = self.buffer.add
@@ -694,7 +704,7 @@ class Pipeline:
                         self.buffer.mark_written(finished.key, wall)
                         for segment in finished.segments:
                             self.wal.unpin(segment)
-                    self.buffer.release(sum(finished.size for finished in batch))
+                    self.buffer.release(batch)
                     try:
                         self.wal.compact()
                     except OSError as exc:  # retried at the next batch

@@ -212,7 +212,9 @@ class TraceBuffer:
         self.spans_in_flight = 0
         #: bytes of the spans and events of pending envelopes
         self.held_bytes = 0
-        #: bytes of finished envelopes not yet :meth:`release`-d (their bundles not written)
+        #: finished envelopes not yet :meth:`release`-d (their bundles not written), and
+        #: their bytes
+        self.finished_envelopes = 0
         self.finished_bytes = 0
         self.evicted = 0
 
@@ -233,9 +235,11 @@ class TraceBuffer:
         """
         return [(key, entry[2]) for key, entry in self._done.items() if entry[2] is not None]
 
-    def release(self, size: int) -> None:
-        """Finished envelopes of ``size`` bytes are written: no longer held."""
-        self.finished_bytes -= size
+    def release(self, written: Iterable[Finished]) -> None:
+        """These finished envelopes are written: no longer held."""
+        for finished in written:
+            self.finished_envelopes -= 1
+            self.finished_bytes -= finished.size
 
     def mark_written(self, key: Key, wall_time: float) -> None:
         entry = self._done.get(key)
@@ -399,6 +403,7 @@ class TraceBuffer:
         self.spans_in_flight -= len(pending.spans)
         self.events_in_flight -= pending.events
         self.held_bytes -= pending.size
+        self.finished_envelopes += 1
         self.finished_bytes += pending.size
         if not pending.has_envelope:
             reasons = (REASON_NO_ENVELOPE_SPAN, *reasons)

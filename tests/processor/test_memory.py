@@ -125,8 +125,9 @@ def test_buffer_evicts_the_oldest_envelope_past_its_byte_cap() -> None:
     assert [f.key[1] for f in out] == ["c1"] and out[0].reasons[-1] == REASON_EVICTED
     assert buffer.held_bytes == 2 * one <= buffer.max_bytes
     assert buffer.finished_bytes == one == out[0].size  # moved to the queue, until written
-    buffer.release(out[0].size)
-    assert buffer.finished_bytes == 0
+    assert buffer.finished_envelopes == 1
+    buffer.release(out)
+    assert buffer.finished_bytes == buffer.finished_envelopes == 0
 
 
 # -- a flood ---------------------------------------------------------------------------------
@@ -214,6 +215,35 @@ def test_one_request_never_takes_the_envelopes_past_the_cap(start_processor, sta
     counted = processor.metrics.self.get
     assert counted("context_processor_requests_total", ("grpc", "too_large")) == 1
     assert counted("context_processor_requests_total", ("http", "too_large")) == 1
+
+
+def test_one_request_never_takes_the_queue_past_its_count(start_processor, stalled) -> None:
+    processor = start_processor(sinks=[stalled()], pipeline__queue_size=5)
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+
+    def envelopes(first: int, count: int) -> Any:
+        return request([s for t in range(first, first + count)
+                        for s in envelope_spans(t, f"count-{t}", stages=1)])
+
+    stub.Export(envelopes(1, 3), timeout=10)
+    wait_for(lambda: processor.pipeline.queue_size == 3, message="3 envelopes queued")
+    with pytest.raises(grpc.RpcError) as info:  # 3 + 3 would pass 5
+        stub.Export(envelopes(10, 3), timeout=10)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "pipeline.queue_size" in info.value.details()
+    stub.Export(envelopes(20, 2), timeout=10)  # 3 + 2 fits
+    wait_for(lambda: processor.pipeline.queue_size == 5, message="5 envelopes queued")
+    assert processor.pipeline.buffer.finished_envelopes == 5
+
+
+def test_an_empty_queue_takes_a_request_of_more_envelopes_than_it_holds(start_processor
+                                                                        ) -> None:
+    processor = start_processor(pipeline__queue_size=2)
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    stub.Export(request([s for t in range(1, 5)
+                         for s in envelope_spans(t, f"many-{t}", stages=1)]), timeout=10)
+    wait_for(lambda: len(read_bundles(processor.config.out_dir)) == 4, message="4 bundles")
+    wait_for(lambda: processor.pipeline.buffer.finished_envelopes == 0, message="released")
 
 
 def test_events_waiting_for_their_span_are_bounded_with_backpressure(start_processor) -> None:
