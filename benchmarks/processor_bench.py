@@ -220,7 +220,7 @@ def _pipeline(directory: Path, **settings: Any) -> Pipeline:
     values = {"receivers.otlp_grpc.endpoint": "127.0.0.1:0", "metrics.endpoint": "off",
               "receivers.otlp_http.endpoint": "off", "output.dir": str(directory),
               "pipeline.queue_size": 10_000_000, "buffer.max_traces": 10_000_000,
-              "buffer.max_spans": 100_000_000,
+              "buffer.max_spans": 100_000_000, "memory.max_bytes": 64 * 2**30,
               # the bundle store is measured on its own (benchmarks/store_bench.py); here the
               # JSON Lines sink alone, as in the results recorded before the store existed
               "store.url": "off"}

@@ -768,6 +768,19 @@ def processor_health() -> dict[str, Any]:
                     target(f"sum by (instance) "
                            f"(increase(context_processor_wal_replayed_spans_total{{{s}}}"
                            f"[{RATE}]))", "replayed spans {{instance}}")], unit="short", w=8),
+        timeseries("Memory by part", "Bytes each part of memory.max_bytes (--max-memory) holds, "
+                   "as a share of its limit: buffer, queue, events, forward, decode_cache. "
+                   "Buffer and queue share their limits: near 100% together, the receivers "
+                   "answer UNAVAILABLE with RetryInfo.",
+                   [target(f"sum by (part) (context_processor_memory_bytes{{{s}}}) / "
+                           f"sum by (part) (context_processor_memory_limit_bytes{{{s}}})",
+                           "{{part}}")], unit="percentunit", maximum=1, threshold=0.9, w=12),
+        timeseries("Memory held", "Bytes held by part (estimated), against the whole "
+                   "memory.max_bytes of the instances shown.",
+                   [target(f"sum by (part) (context_processor_memory_bytes{{{s}}})",
+                           "{{part}}"),
+                    target(f"sum(context_processor_memory_limit_bytes{{{s}}})",
+                           "memory.max_bytes")], unit="bytes", stack=False, w=12),
         row("Output"),
         timeseries("Partial envelopes by reason", "Envelopes emitted partial per second: "
                    "timeout (spans late), evicted (buffer full), shutdown, missing_events "
@@ -793,14 +806,17 @@ def processor_health() -> dict[str, Any]:
                    [per_second("context_processor_sink_errors_total", "sink", "sink {{sink}}"),
                     target(f"sum(rate(context_processor_rebuild_errors_total{{{s}}}[{RATE}]))",
                            "rebuild")], unit="ops", w=8),
-        timeseries("Forwarding", "The --forward next hop: requests queued, failed sends and "
-                   "requests dropped.",
+        timeseries("Forwarding", "The --forward next hop: requests queued, failed sends, "
+                   "requests dropped by reason (a non-retryable code, too_large, shutdown) and "
+                   "requests split to fit its limit.",
                    [target(f"sum by (instance) (context_processor_forward_queue_size{{{s}}})",
                            "queued {{instance}}"),
                     per_second("context_processor_forward_errors_total", "instance",
                                "errors/s {{instance}}"),
-                    per_second("context_processor_forward_dropped_total", "instance",
-                               "dropped/s {{instance}}")], unit="short", w=8),
+                    per_second("context_processor_forward_dropped_total", "reason",
+                               "dropped/s {{reason}}"),
+                    per_second("context_processor_forward_split_total", "instance",
+                               "split/s {{instance}}")], unit="short", w=8),
     ]
     variables = [
         datasource_var("datasource", "prometheus", "Prometheus", "prometheus"),

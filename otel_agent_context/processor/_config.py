@@ -28,6 +28,7 @@ from ..rebuild._completion import (  # the engine's defaults, shared with Bundle
     DEFAULT_MAX_TRACES,
     DEFAULT_ORPHAN_TIMEOUT,
 )
+from ._memory import DEFAULT_MAX_MEMORY, parse_byte_size
 
 __all__ = [
     "DEFAULT_ENVELOPE_TIMEOUT",
@@ -74,6 +75,8 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SINK_TIMEOUT = 10.0
 DEFAULT_FORWARD_QUEUE = 1_000
+#: gRPC's default receive limit, which the Collector's OTLP receiver keeps unless told.
+DEFAULT_FORWARD_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_METRICS_INTERVAL = 15.0
 #: Distinct values of one label of a contract metric (beyond: 'other').
 DEFAULT_LABEL_VALUES = 100
@@ -313,6 +316,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("wal.fsync", True, _bool, None,
             "fsync the WAL before acknowledging an export (false: survives a process crash, "
             "not a power loss)"),
+    Setting("memory.max_bytes", DEFAULT_MAX_MEMORY, parse_byte_size, "--max-memory",
+            "bytes of spans, events, queues and caches held at most (suffixes: 512MiB, "
+            "1GiB); beyond a part's share the receivers push back", "BYTES"),
     Setting("buffer.envelope_timeout", DEFAULT_ENVELOPE_TIMEOUT, _positive_float,
             "--envelope-timeout",
             "seconds to wait after the last span for promised stage spans before emitting "
@@ -350,6 +356,8 @@ SETTINGS: tuple[Setting, ...] = (
             "endpoint", "ENDPOINT"),
     Setting("forward.queue_size", DEFAULT_FORWARD_QUEUE, _positive_int, None,
             "requests waiting for the next hop before the receivers push back"),
+    Setting("forward.max_request_bytes", DEFAULT_FORWARD_MAX_REQUEST_BYTES, _positive_int,
+            None, "the next hop's largest request: a larger one is split before it is sent"),
     Setting("log_level", "INFO", _log_level, "--log-level", "debug, info, warning, error",
             "LEVEL"),
     Setting("ready_file", None, _optional_str, "--ready-file",
@@ -387,6 +395,7 @@ class ProcessorConfig:
     wal_dir: Path
     segment_bytes: int
     wal_fsync: bool
+    max_memory: int
     envelope_timeout: float
     orphan_timeout: float
     max_traces: int
@@ -401,6 +410,7 @@ class ProcessorConfig:
     otlp_logs_timeout: float
     forward: Target | None
     forward_queue_size: int
+    forward_max_request_bytes: int
     log_level: str
     ready_file: Path | None
 
@@ -500,6 +510,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         wal_dir=wal,
         segment_bytes=p["wal.segment_bytes"],
         wal_fsync=p["wal.fsync"],
+        max_memory=p["memory.max_bytes"],
         envelope_timeout=p["buffer.envelope_timeout"],
         orphan_timeout=p["buffer.orphan_timeout"],
         max_traces=p["buffer.max_traces"],
@@ -514,6 +525,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         otlp_logs_timeout=p["sinks.otlp_logs.timeout"],
         forward=p["forward.endpoint"],
         forward_queue_size=p["forward.queue_size"],
+        forward_max_request_bytes=p["forward.max_request_bytes"],
         log_level=p["log_level"],
         ready_file=Path(ready) if ready is not None else None,
     )

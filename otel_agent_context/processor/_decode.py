@@ -47,6 +47,7 @@ from ..rebuild._boundary import (
 )
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
+from ._memory import EVENT_COST, SPAN_OVERHEAD
 from ._wire import LiteRequest, LiteResource, LiteSpan, decode_key_value
 
 __all__ = [
@@ -54,8 +55,10 @@ __all__ = [
     "Decoded",
     "InvalidRequest",
     "decode_request",
+    "decode_cache_bytes",
     "json_to_protobuf",
     "parse_protobuf",
+    "set_decode_cache_bytes",
 ]
 
 _NEEDLES = (b"context.", b"gen_ai.")
@@ -232,9 +235,27 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 _DECODED: dict[bytes, tuple[str | None, Any, tuple[str, str, str] | None]] = {}
 _MAX_DECODED = 65_536
 #: Only short encodings are cached (ids, kinds, reasons, names repeat; a 40 MiB document
-#: does not, and caching it would hold it after its request is written): at most
-#: 65,536 x 512 bytes of keys, plus their values, about 64 MiB in all.
+#: does not, and caching it would hold it after its request is written).
 _MAX_CACHED_BYTES = 512
+#: What an entry costs beyond twice its encoding (the key bytes and the decoded value):
+#: the dict slot, the tuple, the objects (measured with tracemalloc: about 2 x len + 200).
+_ENTRY_OVERHEAD = 224
+#: [bytes the cache holds (estimated), its cap]; the cap is ``memory.max_bytes``'s
+#: decode_cache share, set by the pipeline (the cache is shared by the process).
+_CACHE_BYTES = [0, 64 * 1024 * 1024]
+
+
+def set_decode_cache_bytes(cap: int) -> None:
+    """Bound the decode cache to about ``cap`` bytes (emptied when it would pass it)."""
+    _CACHE_BYTES[1] = cap
+    if _CACHE_BYTES[0] > cap:
+        _DECODED.clear()
+        _CACHE_BYTES[0] = 0
+
+
+def decode_cache_bytes() -> int:
+    """Bytes the decode cache holds (an estimate)."""
+    return _CACHE_BYTES[0]
 _INTERNED = {name: name for name in ATTRIBUTES}
 _OPAQUE = ("kvlist_value", "bytes_value")
 
@@ -278,9 +299,13 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
         if decoded is None:
             decoded = _decode_checked(buf)
             if len(buf) <= _MAX_CACHED_BYTES:
-                if len(cache) >= _MAX_DECODED:
+                cost = 2 * len(buf) + _ENTRY_OVERHEAD
+                held = _CACHE_BYTES
+                if len(cache) >= _MAX_DECODED or held[0] + cost > held[1]:
                     cache.clear()
+                    held[0] = 0
                 cache[buf] = decoded
+                held[0] += cost
         key, value, noted = decoded
         if key is not None:
             out[key] = value
@@ -419,6 +444,7 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
         return None
     accepted = Accepted.of(view)
     assert accepted is not None  # the boundary made context.id a string
+    accepted.size = len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events)
     if view.repairs:
         out.repaired(view.repairs, service)
     return accepted

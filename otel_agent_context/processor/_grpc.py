@@ -35,7 +35,7 @@ from ..exceptions import ConfigError
 from ._config import Endpoint
 from ._decode import InvalidRequest
 from ._http import bearer_matches
-from ._pipeline import Backpressure, IngestResult, Pipeline
+from ._pipeline import Backpressure, IngestResult, Pipeline, RequestTooLarge
 
 __all__ = ["GrpcReceiver", "retry_status"]
 
@@ -186,6 +186,9 @@ class GrpcReceiver:
         count = self.pipeline.metrics.self.inc
         try:
             result: IngestResult = ingest(request, "grpc")
+        except RequestTooLarge as exc:  # can never fit: RESOURCE_EXHAUSTED, not retried
+            count("context_processor_requests_total", ("grpc", "too_large"))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except InvalidRequest as exc:
             count("context_processor_requests_total", ("grpc", "invalid"))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -47,7 +47,7 @@ from ._config import DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_HTTP_READ_TIMEOUT, En
 from ._decode import InvalidRequest, json_to_protobuf
 from ._decode_logs import logs_json_to_protobuf
 from ._metrics import MetricsRegistry
-from ._pipeline import Backpressure, Pipeline
+from ._pipeline import Backpressure, Pipeline, RequestTooLarge
 
 __all__ = ["HttpServer", "MetricsServer", "OtlpHttpReceiver", "bearer_matches"]
 
@@ -326,6 +326,10 @@ class OtlpHttpReceiver:
                 result = ingest(None, "http", request=request)
             else:
                 result = ingest(body, "http")
+        except RequestTooLarge as exc:  # can never fit in memory.max_bytes
+            count("context_processor_requests_total", ("http", "too_large"))
+            return _error_reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, code_pb2.INVALID_ARGUMENT,
+                                str(exc), as_json)
         except InvalidRequest as exc:
             count("context_processor_requests_total", ("http", "invalid"))
             return _error_reply(HTTPStatus.BAD_REQUEST, code_pb2.INVALID_ARGUMENT, str(exc),

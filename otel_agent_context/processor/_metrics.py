@@ -248,8 +248,25 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_forward_errors_total", "counter", (),
                "Failed sends to the --forward next hop (retried unless refused for good).",
                "0"),
-    SelfMetric("context_processor_forward_dropped_total", "counter", (),
-               "Requests the next hop refused for good, or left unsent at shutdown.", "0"),
+    SelfMetric("context_processor_forward_dropped_total", "counter", ("reason",),
+               "Requests not forwarded, by reason: the status code the next hop refused "
+               "them with for good (invalid_argument, unauthenticated, resource_exhausted "
+               "without RetryInfo, ...), too_large (one span or log record above its limit), "
+               "shutdown (left unsent at stop). Each reason is logged once.", "0"),
+    SelfMetric("context_processor_forward_split_total", "counter", (),
+               "Requests split in two because the next hop's limit "
+               "(forward.max_request_bytes, or its RESOURCE_EXHAUSTED answer) is below them.",
+               "0, or steady when senders batch more than the next hop takes"),
+    SelfMetric("context_processor_memory_bytes", "gauge", ("part",),
+               "Bytes held (estimated), by part of memory.max_bytes: buffer (envelopes being "
+               "assembled), queue (finished, waiting for the sinks), events (log-based "
+               "events waiting for their span), forward (requests waiting for the next hop), "
+               "decode_cache.",
+               "below context_processor_memory_limit_bytes; buffer + queue near their limit "
+               "means the receivers push back"),
+    SelfMetric("context_processor_memory_limit_bytes", "gauge", ("part",),
+               "Each part's share of memory.max_bytes (--max-memory); they add up to it.",
+               "constant"),
     SelfMetric("context_processor_envelope_latency_seconds", "histogram", (),
                "From an envelope's last span received to its bundle written.",
                "p99 under a second for complete envelopes"),

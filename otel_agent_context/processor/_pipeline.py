@@ -11,8 +11,11 @@
 
 Backpressure: a request is refused (UNAVAILABLE / 503, retry after ``retry_after``)
 before anything is done with it when the queue to the sinks, or the forward queue, is
-full. Everything acknowledged is in the WAL; the emitter writes a DONE record only after
-every sink took the bundle, so a crash at any point replays exactly what is not written.
+full, or when what it brings would take one past its cap: the envelopes it may finish,
+its bytes against its part of ``memory.max_bytes`` (``_memory``); checked under the lock
+the buffer changes under, before the WAL append. Everything acknowledged is in the WAL;
+the emitter writes a DONE record only after every sink took the bundle, so a crash at any
+point replays exactly what is not written.
 
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
@@ -46,15 +49,23 @@ from ..rebuild._completion import (
 from ..rebuild._encode import encode_bundle, encode_record
 from ..rebuild._events import EventStore
 from ._config import ProcessorConfig
-from ._decode import Decoded, InvalidRequest, decode_request, parse_protobuf
+from ._decode import (
+    Decoded,
+    InvalidRequest,
+    decode_cache_bytes,
+    decode_request,
+    parse_protobuf,
+    set_decode_cache_bytes,
+)
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
 from ._forward import Forwarder
+from ._memory import PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
 from ._store_sink import StoreSink
 from ._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
-__all__ = ["Backpressure", "IngestResult", "Pipeline", "RebuildFunction"]
+__all__ = ["Backpressure", "IngestResult", "Pipeline", "RebuildFunction", "RequestTooLarge"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +83,11 @@ class Backpressure(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+
+
+class RequestTooLarge(InvalidRequest):
+    """A request that could never fit in its share of ``memory.max_bytes``: refused for good
+    (413 / RESOURCE_EXHAUSTED without RetryInfo), as one above the size limit is."""
 
 
 @dataclass(slots=True)
@@ -161,12 +177,15 @@ class Pipeline:
         self.metrics = metrics
         self._rebuild = rebuild
         self._lock = threading.Lock()
+        #: the byte cap of each part of memory.max_bytes (see _memory)
+        self.memory = MemoryCaps.split(config.max_memory)
+        set_decode_cache_bytes(self.memory.decode_cache)
         self.wal = WriteAheadLog(config.wal_dir, segment_bytes=config.segment_bytes,
                                  fsync=config.wal_fsync)
         self.events = EventStore(
             orphan_timeout=config.orphan_timeout,
             max_events=config.max_events,
-            max_bytes=config.max_event_bytes,
+            max_bytes=min(config.max_event_bytes, self.memory.events),
             remember_for=config.dedupe_window,
             remember_max=config.max_spans,
             pin=self.wal.pin,
@@ -184,6 +203,7 @@ class Pipeline:
             max_events=config.max_events,
             on_span=self.events.on_span,
             on_finish=self.events.on_finish,
+            max_bytes=self.memory.buffer,
         )
         self.events.buffer = self.buffer
         self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
@@ -198,7 +218,9 @@ class Pipeline:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
         self.forwarder = (
-            Forwarder(config.forward, queue_size=config.forward_queue_size)
+            Forwarder(config.forward, queue_size=config.forward_queue_size,
+                      max_request_bytes=config.forward_max_request_bytes,
+                      max_bytes=self.memory.forward)
             if config.forward is not None else None
         )
         self._queue: collections.deque[Finished] = collections.deque()
@@ -322,6 +344,54 @@ class Pipeline:
             raise Backpressure("the queue to the sinks is full", retry)
         if self.forwarder is not None and self.forwarder.full():
             raise Backpressure("the forward queue is full", retry)
+        if self.buffer.held_bytes + self.buffer.finished_bytes >= self.memory.envelopes:
+            raise Backpressure("the envelopes held fill their share of memory.max_bytes",
+                               retry)
+
+    def _room_for_spans(self, size: int, envelopes: int = 0) -> None:
+        """Backpressure (RequestTooLarge if never) unless spans of ``size`` bytes fit in the
+        envelopes' share of memory.max_bytes, and the ``envelopes`` they may finish in the
+        queue (an empty queue takes any one request). Called under the lock the buffer
+        changes under, before the WAL append: a request never takes the buffer and queue
+        past them."""
+        finished = self.buffer.finished_envelopes
+        if finished and finished + envelopes > self.config.queue_size:
+            raise Backpressure("the envelopes this request may finish would pass "
+                               "pipeline.queue_size", self.config.retry_after)
+        cap = self.memory.envelopes
+        if size > cap:
+            raise RequestTooLarge(
+                f"the request's context spans need about {size} bytes of memory, more than "
+                f"memory.max_bytes gives the envelopes being assembled and written ({cap}): "
+                "send smaller batches")
+        if self.buffer.held_bytes + self.buffer.finished_bytes + size > cap:
+            raise Backpressure("the envelopes held would pass their share of "
+                               "memory.max_bytes", self.config.retry_after)
+
+    def _reserve_forward(self, size: int) -> int:
+        """Room in the forward queue for a request of ``size`` bytes (given back with
+        :meth:`Forwarder.release` if the request fails); 0 without ``--forward``."""
+        forwarder = self.forwarder
+        if forwarder is None:
+            return 0
+        if size > self.memory.forward:
+            raise RequestTooLarge(
+                f"a request of {size} bytes is more than memory.max_bytes gives the forward "
+                f"queue ({self.memory.forward}): send smaller batches")
+        if not forwarder.reserve(size):
+            raise Backpressure("the forward queue is full", self.config.retry_after)
+        return size
+
+    def memory_held(self) -> dict[str, int]:
+        """Bytes each part of memory.max_bytes holds now (estimates)."""
+        forwarder = self.forwarder
+        return {
+            "buffer": self.buffer.held_bytes,
+            "queue": self.buffer.finished_bytes,
+            "events": self.events.held_bytes,
+            "forward": forwarder.queued_bytes if forwarder is not None else 0,
+            "decode_cache": decode_cache_bytes(),
+        }
 
     def ingest(self, body: bytes | None, transport: str, request: Any = None) -> IngestResult:
         """Take one export request (protobuf ``body``, or an already parsed ``request``).
@@ -335,6 +405,24 @@ class Pipeline:
             request = parse_protobuf(body)  # validates the whole request
         elif body is None:
             body = request.SerializeToString()
+        return self._forwarding(self._ingest_spans, body, request, transport, logs=False)
+
+    def _forwarding(self, take: Callable[[bytes, Any, str], IngestResult], body: bytes,
+                    request: Any, transport: str, *, logs: bool) -> IngestResult:
+        """``take`` the request with room reserved for it in the forward queue (refused
+        before anything is done when there is none); forwarded once it is taken."""
+        reserved = self._reserve_forward(len(body))
+        try:
+            result = take(body, request, transport)
+        except BaseException:
+            if self.forwarder is not None:
+                self.forwarder.release(reserved)
+            raise
+        if self.forwarder is not None:
+            self.forwarder.put(body, logs=logs, reserved=True)
+        return result
+
+    def _ingest_spans(self, body: bytes, request: Any, transport: str) -> IngestResult:
         decoded = decode_request(body, request)
         finished: list[Finished] = []
         duplicates = late = late_events = 0
@@ -342,7 +430,10 @@ class Pipeline:
         conflicts: list[str] = []
         if decoded.accepted:
             assert decoded.wal_payload is not None
+            size = sum(accepted.size for accepted in decoded.accepted)
+            envelopes = len({(a.view.trace_id, a.context_id) for a in decoded.accepted})
             with self._lock:
+                self._room_for_spans(size, envelopes)
                 position = self._append(SPANS, decoded.wal_payload)
                 segment = position[0]
                 add = self.buffer.add
@@ -364,8 +455,6 @@ class Pipeline:
             self._sync(position)
         if finished:
             self._enqueue(finished)
-        if self.forwarder is not None:
-            self.forwarder.put(body)
         self._count(decoded, transport, duplicates, late)
         if late_events:
             self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
@@ -421,12 +510,31 @@ class Pipeline:
             request = parse_logs_protobuf(body)  # validates the whole request
         elif body is None:
             body = request.SerializeToString()
+        return self._forwarding(self._ingest_events, body, request, transport, logs=True)
+
+    def _room_for_events(self, size: int) -> None:
+        """As :meth:`_room_for_spans`, for log-based events of ``size`` bytes: they wait in
+        the event store, or join their span in the buffer, so both must have room."""
+        cap = self.memory.events
+        if size > cap:
+            raise RequestTooLarge(
+                f"the request's context events need about {size} bytes of memory, more "
+                f"than memory.max_bytes gives events waiting for their span ({cap}): send "
+                "smaller batches")
+        if self.events.held_bytes + size > cap:
+            raise Backpressure("the events waiting for their span would pass their share "
+                               "of memory.max_bytes", self.config.retry_after)
+        self._room_for_spans(size)
+
+    def _ingest_events(self, body: bytes, request: Any, transport: str) -> IngestResult:
         decoded = decode_logs_request(body, request)
         finished: list[Finished] = []
         outcomes: dict[str, int] = {}
         if decoded.events:
             assert decoded.wal_payload is not None
+            size = sum(event.size for event in decoded.events)
             with self._lock:
+                self._room_for_events(size)
                 position = self._append(EVENTS, decoded.wal_payload)
                 segment = position[0]
                 add = self.events.add
@@ -436,8 +544,6 @@ class Pipeline:
             self._sync(position)
         if finished:
             self._enqueue(finished)
-        if self.forwarder is not None:
-            self.forwarder.put(body, logs=True)
         self._count_logs(decoded, transport, outcomes)
         message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
         if decoded.problems:
@@ -597,6 +703,7 @@ class Pipeline:
                         self.buffer.mark_written(finished.key, wall)
                         for segment in finished.segments:
                             self.wal.unpin(segment)
+                    self.buffer.release(batch)
                     try:
                         self.wal.compact()
                     except OSError as exc:  # retried at the next batch
@@ -708,4 +815,13 @@ class Pipeline:
         gauge("context_processor_forward_errors_total",
               lambda: [((), float(forwarder.errors if forwarder is not None else 0))])
         gauge("context_processor_forward_dropped_total",
-              lambda: [((), float(forwarder.dropped if forwarder is not None else 0))])
+              lambda: [((reason,), float(count)) for reason, count in
+                       sorted(forwarder.dropped_by.copy().items())]
+              if forwarder is not None else [])
+        gauge("context_processor_forward_split_total",
+              lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
+        gauge("context_processor_memory_bytes",
+              lambda: [((part,), float(held)) for part, held in self.memory_held().items()])
+        limits = self.memory.by_part()
+        gauge("context_processor_memory_limit_bytes",
+              lambda: [((part,), float(limits[part])) for part in PARTS])

@@ -78,7 +78,9 @@ class Processor:
     def _ready(self) -> tuple[bool, dict[str, Any]]:
         ready = self._started and self.pipeline.accepting
         return ready, {"ready": ready, "queue": self.pipeline.queue_size,
-                       "queue_capacity": self.config.queue_size}
+                       "queue_capacity": self.config.queue_size,
+                       "memory_bytes": self.pipeline.memory_held(),
+                       "memory_limit_bytes": self.pipeline.memory.by_part()}
 
     def start(self) -> Processor:
         """Replay the WAL and listen. Raises ConfigError (naming the key) if it cannot bind."""

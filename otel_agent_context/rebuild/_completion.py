@@ -10,7 +10,8 @@ is finished ``partial`` once no span of it has come for ``envelope_timeout`` sec
 ``orphan_timeout`` while its envelope span has not come at all: a long agent turn ends its
 envelope span last, after its stage spans have long been exported).
 
-Bounded memory: at ``max_traces`` traces or ``max_spans`` spans in flight, the least
+Bounded memory: at ``max_traces`` traces or ``max_spans`` spans in flight, or
+``max_bytes`` bytes (the sizes :class:`Accepted` and the event store give), the least
 recently active envelope is finished ``partial`` (reason ``evicted``): never dropped.
 
 One trace per envelope (contract section 1): the first trace an envelope's ``context.id``
@@ -111,6 +112,8 @@ class Accepted:
     span_count: int | None
     #: ``context.event_count`` of an envelope span: the log-based events it promised
     event_count: int | None = None
+    #: bytes holding it costs (an estimate, for ``max_bytes``; 0: not counted)
+    size: int = 0
 
     @classmethod
     def of(cls, view: SpanView) -> Accepted | None:
@@ -140,11 +143,13 @@ class Finished:
     last_arrival: float  # monotonic seconds of its last span
     #: spans of other traces that carried this envelope's context.id, left out
     repairs: tuple[Repair, ...] = ()
+    #: bytes its spans and events cost (the sum of their sizes)
+    size: int = 0
 
 
 class _Pending:
     __slots__ = ("events", "expected", "expected_events", "has_envelope", "key", "repairs",
-                 "last", "segments", "spans")
+                 "last", "segments", "size", "spans")
 
     def __init__(self, key: Key, now: float) -> None:
         self.key = key
@@ -156,6 +161,7 @@ class _Pending:
         self.last = now
         self.events = 0  # log-based events joined
         self.expected_events: int | None = None
+        self.size = 0  # bytes of its spans and events
 
     def complete(self) -> bool:
         return (self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
@@ -177,9 +183,10 @@ class TraceBuffer:
         clock: Callable[[], float] = time.monotonic,
         on_pin: Callable[[int], None] = lambda segment: None,
         max_events: int = 1_000_000,
-        on_span: Callable[[Key, SpanView], tuple[int, Iterable[int]]] = lambda key, view: (
-            0, ()),
+        on_span: Callable[[Key, SpanView], tuple[int, Iterable[int], int]] = (
+            lambda key, view: (0, (), 0)),
         on_finish: Callable[[Finished], None] = lambda finished: None,
+        max_bytes: int | None = None,
     ) -> None:
         self.envelope_timeout = envelope_timeout
         self.orphan_timeout = orphan_timeout
@@ -190,6 +197,7 @@ class TraceBuffer:
         self.clock = clock
         self.on_pin = on_pin
         self.max_events = max_events
+        self.max_bytes = max_bytes
         self.on_span = on_span
         self.on_finish = on_finish
         self.events_in_flight = 0
@@ -202,6 +210,12 @@ class TraceBuffer:
         # key -> [expiry (monotonic), span id mask, wall time its bundle was written or None]
         self._done: OrderedDict[Key, list[Any]] = OrderedDict()
         self.spans_in_flight = 0
+        #: bytes of the spans and events of pending envelopes
+        self.held_bytes = 0
+        #: finished envelopes not yet :meth:`release`-d (their bundles not written), and
+        #: their bytes
+        self.finished_envelopes = 0
+        self.finished_bytes = 0
         self.evicted = 0
 
     # -- state ---------------------------------------------------------------------------------
@@ -220,6 +234,12 @@ class TraceBuffer:
         must never claim an envelope the sinks have not taken.
         """
         return [(key, entry[2]) for key, entry in self._done.items() if entry[2] is not None]
+
+    def release(self, written: Iterable[Finished]) -> None:
+        """These finished envelopes are written: no longer held."""
+        for finished in written:
+            self.finished_envelopes -= 1
+            self.finished_bytes -= finished.size
 
     def mark_written(self, key: Key, wall_time: float) -> None:
         entry = self._done.get(key)
@@ -287,12 +307,14 @@ class TraceBuffer:
         pending.spans[view.span_id] = view
         pending.last = now
         self.spans_in_flight += 1
+        pending.size += span.size
+        self.held_bytes += span.size
         if segment is not None and segment not in pending.segments:
             pending.segments.append(segment)
             self.on_pin(segment)
-        joined, segments = self.on_span(key, view)
+        joined, segments, joined_bytes = self.on_span(key, view)
         if joined:
-            self._join(pending, joined, segments)
+            self._join(pending, joined, segments, joined_bytes)
         if span.is_envelope:
             pending.has_envelope = True
             pending.expected = span.span_count
@@ -301,12 +323,20 @@ class TraceBuffer:
             out.append(self._finish(pending, ()))
         elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
             self._evict_oldest(out)
+        self._trim_bytes(out)
         return ADDED
 
+    def _trim_bytes(self, out: list[Finished]) -> None:
+        """Past ``max_bytes``, evict the least recently active envelopes (never the last
+        one: an envelope alone above the cap stays whole)."""
+        if self.max_bytes is not None:
+            while self.held_bytes > self.max_bytes and self.envelopes_in_flight > 1:
+                self._evict_oldest(out)
+
     def attach(self, key: Key, events: int, segments: Iterable[int],
-               out: list[Finished]) -> bool:
-        """Count ``events`` log-based events (already put on their span by the event store)
-        for the pending envelope ``key``; False when it is not pending."""
+               out: list[Finished], size: int = 0) -> bool:
+        """Count ``events`` log-based events (already put on their span by the event store,
+        ``size`` bytes) for the pending envelope ``key``; False when it is not pending."""
         pending = self._waiting.get(key)
         if pending is not None:
             self._waiting.move_to_end(key)
@@ -316,16 +346,20 @@ class TraceBuffer:
                 return False
             self._orphans.move_to_end(key)
         pending.last = self.clock()
-        self._join(pending, events, segments)
+        self._join(pending, events, segments, size)
         if pending.complete():
             out.append(self._finish(pending, ()))
         elif self.events_in_flight > self.max_events:
             self._evict_oldest(out)
+        self._trim_bytes(out)
         return True
 
-    def _join(self, pending: _Pending, events: int, segments: Iterable[int]) -> None:
+    def _join(self, pending: _Pending, events: int, segments: Iterable[int],
+              size: int = 0) -> None:
         pending.events += events
         self.events_in_flight += events
+        pending.size += size
+        self.held_bytes += size
         for segment in segments:
             if segment not in pending.segments:
                 pending.segments.append(segment)
@@ -345,6 +379,7 @@ class TraceBuffer:
         while self.envelopes_in_flight and (
             (trace_id not in self._traces and len(self._traces) >= self.max_traces)
             or self.spans_in_flight >= self.max_spans
+            or (self.max_bytes is not None and self.held_bytes >= self.max_bytes)
         ):
             self._evict_oldest(out)
 
@@ -367,6 +402,9 @@ class TraceBuffer:
             del self._traces[trace_id]
         self.spans_in_flight -= len(pending.spans)
         self.events_in_flight -= pending.events
+        self.held_bytes -= pending.size
+        self.finished_envelopes += 1
+        self.finished_bytes += pending.size
         if not pending.has_envelope:
             reasons = (REASON_NO_ENVELOPE_SPAN, *reasons)
         elif pending.events < (pending.expected_events or 0):
@@ -378,7 +416,8 @@ class TraceBuffer:
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
         finished = Finished(key, list(pending.spans.values()), reasons,
-                            tuple(pending.segments), pending.last, tuple(pending.repairs))
+                            tuple(pending.segments), pending.last, tuple(pending.repairs),
+                            pending.size)
         self.on_finish(finished)
         return finished
 

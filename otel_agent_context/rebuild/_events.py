@@ -196,7 +196,7 @@ class EventStore:
             digests.add(event.digest)
             _put(view, event)
             assert self.buffer is not None
-            self.buffer.attach(key, 1, () if segment is None else (segment,), out)
+            self.buffer.attach(key, 1, () if segment is None else (segment,), out, event.size)
             return ACCEPTED
         now = self.clock()
         held = self._held.get(span_key)
@@ -241,17 +241,18 @@ class EventStore:
         return len(held.events)
 
     # -- the buffer's hooks ----------------------------------------------------------------------
-    def on_span(self, key: Key, view: SpanView) -> tuple[int, Iterable[int]]:
-        """A span entered the buffer: its held events go on it. (count, their segments)."""
+    def on_span(self, key: Key, view: SpanView) -> tuple[int, Iterable[int], int]:
+        """A span entered the buffer: its held events go on it. (count, their segments,
+        their bytes)."""
         keys = self._envelopes.setdefault(view.trace_id, [])
         if key not in keys:
             keys.append(key)
         if not self._held:
-            return 0, ()
+            return 0, (), 0
         span_key = (view.trace_id, view.span_id)
         held = self._held.pop(span_key, None)
         if held is None:
-            return 0, ()
+            return 0, (), 0
         for event in held.events:
             _put(view, event)
         self._digests[span_key] = held.digests
@@ -261,7 +262,7 @@ class EventStore:
         # in between (both run under the pipeline's lock).
         for segment in held.segments:
             self.unpin(segment)
-        return len(held.events), held.segments
+        return len(held.events), held.segments, held.size
 
     def on_finish(self, finished: Finished) -> None:
         """An envelope is done: its spans are remembered if log-based events concern it."""

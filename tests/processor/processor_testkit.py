@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -156,6 +157,27 @@ def fast_spans(trace: int, count: int, base_span: int = 1000) -> list[Span]:
     return [span(trace, base_span + i, "GET /health", {"http.request.method": "GET",
                                                        "url.path": "/health"})
             for i in range(count)]
+
+
+# -- sinks ------------------------------------------------------------------------------------
+
+
+class StallingSink:
+    """A sink that blocks while ``flowing`` is clear (a slow log store, a full disk)."""
+
+    name = "stalling"
+
+    def __init__(self) -> None:
+        self.flowing = threading.Event()
+        self.written: list[str] = []
+
+    def write(self, batch: Any) -> None:
+        if not self.flowing.wait(20):
+            raise TimeoutError("still stalled")
+        self.written.extend(key[1] for key, _, _ in batch)
+
+    def close(self) -> None:
+        self.flowing.set()
 
 
 # -- subprocess serve ----------------------------------------------------------------------------

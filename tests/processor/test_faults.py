@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from processor_testkit import (
+    StallingSink,
     by_context,
     envelope_spans,
     fast_spans,
@@ -219,24 +220,6 @@ def test_bad_requests_amid_good_ones_lose_nothing(start_processor) -> None:
 # -- a stalled sink ----------------------------------------------------------------------------
 
 
-class StallingSink:
-    """A sink that blocks while ``stalled`` is clear (a slow log store, a full disk)."""
-
-    name = "stalling"
-
-    def __init__(self) -> None:
-        self.flowing = threading.Event()
-        self.written: list[str] = []
-
-    def write(self, batch: Any) -> None:
-        if not self.flowing.wait(20):
-            raise TimeoutError("still stalled")
-        self.written.extend(key[1] for key, _, _ in batch)
-
-    def close(self) -> None:
-        self.flowing.set()
-
-
 def test_stalled_sink_pushes_back_then_recovers_with_nothing_lost(start_processor) -> None:
     sink = StallingSink()
     processor = start_processor(sinks=[sink], pipeline__queue_size=2,
@@ -254,9 +237,12 @@ def test_stalled_sink_pushes_back_then_recovers_with_nothing_lost(start_processo
                                           ("grpc", "unavailable"))
 
     wait_for(refused, 10, message="backpressure")
-    # what a client sees: UNAVAILABLE with RetryInfo in the details and in the trailer
+    # what a client sees: UNAVAILABLE with RetryInfo in the details and in the trailer (a
+    # probe of two envelopes: the queue holds at least one and takes at most two)
+    probe = request(envelope_spans(1, "probe", stages=1)
+                    + envelope_spans(2, "probe-2", stages=1, base_span=10))
     with pytest.raises(grpc.RpcError) as info:
-        _stub(address).Export(request(envelope_spans(1, "probe", stages=1)), timeout=5)
+        _stub(address).Export(probe, timeout=5)
     error = info.value
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     trailers = dict(error.trailing_metadata())
@@ -267,7 +253,7 @@ def test_stalled_sink_pushes_back_then_recovers_with_nothing_lost(start_processo
     # and over HTTP: 503 with Retry-After
     req = urllib.request.Request(
         f"http://{processor.addresses['otlp_http']}/v1/traces", method="POST",
-        data=request(fast_spans(1, 1)).SerializeToString(),
+        data=probe.SerializeToString(),
         headers={"Content-Type": "application/x-protobuf"})
     with pytest.raises(urllib.error.HTTPError) as http_info:
         urllib.request.urlopen(req, timeout=5)
