@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from otel_agent_context.adapters import read_session
-from otel_agent_context.adapters import _abi, _abi_reader, _abi_rules
+from otel_agent_context.adapters import _abi, _abi_reader, _abi_rules, read_session
 
 
 def _line(n: int, size: int = 2000) -> bytes:
