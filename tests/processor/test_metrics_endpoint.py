@@ -40,6 +40,15 @@ def _feed_demo(processor, turns: int = 9) -> None:
     wait_for(lambda: processor.metrics.self.get("context_processor_bundles_written_total",
                                                 ("jsonl",)) == turns, message="bundles")
 
+    def envelopes_counted() -> float:
+        # metrics are derived after every sink (the store too) took the batch
+        families = {f.name: f for f in parse_text(_get(processor, "/metrics")[2])}
+        family = families.get("context_envelopes")
+        return sum(s.value for s in family.samples if s.name == "context_envelopes_total") \
+            if family else 0
+
+    wait_for(lambda: envelopes_counted() == turns, message="the envelopes in the metrics")
+
 
 def test_contract_metrics_with_exact_names_and_labels(start_processor) -> None:
     processor = start_processor()
