@@ -21,8 +21,9 @@ call), one item per resource content or prompt message:
 
 Content (the text) only under content capture. Not recorded: the JSON-RPC request id and
 ``mcp.session.id`` (the client session API exposes neither over stdio), tool results.
-Linking a model call's block to the MCP item whose text it carries is left to the
-assembly's source refs: the item id and digest recorded here are that hook.
+A model call of the same envelope whose block carries a resource's or a prompt message's
+text names the MCP item in ``context.block.source_item_refs`` (matched by content in
+process, see ``otel_agent_context._links``).
 """
 
 from __future__ import annotations

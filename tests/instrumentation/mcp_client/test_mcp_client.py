@@ -76,6 +76,11 @@ def test_resource_and_prompt_are_surface_items_with_mcp_ids(mcp_on: CapturedTele
     assert source["external_mappings"]["mcp.resource_uri"] == URI
     assert source["external_mappings"]["mcp.server_id"] == "Docs"
     assert prompt["source_refs"][0]["external_mappings"]["mcp.prompt_name"] == "answer_question"
+    # the model call's blocks name the MCP items whose text they carry (ids only)
+    (assembly,) = bundle["context_assemblies"]
+    system, user = assembly["ordered_blocks"]
+    assert system["source_item_refs"] == [resource["item_id"]]
+    assert user["source_item_refs"] == [prompt["item_id"]]
     text = json.dumps(bundle)
     if tel.agent_context.capture_content:
         assert resource["content"] == POLICY
