@@ -121,7 +121,7 @@ class Envelope(_Recorder):
         counts: dict[str, int] = {}
         if self._assembled:
             named, known = self._named, self._known
-            for item_id, kind in self._selected_kinds.items():
+            for item_id, kind in tuple(self._selected_kinds.items()):
                 if item_id not in named and item_id in known:
                     counts[kind] = counts.get(kind, 0) + 1
         return counts

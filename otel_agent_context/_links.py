@@ -133,7 +133,8 @@ class Links:
             starts.append(at)
             at += len(text) + 1
         found: list[list[str]] = [[] for _ in todo]
-        for item_id in self._linkable:
+        # a snapshot: another thread of the envelope may select items meanwhile
+        for item_id in tuple(self._linkable):
             needle = self._needle(item_id)
             if not needle:
                 continue

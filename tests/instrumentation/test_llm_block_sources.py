@@ -156,3 +156,34 @@ def test_a_model_call_without_selected_items_records_no_sources(alone, stub) -> 
     assert _sources(tel.spans()) == []
     (bundle,) = tel.bundles()
     assert "context_selections" not in bundle
+
+
+def test_concurrent_calls_and_selections_in_one_envelope(alone, stub) -> None:
+    """Threads of one envelope select documents and call the model at the same time (strict
+    mode: an internal error would raise here); each block names its own document."""
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    tel = alone.tel
+    client = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+
+    def ask(env: Any, i: int) -> None:
+        text = f"Document {i}: {REFUNDS}"
+        with env.selection(intent="retrieval") as sel:
+            sel.selected(ContextItem(item_id=f"kb:{i}", context_kind="retrieval_result",
+                                     content=text))
+        client.chat.completions.create(model=MODEL, messages=[
+            {"role": "system", "content": f"{SYSTEM}\n{text}"},
+            {"role": "user", "content": "How long?"}])
+
+    with tel.agent_context.envelope(agent_name="support") as env, \
+            ThreadPoolExecutor(max_workers=8) as pool:
+        done = [pool.submit(contextvars.copy_context().run, ask, env, i) for i in range(24)]
+        for future in done:
+            future.result()
+    (bundle,) = tel.bundles()
+    assert len(bundle["context_assemblies"]) == 24
+    named = sorted(ref for asm in bundle["context_assemblies"]
+                   for block in asm["ordered_blocks"] for ref in block.get("source_item_refs", ()))
+    assert named == sorted(f"kb:{i}" for i in range(24))
+    assert "context.items.not_injected" not in tel.metrics()
