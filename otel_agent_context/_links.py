@@ -7,11 +7,12 @@ assembly is recorded with its text, every remembered item whose text the block c
 ids only. The texts are compared here and never exported, whatever the content-capture
 switch says.
 
-Bounded: items shorter than :data:`MIN_CHARS` (normalised) are never compared (a "yes" is
-in every prompt); at most :data:`MAX_ITEMS` items are compared and :data:`MAX_TEXTS` texts
-remembered per envelope; the blocks of one call are searched together, one substring
-search per item over their joined text; a block already searched (same digest, same items)
-is not searched again. An envelope with nothing to compare costs nothing more.
+Bounded: an item shorter than :data:`MIN_CHARS` (normalised) is a source only of a block
+whose whole text it is (a "yes" is inside every prompt); at most :data:`MAX_ITEMS` items
+are compared and :data:`MAX_TEXTS` texts remembered per envelope; the blocks of one call are
+searched together, one substring search per item over their joined text; a block already
+searched (same digest, same items) is not searched again. An envelope with nothing to
+compare costs nothing more.
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ def normalise(text: str) -> str:
 class Links:
     """The item texts of one envelope and what its blocks were found to carry."""
 
-    __slots__ = ("_cache", "_linkable", "_needles", "_omitted", "_texts", "_version")
+    __slots__ = ("_cache", "_linkable", "_needles", "_omitted", "_plan", "_texts", "_version")
 
     def __init__(self) -> None:
         #: item id -> its text as given (a reference, not a copy)
         self._texts: dict[str, str] = {}
         #: item ids compared with blocks, in the order they came
         self._linkable: dict[str, None] = {}
-        #: item id -> its normalised text ("" when too short), made on first comparison
+        #: item id -> its normalised text, made on first comparison
         self._needles: dict[str, str] = {}
         #: omitted and never selected: not a source, whatever a block holds
         self._omitted: set[str] = set()
@@ -59,10 +60,11 @@ class Links:
         self._version = 0
         #: block digest -> (version, ids found in it)
         self._cache: dict[str, tuple[int, tuple[str, ...]]] = {}
+        #: (version, (id, text) searched inside blocks, short text -> ids equal to a block)
+        self._plan: tuple[int, list[tuple[str, str]], dict[str, list[str]]] | None = None
 
     def _remember(self, item_id: str, text: str | None) -> None:
-        if (text is not None and len(text) >= MIN_CHARS
-                and (item_id in self._texts or len(self._texts) < MAX_TEXTS)
+        if (text and (item_id in self._texts or len(self._texts) < MAX_TEXTS)
                 and self._texts.get(item_id) is not text):
             self._texts[item_id] = text
             if self._needles.pop(item_id, None) is not None:
@@ -97,11 +99,25 @@ class Links:
     def _needle(self, item_id: str) -> str:
         needle = self._needles.get(item_id)
         if needle is None:
-            needle = normalise(self._texts[item_id])
-            if len(needle) < MIN_CHARS:
-                needle = ""
-            self._needles[item_id] = needle
+            needle = self._needles[item_id] = normalise(self._texts[item_id])
         return needle
+
+    def _partition(self) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+        """The items to search for inside blocks, and the short ones a block must equal."""
+        plan = self._plan
+        if plan is None or plan[0] != self._version:
+            version = self._version
+            inside: list[tuple[str, str]] = []
+            whole: dict[str, list[str]] = {}
+            # a snapshot: another thread of the envelope may select items meanwhile
+            for item_id in tuple(self._linkable):
+                needle = self._needle(item_id)
+                if len(needle) >= MIN_CHARS:
+                    inside.append((item_id, needle))
+                elif needle:
+                    whole.setdefault(needle, []).append(item_id)
+            plan = self._plan = (version, inside, whole)
+        return plan[1], plan[2]
 
     def sources(self, blocks: Sequence[BlockText]) -> list[tuple[str, ...]] | None:
         """For each block, the ids of the items its text contains (its own item left out);
@@ -109,12 +125,14 @@ class Links:
         if not self._linkable:
             return None
         version = self._version
+        inside, whole = self._partition()
+        shortest = 1 if whole else MIN_CHARS
         cache = self._cache
         out: list[tuple[str, ...]] = [()] * len(blocks)
         todo: list[int] = []
         texts: list[str] = []
         for i, (item_id, digest, text) in enumerate(blocks):
-            if not text or len(text) < MIN_CHARS:
+            if not text or len(text) < shortest:
                 continue
             if digest is not None:
                 hit = cache.get(digest)
@@ -132,12 +150,8 @@ class Links:
         for text in texts:
             starts.append(at)
             at += len(text) + 1
-        found: list[list[str]] = [[] for _ in todo]
-        # a snapshot: another thread of the envelope may select items meanwhile
-        for item_id in tuple(self._linkable):
-            needle = self._needle(item_id)
-            if not needle:
-                continue
+        found: list[list[str]] = [list(whole.get(text, ())) for text in texts]
+        for item_id, needle in inside:
             pos = haystack.find(needle)
             while pos != -1:
                 k = bisect.bisect_right(starts, pos) - 1

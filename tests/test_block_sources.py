@@ -142,6 +142,27 @@ def test_omitted_items_short_texts_and_other_envelopes_are_not_sources(
     assert _not_injected_metric(tel) == {("b", "retrieval_result"): 1}
 
 
+def test_a_short_item_is_a_source_only_of_a_block_that_is_its_whole_text(
+        plain: CapturedTelemetry) -> None:
+    tel = plain
+    email, city = "Ana prefers email.", "Ana lives in Porto."
+    assert len(email) < MIN_CHARS and len(city) < MIN_CHARS
+    with tel.agent_context.envelope(agent_name="memory") as env:
+        with env.selection(intent="memory") as sel:
+            sel.selected(ContextItem(item_id="fact:email", context_kind="durable_memory",
+                                     content=email))
+            sel.selected(ContextItem(item_id="fact:city", context_kind="durable_memory",
+                                     content=city))
+        with env.assembly() as asm:
+            asm.block("m1", kind="developer_instruction", text=" Ana prefers\nemail. ")
+            asm.block("m2", kind="user_message", text=f"Facts: {city} Reply briefly.")
+    whole, inside = _blocks(tel)
+    assert whole[S.BLOCK_SOURCE_ITEM_REFS] == ("fact:email",)
+    assert S.BLOCK_SOURCE_ITEM_REFS not in inside  # too short to be looked for inside a block
+    (bundle,) = tel.bundles()
+    assert bundle["context_selections"][0]["not_injected_item_refs"] == ["fact:city"]
+
+
 def test_surfaced_items_are_sources_until_a_selection_omits_them(plain: CapturedTelemetry) -> None:
     tel = plain
     with tel.agent_context.envelope() as env:
