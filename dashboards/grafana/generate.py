@@ -491,8 +491,10 @@ def overview() -> dict[str, Any]:
         timeseries("Never-injected share",
                    "Selected but never injected / selected items, per agent: how much of "
                    "what retrieval chose never reached a prompt.",
-                   [target(f"sum by (agent) (rate(context_items_not_injected_total{{{a}}}"
-                           f"[{RATE}])) / sum by (agent) "
+                   [target(f"(sum by (agent) (rate(context_items_not_injected_total{{{a}}}"
+                           f"[{RATE}])) or sum by (agent) "
+                           f"(rate(context_items_selected_total{{{a}}}[{RATE}])) * 0)"
+                           f" / sum by (agent) "
                            f"(rate(context_items_selected_total{{{a}}}[{RATE}]))",
                            "{{agent}}")], unit="percentunit", maximum=1,
                    links=drilldown_link()),
@@ -626,7 +628,8 @@ def agent_drilldown() -> dict[str, Any]:
                            f"(rate(context_items_not_injected_total{{{a}}}[{RATE}]))",
                            "{{kind}}")], unit="ops", stack=True),
         timeseries("Never-injected share", "Selected but never injected / selected items.",
-                   [target(f"sum(rate(context_items_not_injected_total{{{a}}}[{RATE}]))"
+                   [target(f"(sum(rate(context_items_not_injected_total{{{a}}}[{RATE}]))"
+                           f" or vector(0))"
                            f" / sum(rate(context_items_selected_total{{{a}}}[{RATE}]))",
                            "share")], unit="percentunit", maximum=1),
         row("Compaction"),
