@@ -371,7 +371,7 @@ class Assembly(_Stage):
         self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, ts)
 
     def _block_refs(self, item_id: str, digest: str | None, text: str | None,
-                 given: Sequence[str]) -> tuple[str, ...]:
+                    given: Sequence[str]) -> tuple[str, ...]:
         """The block's sources: ``given``, then those found by content; the envelope
         learns that the block names them and its item."""
         env = self._env
