@@ -4,7 +4,8 @@ Each turn: candidates surface from history, a knowledge base and tool results; a
 keeps what fits and omits the rest with reasons; a budget lays out the window and truncates
 history in the middle when it is too long; every third turn older history is compacted into a
 rolling summary that sometimes loses a decision; the assembled blocks are injected into a
-GenAI ``chat`` span; now and then the agent knows it lacks an order id (blocking) and asks
+GenAI ``chat`` span (every fourth turn without the last document selected: selected, never
+injected); now and then the agent knows it lacks an order id (blocking) and asks
 for it. Deterministic for a given seed; no model, no network.
 """
 
@@ -171,12 +172,15 @@ def _turn(ctx: AgentContext, tracer: trace.Tracer, rng: random.Random, turn: int
                 if lose:
                     comp.loss_note("the agreed refund amount was not carried into the summary")
 
+        # every fourth turn the prompt builder has no room left for the last document it was
+        # handed: selected, never injected
+        placed = picked[:-1] if turn % 4 == 1 else picked
         with env.assembly(target="model", budget_id=budget.budget_id) as asm:
             asm.block(system, injection_point="system_prompt")
             for msg in history:
                 asm.block(msg, injection_point="message_history")
             asm.block(tool, injection_point="message_history")
-            for doc in picked:
+            for doc in placed:
                 asm.block(doc, injection_point="user_message_appendix")
 
         with tracer.start_as_current_span(f"chat {MODEL}", kind=SpanKind.CLIENT) as chat:

@@ -35,6 +35,7 @@ from ._enums import (
     Visibility,
 )
 from ._failsafe import RECORDER, _guard
+from ._links import BlockText, Links
 from ._masking import mask
 from ._recorder import _enum, _put, _Recorder
 from ._records import ContextItem
@@ -76,6 +77,12 @@ class Envelope(_Recorder):
         self._lock = threading.Lock()
         self._logger = logger  # events as log records (OTEP 4430) when set
         self._event_count = 0
+        # which selected items reached a block (by id, or by content: see _links)
+        self._links: Links | None = None  # made when an item with text is recorded
+        self._selected_kinds: dict[str, str] = {}  # selected item id -> its kind
+        self._known: set[str] = set()  # ids of items seen with their content or digest
+        self._named: set[str] = set()  # ids a block names: its item, its sources
+        self._assembled = False
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -99,10 +106,40 @@ class Envelope(_Recorder):
         if self._logger is not None:
             final[S.CONTEXT_EVENT_COUNT] = self._event_count
         self._span.set_attributes(final)
-        self._owner._instruments.envelopes.add(
+        inst = self._owner._instruments
+        inst.envelopes.add(
             1, {"scope": self._scope, "agent": self._agent, "status": "complete"})
+        for kind, count in self._not_injected().items():
+            inst.not_injected.add(count, {"agent": self._agent, "kind": kind})
         if self._owned:
             self._span.end(end_time=to_ns(end_time))
+
+    def _not_injected(self) -> dict[str, int]:
+        """Selected items no block of the envelope names, by kind: judged when the envelope
+        assembled something, for items whose content or digest was given (as the rebuild
+        judges those that carry a digest)."""
+        counts: dict[str, int] = {}
+        if self._assembled:
+            named, known = self._named, self._known
+            for item_id, kind in tuple(self._selected_kinds.items()):
+                if item_id not in named and item_id in known:
+                    counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    # -- block sources (see _links) ------------------------------------------------------
+
+    def _linking(self) -> Links:
+        links = self._links
+        if links is None:
+            links = self._links = Links()
+        return links
+
+    def _block_sources(self, blocks: Sequence[BlockText]) -> list[tuple[str, ...]] | None:
+        """For each block (item id, digest, text), the ids of the items selected or
+        surfaced in this envelope whose text it contains; None when there is none to
+        compare (the usual case: nothing more is done)."""
+        links = self._links
+        return None if links is None else links.sources(blocks)
 
     def _derived_lifecycle(self) -> str:
         for stage, state in (("injection", Lifecycle.INJECTED), ("assembly", Lifecycle.ASSEMBLED),
@@ -203,6 +240,7 @@ class Envelope(_Recorder):
             visibility=tuple(_enum(Visibility, v) for v in visibility))
         stage = Assembly(self, self._child(S.SPAN_ASSEMBLY, attrs, start_time), aid, tgt)
         self._stages.add("assembly")
+        self._assembled = True
         return stage
 
     @_guard(returns=RECORDER)

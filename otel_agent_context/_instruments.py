@@ -26,6 +26,7 @@ _MEMBERS = {
     S.METRIC_TRUNCATED_TOKENS: "truncated_tokens",
     S.METRIC_ITEMS_SELECTED: "selected",
     S.METRIC_ITEMS_OMITTED: "omitted",
+    S.METRIC_ITEMS_NOT_INJECTED: "not_injected",
     S.METRIC_OMITTED_TOKENS: "omitted_tokens",
     S.METRIC_INJECTIONS: "injections",
     S.METRIC_COMPACTIONS: "compactions",
@@ -51,6 +52,7 @@ class _Instruments:
     truncated_tokens: metrics.Counter
     selected: metrics.Counter
     omitted: metrics.Counter
+    not_injected: metrics.Counter
     omitted_tokens: metrics.Counter
     injections: metrics.Counter
     compactions: metrics.Counter

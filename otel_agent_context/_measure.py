@@ -152,12 +152,16 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
     }
     # Counted per label set first: a selection of 100 items is a few increments, not 100.
     selected: dict[str, int] = {}
+    not_injected: dict[str, int] = {}
     omitted: dict[tuple[str, str], int] = {}
     omitted_tokens: dict[str, float] = {}
     for selection in _list(bundle, "context_selections"):
         for item_id in selection.get("selected_item_refs") or []:
             kind = _kind((items.get(item_id) or {}).get("context_kind"))
             selected[kind] = selected.get(kind, 0) + 1
+        for item_id in selection.get("not_injected_item_refs") or []:
+            kind = _kind((items.get(item_id) or {}).get("context_kind"))
+            not_injected[kind] = not_injected.get(kind, 0) + 1
         for ref in selection.get("omitted_item_refs") or []:
             item = items.get(ref.get("item_id")) or {}
             reason = _reason(ref.get("reason"))
@@ -168,6 +172,8 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
                 omitted_tokens[reason] = omitted_tokens.get(reason, 0.0) + tokens
     for kind, count in selected.items():
         yield Measurement(S.METRIC_ITEMS_SELECTED, (agent, kind), float(count))
+    for kind, count in not_injected.items():
+        yield Measurement(S.METRIC_ITEMS_NOT_INJECTED, (agent, kind), float(count))
     for (kind, reason), count in omitted.items():
         yield Measurement(S.METRIC_ITEMS_OMITTED, (agent, kind, reason), float(count))
     for reason, tokens in omitted_tokens.items():

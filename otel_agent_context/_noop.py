@@ -33,6 +33,7 @@ class _NoOp(Envelope, Surface, Selection, Budget, Assembly, Compaction):
     candidate_count = None
     _span = trace.INVALID_SPAN  # what ``span`` returns
     _ended = True  # never the current envelope
+    _links = None  # nothing to compare blocks with
 
     def __init__(self) -> None:  # no span, no state: nothing of the recorders' own
         pass
@@ -70,6 +71,8 @@ class _NoOp(Envelope, Surface, Selection, Budget, Assembly, Compaction):
     overflowed = _none
     # Assembly, Compaction
     block = blocks = loss_note = set = source = _none
+    # internal, called by the instrumentors
+    _block_sources = _none
     inject = summary = _empty
 
 

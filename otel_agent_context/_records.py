@@ -8,7 +8,8 @@ value raises :class:`~otel_agent_context.RecordError` naming the record and the 
 
 Fields the spec lists but leaves open (``metadata``, ``freshness``, ``trust_level``, ...)
 are plain strings or string maps. Fields this project adds to carry what the telemetry
-observes (``digest``, ``candidate_count``, ``source_coverage``, ...) are marked in the
+observes (``digest``, ``candidate_count``, ``source_coverage``, a block's
+``source_item_refs``, a selection's ``not_injected_item_refs``, ...) are marked in the
 docs table (``docs/records.md``).
 """
 
@@ -387,6 +388,8 @@ class ContextSelection(_Record):
     actor_ref: str | None = None
     model_ref: str | None = None
     candidate_count: int | None = None
+    #: Selected items no assembly block of the envelope names (derived by the rebuild).
+    not_injected_item_refs: list[str] = []
     created_at: str | None = None
     completed_at: str | None = None
     metadata: dict[str, str] = {}
@@ -457,6 +460,8 @@ class AssemblyBlock(_Record):
     tokens: int | None = None
     injection_point: InjectionPoint | None = None
     digest: str | None = None
+    #: Items (selected or surfaced in the envelope) whose text the block carries.
+    source_item_refs: list[str] = []
 
 
 class ContextAssembly(_Record):

@@ -119,7 +119,8 @@ def emit_bundle(bundle: Bundle, agent_context: AgentContext, *,
         for block in asm_rec.ordered_blocks:
             asm.block(block.item_id or "", tokens=block.tokens,
                       injection_point=block.injection_point, kind=block.context_kind,
-                      digest=block.digest, index=block.index, timestamp=asm_rec.created_at)
+                      digest=block.digest, index=block.index, timestamp=asm_rec.created_at,
+                      source_item_refs=block.source_item_refs)
         asm.stop(end_time=asm_rec.created_at)
 
     for inj in bundle.context_injections:

@@ -87,15 +87,15 @@ def _item_refs(record: Mapping[str, Any], key: str, field: str | None = None
 #: None for a list of item ids)
 _ITEM_REFS: Mapping[str, tuple[tuple[str, str | None], ...]] = {
     "context_selections": (("candidate_item_refs", None), ("selected_item_refs", None),
-                           ("omitted_item_refs", "item_id")),
+                           ("omitted_item_refs", "item_id"), ("not_injected_item_refs", None)),
     "context_assemblies": (("ordered_blocks", "item_id"),),
 }
 
 
 def _dangling_refs(doc: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    """(field path, item id) of every selection or assembly ref to an item that is not the
-    ``item_id`` of one of the bundle's ``context_items``. Refs that are not strings are left
-    to the schema."""
+    """(field path, item id) of every selection, block or block source ref to an item that
+    is not the ``item_id`` of one of the bundle's ``context_items``. Refs that are not
+    strings are left to the schema."""
     items = {item.get("item_id") for _, item in _records(doc, "context_items")}
     for key, lists in _ITEM_REFS.items():
         for index, record in _records(doc, key):
@@ -104,6 +104,13 @@ def _dangling_refs(doc: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                     if isinstance(ref, str) and ref not in items:
                         path = f"$.{key}[{index}].{list_key}[{position}]"
                         yield (path if field is None else f"{path}.{field}"), ref
+    for index, record in _records(doc, "context_assemblies"):  # the items a block carries
+        for number, block in _item_refs(record, "ordered_blocks"):
+            if isinstance(block, dict):
+                for position, ref in _item_refs(block, "source_item_refs"):
+                    if isinstance(ref, str) and ref not in items:
+                        yield (f"$.context_assemblies[{index}].ordered_blocks[{number}]"
+                               f".source_item_refs[{position}]"), ref
 
 
 def _message(error: jsonschema.ValidationError) -> str:

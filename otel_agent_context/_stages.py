@@ -7,7 +7,7 @@ the true counts (contract section 1). A stage records its metrics when it ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
@@ -95,6 +95,10 @@ class Surface(_Stage):
         it = _as_item(item, kind, token_estimate)
         attrs = self._env._item_attrs(it)
         self._items[it.item_id] = it.token_estimate or 0
+        if it.content is not None:
+            self._env._linking().surfaced(it.item_id, it.content)
+        if it.digest is not None or it.content is not None:
+            self._env._known.add(it.item_id)
         self._item_event(S.EVENT_ITEM_ADDED, attrs, ts)
 
     @_guard
@@ -103,6 +107,10 @@ class Surface(_Stage):
         ts = to_ns(timestamp)
         attrs = self._env._item_attrs(item)
         self._items[item.item_id] = item.token_estimate or 0
+        if item.content is not None:
+            self._env._linking().surfaced(item.item_id, item.content)
+        if item.digest is not None or item.content is not None:
+            self._env._known.add(item.item_id)
         self._item_event(S.EVENT_ITEM_UPDATED, attrs, ts)
 
     @_guard
@@ -149,6 +157,14 @@ class Selection(_Stage):
         self._selected += 1
         k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._selected_by_kind[k] = self._selected_by_kind.get(k, 0) + 1
+        env = self._env
+        env._selected_kinds.setdefault(it.item_id, k)
+        if it.digest is not None or it.content is not None:
+            env._known.add(it.item_id)
+        if it.content is not None:
+            env._linking().selected(it.item_id, it.content)
+        elif env._links is not None:  # its text may be known from a surface
+            env._links.selected(it.item_id, None)
         self._item_event(S.EVENT_ITEM_SELECTED, attrs, ts)
 
     @_guard
@@ -170,6 +186,11 @@ class Selection(_Stage):
         k = it.context_kind._value_ if it.context_kind is not None else "unknown"
         self._omitted_by[(k, r)] = self._omitted_by.get((k, r), 0) + 1
         self._omitted_tokens[r] = self._omitted_tokens.get(r, 0) + (it.token_estimate or 0)
+        env = self._env
+        if it.digest is not None or it.content is not None:
+            env._known.add(it.item_id)
+        if env._links is not None:
+            env._links.omitted(it.item_id, it.item_id in env._selected_kinds)
         self._item_event(S.EVENT_ITEM_OMITTED, attrs, ts)
 
     def _finish(self, end_time: int | str | None) -> None:
@@ -298,12 +319,20 @@ class Assembly(_Stage):
               injection_point: InjectionPoint | str | None = None,
               kind: ContextKind | str | None = None, digest: str | None = None,
               index: int | None = None, timestamp: int | str | None = None,
-              describe: bool = False) -> None:
+              describe: bool = False, source_item_refs: Sequence[str] = (),
+              text: str | None = None) -> None:
         """The next block in the order the target sees it.
 
         ``describe=True`` (with a :class:`ContextItem`) also writes the item's own attributes
         on the block event (content mode, token estimate, digest, source; content only under
         content capture), for callers whose blocks are the only place the item is recorded.
+
+        ``source_item_refs``: ids of items the block carries (a retrieved document pasted
+        into a user message). Those found by content are added: ``text`` (default: the
+        item's content) is compared, in process only, with the text of the items selected
+        or surfaced in this envelope, and each one it contains is a source. The text is
+        never exported for it; the block event carries the ids alone (and, without a
+        ``digest``, the digest of ``text``).
         """
         ts = to_ns(timestamp)
         point = _enum(InjectionPoint, injection_point)
@@ -319,8 +348,13 @@ class Assembly(_Stage):
             if digest is None:
                 digest = item.digest or (digest_text(item.content)
                                          if item.content is not None else None)
+            if text is None:
+                text = item.content
         else:
             item_id = item
+        if digest is None and text:
+            digest = digest_text(text)
+        refs = self._block_refs(item_id, digest, text, source_item_refs)
         idx = self._index if index is None else index
         self._index = idx + 1
         attrs: dict[str, Any] = described
@@ -330,9 +364,24 @@ class Assembly(_Stage):
         _put(attrs, S.BLOCK_TOKENS, tokens)
         _put(attrs, S.INJECTION_POINT, point)
         _put(attrs, S.BLOCK_DIGEST, digest)
+        if refs:
+            attrs[S.BLOCK_SOURCE_ITEM_REFS] = refs
         self._tokens += tokens or 0
         self._hash_parts.append(f"{idx}:{item_id}:{digest or ''}")
         self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, ts)
+
+    def _block_refs(self, item_id: str, digest: str | None, text: str | None,
+                    given: Sequence[str]) -> tuple[str, ...]:
+        """The block's sources: ``given``, then those found by content; the envelope
+        learns that the block names them and its item."""
+        env = self._env
+        found = env._block_sources(((item_id, digest, text),)) if text else None
+        refs: tuple[str, ...] = tuple(dict.fromkeys(
+            r for r in (*given, *(found[0] if found else ())) if r != item_id))
+        named = env._named
+        named.add(item_id)
+        named.update(refs)
+        return refs
 
     @_guard
     def blocks(self, rows: Iterable[_BlockRow]) -> None:
@@ -344,9 +393,11 @@ class Assembly(_Stage):
         idx = self._index
         total = self._tokens
         parts = self._hash_parts
+        named = self._env._named
         for row in rows:
             _check_row(row)
             item_id, kind, tokens, injection_point, digest = row
+            named.add(item_id)
             attrs: dict[str, Any] = {S.BLOCK_INDEX: idx, S.ITEM_ID: item_id}
             if kind is not None:
                 attrs[S.ITEM_KIND] = _enum(ContextKind, kind)

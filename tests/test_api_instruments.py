@@ -13,9 +13,12 @@ from otel_agent_context.testing import CapturedTelemetry
 def _turn_that_records_every_metric(tel: CapturedTelemetry) -> None:
     doc = ContextItem(item_id="doc-1", context_kind="document_excerpt", token_estimate=40)
     old = ContextItem(item_id="doc-2", context_kind="document_excerpt", token_estimate=60)
+    unused = ContextItem(item_id="doc-3", context_kind="document_excerpt", token_estimate=5,
+                         content="A document the turn selected and never put in a prompt.")
     with tel.agent_context.envelope(agent_name="support") as env:
         with env.selection() as sel:
             sel.selected(doc, rank=1, score=0.9)
+            sel.selected(unused, rank=2)  # no block names it: selected, never injected
             sel.omitted(old, reason="stale_source")
         with env.budget(max_tokens=100, overflow_strategy="truncate_middle") as bud:
             bud.truncated(item_id="doc-1", tokens_before=40, tokens_after=20)
@@ -59,5 +62,8 @@ def test_every_metric_of_the_table_with_its_unit_description_buckets_and_labels(
         assert util.sum == 1.2
         (cov,) = [p for _, p in tel.metrics()["context.compaction.coverage"]]
         assert cov.sum == 0.4
+        (lost,) = tel.metrics()["context.items.not_injected"]
+        assert lost[0] == {"agent": "support", "kind": "document_excerpt"}
+        assert lost[1] == 1
     finally:
         tel.shutdown()

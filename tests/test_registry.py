@@ -527,6 +527,9 @@ def _exercise_everything(tel: CapturedTelemetry) -> None:
                            policy="relevance", rationale="fits", budget_id=budget.budget_id,
                            actor_ref="agent:agent", model_ref="model:reranker") as sel:
             sel.selected(item, rank=1, score=0.9, signals={"bm25": 12.0})
+            sel.selected(ContextItem(item_id="kb:shipping", context_kind="document_excerpt",
+                                     content="Orders ship within three business days."),
+                         rank=2)  # no block carries it: selected, never injected
             sel.omitted("kb:old", reason="stale_source", detail="older than 90 days",
                         score=0.2, kind="document_excerpt", token_estimate=300)
         with env.compaction(method="rolling_summary", trigger="manual", scope="session",
@@ -540,6 +543,7 @@ def _exercise_everything(tel: CapturedTelemetry) -> None:
                           wrapping_policy="xml_tags", separator_policy="blank_line",
                           redaction_state="none", visibility=["model"]) as asm:
             asm.block(item, injection_point="user_message_appendix")
+            asm.block("msg:question", kind="user_message", source_item_refs=[item.item_id])
             if "describe" in inspect.signature(asm.block).parameters:
                 asm.block(item, injection_point="user_message_appendix", describe=True)
         with tel.tracer.start_as_current_span("chat m") as chat:

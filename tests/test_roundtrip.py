@@ -207,15 +207,20 @@ def bundles(draw: Any) -> Bundle:
         blocks = [AssemblyBlock(index=i, item_id=b, context_kind=by_id[b].context_kind,
                                 tokens=draw(maybe(small_int)),
                                 injection_point=draw(maybe(st.sampled_from(list(InjectionPoint)))),
-                                digest=draw(maybe(st.just(_digest(b)))))
+                                digest=draw(maybe(st.just(_digest(b)))),
+                                source_item_refs=draw(st.lists(
+                                    st.sampled_from([x for x in ids if x != b] or [b]),
+                                    max_size=2, unique=True).filter(lambda s, b=b: b not in s)))
                   for i, b in enumerate(block_ids)]
+        # the block's item, then the items it carries, in block order
+        sources = [x for blk in blocks for x in (blk.item_id, *blk.source_item_refs)]
         assemblies.append(ContextAssembly(
             assembly_id=f"asm{a}", target=draw(maybe(st.sampled_from(list(Visibility)))),
             ordered_blocks=blocks, wrapping_policy=draw(maybe(ident)),
             separator_policy=draw(maybe(ident)),
             visibility=draw(st.lists(st.sampled_from(list(Visibility)), max_size=2, unique=True)),
             budget_ref=draw(maybe(st.just("bud0"))),
-            source_item_refs=list(dict.fromkeys(block_ids)),
+            source_item_refs=list(dict.fromkeys(sources)),
             redaction_state=draw(maybe(st.sampled_from(list(RedactionState)))),
             block_count=len(blocks), token_count=draw(maybe(small_int)),
             hash=draw(maybe(st.just(_digest("asm")))), created_at=clock.next()))
@@ -318,6 +323,13 @@ def _expected(bundle: Bundle, capture: bool) -> Bundle:
     env.injection_refs = [i.injection_id for i in exp.context_injections]
     env.compaction_refs = [c.compaction_id for c in exp.context_compactions]
     env.missing_context_refs = [m.missing_id for m in exp.missing_context]
+    if exp.context_assemblies:  # selected, known by content, no block names them
+        named = {i for asm in exp.context_assemblies for i in asm.source_item_refs}
+        known = {i.item_id for i in bundle.context_items
+                 if i.digest is not None or i.content is not None}
+        for sel in exp.context_selections:
+            sel.not_injected_item_refs = [i for i in sel.selected_item_refs
+                                          if i not in named and i in known]
     return exp
 
 

@@ -87,6 +87,24 @@ def test_dangling_omitted_and_candidate_refs(tmp_path: Path) -> None:
         "item 'dropped' is not in context_items"]
 
 
+def test_dangling_not_injected_and_block_source_refs(tmp_path: Path) -> None:
+    ok = _bundle()
+    ok["context_selections"][0]["not_injected_item_refs"] = ["kb:2"]
+    ok["context_assemblies"][0]["ordered_blocks"][2]["source_item_refs"] = ["kb:2"]
+    bad = _bundle()
+    bad["context_selections"][0]["not_injected_item_refs"] = ["kb:gone"]
+    bad["context_assemblies"][0]["ordered_blocks"][0]["source_item_refs"] = ["kb:2", "doc:x"]
+    out = _cli("validate", str(_write(tmp_path, ok, bad)))
+    assert out.returncode == 1
+    assert [line.split(": ", 1)[1] for line in out.stdout.splitlines()] == [
+        "$.context_selections[0].not_injected_item_refs[0]: "
+        "item 'kb:gone' is not in context_items",
+        "$.context_assemblies[0].ordered_blocks[0].source_item_refs[1]: "
+        "item 'doc:x' is not in context_items"]
+    assert all(line.startswith(f"{tmp_path / 'bundles.jsonl'}:2:")
+               for line in out.stdout.splitlines())
+
+
 def test_dangling_block_item_id(tmp_path: Path) -> None:
     bad = _bundle()
     bad["context_assemblies"][0]["ordered_blocks"][1]["item_id"] = "kb:404"

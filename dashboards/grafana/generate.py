@@ -480,6 +480,24 @@ def overview() -> dict[str, Any]:
                            f" + sum by (agent) (rate(context_items_omitted_total{{{a}}}[{RATE}])))",
                            "{{agent}}")], unit="percentunit", maximum=1,
                    links=drilldown_link()),
+        timeseries("Selected but never injected",
+                   "Selected items no assembly block of their envelope names, neither as its "
+                   "item nor among its source refs (retrieved, then left out of the prompt), "
+                   "per second, by agent and kind.",
+                   [target(f"sum by (agent, kind) "
+                           f"(rate(context_items_not_injected_total{{{a}}}[{RATE}]))",
+                           "{{agent}} · {{kind}}")], unit="ops", stack=True,
+                   links=drilldown_link()),
+        timeseries("Never-injected share",
+                   "Selected but never injected / selected items, per agent: how much of "
+                   "what retrieval chose never reached a prompt.",
+                   [target(f"(sum by (agent) (rate(context_items_not_injected_total{{{a}}}"
+                           f"[{RATE}])) or sum by (agent) "
+                           f"(rate(context_items_selected_total{{{a}}}[{RATE}])) * 0)"
+                           f" / sum by (agent) "
+                           f"(rate(context_items_selected_total{{{a}}}[{RATE}]))",
+                           "{{agent}}")], unit="percentunit", maximum=1,
+                   links=drilldown_link()),
         row("Compaction"),
         timeseries("Compactions by method and trigger", "Compactions per second.",
                    [target(f"sum by (method, trigger) "
@@ -603,6 +621,17 @@ def agent_drilldown() -> dict[str, Any]:
         timeseries("Omitted tokens by reason", "Estimated tokens of omitted items per second.",
                    [target(f"sum by (reason) (rate(context_omitted_tokens_total{{{a}}}[{RATE}]))",
                            "{{reason}}")], unit="short", stack=True, w=8),
+        timeseries("Selected but never injected by kind",
+                   "Selected items no assembly block of their envelope names (retrieved, then "
+                   "left out of the prompt), per second.",
+                   [target(f"sum by (kind) "
+                           f"(rate(context_items_not_injected_total{{{a}}}[{RATE}]))",
+                           "{{kind}}")], unit="ops", stack=True),
+        timeseries("Never-injected share", "Selected but never injected / selected items.",
+                   [target(f"(sum(rate(context_items_not_injected_total{{{a}}}[{RATE}]))"
+                           f" or vector(0))"
+                           f" / sum(rate(context_items_selected_total{{{a}}}[{RATE}]))",
+                           "share")], unit="percentunit", maximum=1),
         row("Compaction"),
         heatmap("Compaction coverage", "Distribution of compaction coverage. Points are "
                 "exemplars: open the trace of a lossy compaction in Jaeger.",

@@ -176,6 +176,9 @@ class Block:
     response_id: str | None = None
     cache_breakpoint: bool = False
     _item: ContextItem | None = None
+    #: The text, always: compared in process with the envelope's selected items (block
+    #: source refs), never exported.
+    text: str | None = None
 
     @property
     def plain(self) -> bool:
@@ -213,7 +216,7 @@ def make_block(item_id: str, kind: str, text: str | None, capture: bool, point: 
                  digest_text(text) if text else None,
                  text if capture and text else None,
                  content_mode, content_ref, tool_call_id or None, response_id or None,
-                 cache_breakpoint)
+                 cache_breakpoint, None, text or None)
 
 
 @dataclass(slots=True)
@@ -412,17 +415,27 @@ class Call:
                 n += 1
                 budget.segment(f"cache_prefix_{n}", used_tokens=prefix)
         asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
+        # the items selected or surfaced in the envelope that each block's text carries
+        # (None: nothing to compare, the usual case)
+        found = env._block_sources([(b.item_id, b.digest, b.text) for b in req.blocks]
+                                   ) if env._links is not None else None
         # the item's own attributes only where they add something to the block's (content
         # under capture, a native id, a non-inline content mode): fewer event attributes is
         # most of the per-call cost; runs of plain blocks go in one call
         capture = tel.capture
         rows: list[tuple[str, str, int, str, str | None]] = []
-        for b in req.blocks:
-            if capture or not b.plain:
+        for i, b in enumerate(req.blocks):
+            sources = found[i] if found else ()
+            if capture or not b.plain or sources:
                 if rows:
                     asm.blocks(rows)
                     rows = []
-                asm.block(b.item, injection_point=b.point, describe=True)
+                if capture or not b.plain:
+                    asm.block(b.item, injection_point=b.point, describe=True,
+                              source_item_refs=sources)
+                else:
+                    asm.block(b.item_id, kind=b.kind, tokens=b.tokens, injection_point=b.point,
+                              digest=b.digest, source_item_refs=sources)
             else:
                 rows.append((b.item_id, b.kind, b.tokens, b.point, b.digest))
         if rows:

@@ -374,6 +374,8 @@ class _Builder:
                 blocks.append(block)
                 if ea.get(S.ITEM_ID):
                     sources[self.item(ea)] = None
+                for ref in block.get("source_item_refs", ()):
+                    sources[ref] = None
         if blocks:
             rec["ordered_blocks"] = blocks
         if sources:
@@ -476,6 +478,30 @@ def _missing_status(rec: dict[str, Any]) -> None:
         rec["status"] = "requested"
     elif "status" not in rec:
         rec["status"] = "open"
+
+
+#: Partial reasons that mean spans or events of the envelope may be missing: a selected item
+#: no block names may then have been named by a block that was lost, so none is judged.
+_LOSSY = frozenset({"no_envelope_span", "missing_spans", "dropped_data", "uncounted_items",
+                    "missing_events", "timeout", "evicted", "shutdown"})
+
+
+def _not_injected(b: _Builder, reasons: Sequence[str]) -> None:
+    """List, on its selection, each selected item no assembly block of the envelope names
+    (as its item or among its sources): selected but never injected. Judged only when the
+    envelope assembled something and lost nothing, and only for items whose content the
+    emitter knew (they carry a digest): a block carrying one of those would name it."""
+    if not b.assemblies or not b.selections or _LOSSY.intersection(reasons):
+        return
+    named: set[str] = set()
+    for asm in b.assemblies:
+        named.update(asm.get("source_item_refs", ()))
+    items = b.items
+    for sel in b.selections:
+        missing = [i for i in sel.get("selected_item_refs", ())
+                   if i not in named and "digest" in items.get(i, ())]
+        if missing:
+            sel["not_injected_item_refs"] = missing
 
 
 def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str] = (),
@@ -615,6 +641,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     repairs = [*collect(ordered), *foreign, *duplicates, *repairs]
     if repairs:
         reasons.append(REPAIRED)
+    _not_injected(b, reasons)
     rebuild_info: dict[str, Any] = {
         "status": "partial" if reasons else "complete",
         "expected_spans": expected,

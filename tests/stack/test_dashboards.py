@@ -148,7 +148,7 @@ def test_panels_the_issue_asks_for_exist():
                   "Omitted items by reason", "Omitted items by kind and reason",
                   "Omitted tokens by reason", "Compaction coverage",
                   "Uncovered sources and loss notes", "Missing context by severity",
-                  "Injections by point"):
+                  "Injections by point", "Selected but never injected"):
         assert title in titles, title
     titles = {p["title"] for p in all_panels(PROCESSOR)}
     for title in ("Spans by path", "Spans rejected by transport", "In flight",

@@ -57,9 +57,12 @@ CORE_PANELS = {
     ("context-overview.json", "Omitted items by kind and reason"): "A",
     ("context-overview.json", "Compaction coverage"): "A",
     ("context-overview.json", "Missing context by severity"): "A",
+    ("context-overview.json", "Selected but never injected"): "A",
+    ("context-overview.json", "Never-injected share"): "A",
     ("agent-drilldown.json", "Budget overflow share"): "A",
     ("agent-drilldown.json", "Blocking missing context"): "A",
     ("agent-drilldown.json", "Mean compaction coverage"): "A",
+    ("agent-drilldown.json", "Selected but never injected by kind"): "A",
 }
 
 

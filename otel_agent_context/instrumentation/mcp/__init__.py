@@ -29,8 +29,9 @@ the same arguments is the same item.
 
 Content (the text) only under content capture. Not recorded: the JSON-RPC request id and
 ``mcp.session.id`` (the client session API of the SDK exposes neither).
-Linking a model call's block to the MCP item whose text it carries is left to the
-assembly's source refs: the item id and digest recorded here are that hook.
+A model call of the same envelope whose block carries a resource's, a prompt message's or a
+tool result's text names the MCP item in ``context.block.source_item_refs`` (matched by
+content in process, see ``otel_agent_context._links``).
 """
 
 from __future__ import annotations

@@ -87,6 +87,12 @@ def test_resource_and_prompt_are_surface_items_with_mcp_ids(mcp_on: CapturedTele
     assert tool["digest"].startswith("hmac-sha256:")
     assert tool["source_refs"][0]["external_mappings"] == {"mcp.tool_name": "order_status",
                                                            "mcp.server_id": "Docs"}
+    # the model call's blocks name the MCP items whose text they carry (ids only): the
+    # user message holds the prompt's text and the tool's result
+    (assembly,) = bundle["context_assemblies"]
+    system, user = assembly["ordered_blocks"]
+    assert system["source_item_refs"] == [resource["item_id"]]
+    assert set(user["source_item_refs"]) == {prompt["item_id"], tool["item_id"]}
     text = json.dumps(bundle)
     if tel.agent_context.capture_content:
         assert resource["content"] == POLICY
