@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,16 @@ def _dead_letter(finished: Finished, exc: BaseException) -> bytes:
         return encode_record({**record, "spans_lost": len(finished.spans),
                               "dead_letter_error": repr(again)})
 
+@dataclass
+class _Pending:
+    """A batch every other sink has, waiting for the store's thread."""
+
+    batch: list[Finished]
+    entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]
+    partial_reasons: list[str]
+    future: Future[None]
+
+
 class Pipeline:
     """Owns the WAL, the buffer, the queue to the sinks and the two worker threads."""
 
@@ -212,11 +223,15 @@ class Pipeline:
         self.store = (StoreSink(config.store_url, durable=config.output_fsync,
                                 retention=config.store_retention)
                       if config.store_url is not None else None)
-        if self.store is not None:
-            extra.append(self.store)
         if config.otlp_logs is not None:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
+        # The store writes on its own thread, one batch behind the emitter: SQLite runs its
+        # statements with the GIL released, so its inserts and fsync overlap the rebuild of
+        # the next batch. A batch is recorded written only when the store has it too.
+        self._store_pool = (ThreadPoolExecutor(1, thread_name_prefix="otel-ac-store")
+                            if self.store is not None else None)
+        self._pending: _Pending | None = None
         self.forwarder = (
             Forwarder(config.forward, queue_size=config.forward_queue_size,
                       max_request_bytes=config.forward_max_request_bytes,
@@ -325,6 +340,7 @@ class Pipeline:
             batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
             self._emit(batch)
             written += len(batch)
+        self.finish_pending()
         return written
 
     def _checkpoint(self) -> bytes:
@@ -619,10 +635,18 @@ class Pipeline:
 
     def _emit_loop(self) -> None:
         while True:
+            if self._pending is not None and not self._queue:
+                try:  # nothing to overlap with: record the store's batch now
+                    if not self.finish_pending():
+                        return  # stopping with a failing store: the WAL keeps it
+                except Exception:  # noqa: BLE001 - the emitter must outlive any one batch
+                    log.exception("emitter: unexpected error finishing a batch")
             with self._cond:
-                while not self._queue and not self._emitter_stop:
+                while not self._queue and not self._emitter_stop and self._pending is None:
                     self._cond.wait(0.5)
                 if not self._queue:
+                    if self._pending is not None:
+                        continue
                     return
                 batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
                 self._in_batch = len(batch)
@@ -668,8 +692,52 @@ class Pipeline:
             entries.append((finished.key, bundle, line))
         if dead:
             self._write_dead_letter(dead)
+        # the previous batch is recorded before this one reaches any file: the WAL's
+        # "written" positions stay in order
+        if not self.finish_pending():
+            return False
         if entries and not self._write_sinks(entries):
             return False
+        if entries and self._store_pool is not None:
+            assert self.store is not None
+            self._pending = _Pending(batch, entries, partial_reasons,
+                                     self._store_pool.submit(self.store.write, entries))
+            return True
+        return self._written(batch, entries, partial_reasons)
+
+    def finish_pending(self) -> bool:
+        """Wait for the store's batch (retrying it while it fails), then record it written;
+        False when stopping with the store still failing (the WAL keeps it)."""
+        pending = self._pending
+        if pending is None:
+            return True
+        assert self.store is not None and self._store_pool is not None
+        backoff = 0.05
+        while True:
+            try:
+                pending.future.result()
+                self.metrics.self.inc("context_processor_bundles_written_total",
+                                      (self.store.name,), len(pending.entries))
+                break
+            except Exception as exc:  # noqa: BLE001 - any store failure is retried
+                self.metrics.self.inc("context_processor_sink_errors_total", (self.store.name,))
+                log.warning("sink %s failed (%s); retrying in %.2fs", self.store.name, exc,
+                            backoff)
+                if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                    log.error("sink %s still failing at shutdown: %d bundles stay in the WAL "
+                              "for the next start", self.store.name, len(pending.entries))
+                    return False
+                with self._cond:
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
+                pending.future = self._store_pool.submit(self.store.write, pending.entries)
+        self._pending = None
+        return self._written(pending.batch, pending.entries, pending.partial_reasons)
+
+    def _written(self, batch: list[Finished],
+                 entries: list[tuple[tuple[str, str], dict[str, Any], bytes]],
+                 partial_reasons: list[str]) -> bool:
+        """Every sink has the batch: record it in the WAL, then derive its metrics."""
         if not self._mark_written(batch):
             return False
         try:
@@ -721,7 +789,7 @@ class Pipeline:
         """Bundles written to JSON Lines, perhaps not to the other sinks, before a crash:
         each other sink gets them once now (at least once for the OTLP log sink). A sink
         that cannot take them is reported; the bundles stay in the JSON Lines file."""
-        for sink in self.sinks:
+        for sink in [*self.sinks, *([self.store] if self.store is not None else [])]:
             if sink is self.jsonl:
                 continue
             try:
@@ -789,7 +857,9 @@ class Pipeline:
         with self._lock:
             self.wal.compact(idle_rotate_bytes=0)
         self.wal.close()
-        for sink in self.sinks:
+        if self._store_pool is not None:
+            self._store_pool.shutdown(wait=True)
+        for sink in [*self.sinks, *([self.store] if self.store is not None else [])]:
             try:
                 sink.close()
             except Exception:  # noqa: BLE001
