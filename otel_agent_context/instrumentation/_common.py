@@ -46,6 +46,7 @@ from .._failsafe import is_strict
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
+from . import _frames
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -845,6 +846,12 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
         call.finish(None)
 
 
+# closures that stand between the application and the client (raw.parse(), close())
+_frames.hide(_frames.nested(_follow_raw, "parsed"),
+             _frames.nested(OurSyncStream.__init__, "closing"),
+             _frames.nested(OurAsyncStream.__init__, "closing"))
+
+
 def _unparsed(call: Call, followed: list[Any]) -> None:
     if not followed:
         guarded(call.finish)(None)
@@ -896,6 +903,8 @@ class Wrapped(list):  # type: ignore[type-arg]
     imported later is then left alone)."""
 
     active = True
+    #: whether this set of wrappers holds an install of the warnings' frame counting
+    hooked = False
 
 
 def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
@@ -906,6 +915,10 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     import wrapt
 
     done = Wrapped()
+    for _, _, wrapper in targets:
+        _frames.hide(wrapper)  # a warning's stacklevel passes over our frame
+    _frames.install()
+    done.hooked = True
     by_module: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
     for module_name, name, wrapper in targets:
         by_module.setdefault(module_name, []).append((name, wrapper))
@@ -936,6 +949,9 @@ def unwrap_all(done: list[tuple[Any, str]]) -> None:
 
     if isinstance(done, Wrapped):
         done.active = False  # hooks still pending do nothing from now on
+        if done.hooked:
+            done.hooked = False
+            _frames.uninstall()
     for cls, method in done:
         unwrap(cls, method)
     done.clear()
