@@ -329,32 +329,52 @@ def test_warnings_crossing_none_of_our_frames_name_the_same_frame() -> None:
     assert before[-4][0] == "sys"
 
 
-def test_our_frames_are_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+def _issue_plain(level: int) -> None:
+    warnings.warn("probe", UserWarning, level)  # noqa: B028 - the level varies
+
+
+#: an issuer the interpreter takes for its import machinery (from there every frame counts)
+_INTERNAL: dict[str, Any] = {"warnings": warnings}
+exec(compile("def f(level):\n    warnings.warn('probe', UserWarning, level)\n",
+             "<frozen importlib._bootstrap>", "exec"), _INTERNAL)
+_issue_internal = _INTERNAL["f"]
+
+
+def _record(fn: Callable[[], Any]) -> tuple[str, int]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn()
+    (w,) = seen
+    return w.filename, w.lineno
+
+
+@pytest.mark.parametrize("issue", [_issue_plain, _issue_internal],
+                         ids=["plain_issuer", "import_machinery_issuer"])
+def test_our_frames_are_not_counted(issue: Callable[[int], None],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
     def wrapper(fn: Callable[[], Any]) -> Any:  # stands for our wrapper frame
         return fn()
 
-    def direct(level: int) -> tuple[str, int]:
-        return _warn_at(level)
+    def direct(level: int) -> None:
+        issue(level)
 
-    def through(level: int) -> tuple[str, int]:
-        return wrapper(lambda: _warn_at(level))
-
-    through_line = through.__code__.co_firstlineno + 1
+    def through(level: int) -> None:
+        wrapper(lambda: issue(level))
 
     monkeypatch.setattr(_frames, "_hidden", set())
-    _frames.hide(wrapper)
-    _frames.hide(_frames.nested(through, "<lambda>"))
+    _frames.hide(wrapper, _frames.nested(through, "<lambda>"))
     _frames.install()
     try:
-        for level in (1, 2, 3, 4):
-            file, line = through(level)
-            expected_file, expected_line = direct(level)
-            assert file == expected_file
-            # level 1 is _warn_at in both; level 2 the line of through() / direct() that
-            # calls it; level 3 this test, where through() is called one line above
-            # direct(); level 4 the test's caller, the same line for both
-            assert line == {1: expected_line, 2: through_line, 3: expected_line - 1,
-                            4: expected_line}[level]
+        for level in (1, 2, 3, 4, 5):
+            got = _record(lambda: through(level))  # noqa: B023 - called at once
+            expected = _record(lambda: direct(level))  # noqa: B023 - called at once
+            # 1: the issuer (the same); 2: through() / direct() (their own lines); 3: the
+            # lambdas above, one line apart; 4: _record (the same); 5: the lines above
+            assert got[0] == expected[0], level
+            assert got[1] == {1: expected[1], 2: through.__code__.co_firstlineno + 1,
+                              3: expected[1] - 1, 4: expected[1], 5: expected[1] - 1}[level]
+            if level == 2:
+                assert expected[1] == direct.__code__.co_firstlineno + 1
     finally:
         _frames.uninstall()
 
