@@ -917,8 +917,6 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     done = Wrapped()
     for _, _, wrapper in targets:
         _frames.hide(wrapper)  # a warning's stacklevel passes over our frame
-    _frames.install()
-    done.hooked = True
     by_module: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
     for module_name, name, wrapper in targets:
         by_module.setdefault(module_name, []).append((name, wrapper))
@@ -935,6 +933,9 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
                         continue
                     wrapt.wrap_function_wrapper(module, name, wrapper)
                     done.append((cls, method))
+                    if not done.hooked:  # once a wrapper of ours stands in a call path
+                        _frames.install()
+                        done.hooked = True
                 except Exception:  # noqa: BLE001 - a library we cannot wrap: left alone
                     _log.warning("otel_agent_context: cannot instrument %s.%s",
                                  getattr(module, "__name__", "?"), name, exc_info=True)

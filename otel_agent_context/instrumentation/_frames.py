@@ -11,11 +11,13 @@ caller now names the caller instead.
 ``warnings.warn`` counts frames, so the count has to skip ours. There is no per-call,
 thread-safe way to do that from the wrapper (``warnings.catch_warnings`` swaps process-wide
 state, and ``skip_file_prefixes`` is the warning's issuer's argument, not ours, and only
-from Python 3.12 on). So while an instrumentor is on, ``warnings.warn`` is a thin function
-that counts the frames itself, exactly as the interpreter does (frames of
-``importlib._bootstrap`` skipped from an outside caller, ``skip_file_prefixes`` honoured),
-except that our registered wrapper frames do not count, and then calls the original
-``warnings.warn`` with the level that names the same frame. A warning whose levels cross
+from Python 3.12 on). So once an instrumentor has wrapped a client (not before:
+``instrument()`` alone changes nothing), ``warnings.warn`` is a thin function that counts
+the frames itself, exactly as the interpreter does (frames of ``importlib._bootstrap``
+skipped from an outside caller, ``skip_file_prefixes`` honoured), except that our
+registered wrapper frames do not count, and then calls the original ``warnings.warn`` with
+the level that names the same frame (or, when no level counted from here can name it,
+``warnings.warn_explicit`` at that frame). A warning whose levels cross
 none of our frames names exactly the frame it named before. It keeps no state per call, so
 it is safe from any thread, and it is removed when the last instrumentor is turned off
 (unless something else replaced ``warnings.warn`` after us, which is then left alone).
