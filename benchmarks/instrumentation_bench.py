@@ -1,34 +1,37 @@
-"""Added latency per instrumented LLM client call, against the same call uninstrumented.
+"""Cost per instrumented LLM client call, ours against the peers, in the same rounds.
 
-    python benchmarks/instrumentation_bench.py [--calls 400] [--rounds 5] [--metrics]
-        [--compare DIR]
+    python benchmarks/instrumentation_bench.py [--rounds 6] [--calls 150]
+        [--configs NAME,...] [--scenarios NAME,...] [--json FILE] [--metrics]
+        [--sampled-out] [--compare DIR]
 
 Real ``openai`` and ``anthropic`` clients call the bundled loopback stub
-(``otel_agent_context.instrumentation._stub``), run in a process of its own on another core
-than the benchmark. Each scenario is timed in rounds that alternate the modes in blocks (so
-drift of the machine hits all alike); the reported numbers are medians over all calls.
-``--compare DIR`` adds a mode to every round: the instrumentors of another checkout
-(``git worktree add /tmp/before HEAD~1``), loaded under another package name, for a
-before/after measured in the same minutes.
-"Instrumented" is our instrumentor alone with the OpenTelemetry SDK (a
-``BatchSpanProcessor`` with an exporter that drops the spans, so the export cost, which
-happens off the call path, is not counted) and content capture off; ``--metrics`` adds the
-SDK ``MeterProvider`` that ``opentelemetry-instrument`` also configures (a periodic reader
-whose exporter drops the points), so the per-call metric recording is counted too.
+(``otel_agent_context.instrumentation._stub``), which runs in a process of its own pinned to
+another core than the benchmark. Configurations (each with the same SDK ``TracerProvider``:
+a ``SimpleSpanProcessor`` into an ``InMemorySpanExporter``, so every span's cost, export
+included, lands on the calling thread alike; content capture off everywhere):
 
-Two reference modes run in the same rounds, to say what any instrumentation of these calls
-costs on this stub: the official OpenTelemetry GenAI instrumentors
-(``opentelemetry-instrumentation-genai-openai`` / ``-anthropic``: one inference span, no
-context stages), and ``bare span``: one ``CLIENT`` span with the GenAI request and response
-attributes, made current around ``create`` and nothing else (for a stream it ends when
-``create`` returns, and ``messages.stream`` is not wrapped), the least an instrumentation that
-emits the inference span the conventions require can do. ``both`` is ours composed with the
-official instrumentors (one inference span carrying ``gen_ai.*`` and ``context.*``).
+- ``uninstrumented``: each process's baseline, below;
+- ``official GenAI``: ``opentelemetry-instrumentation-genai-openai`` / ``-anthropic``;
+- ``OpenInference``: ``openinference-instrumentation-openai`` / ``-anthropic``;
+- ``OpenLLMetry``: Traceloop's ``opentelemetry-instrumentation-openai`` / ``-anthropic``;
+- ``ours``: ``otel_agent_context.instrumentation.openai`` / ``.anthropic``;
+- ``ours + official``: both, composed into one inference span (ours outermost);
+- ``bare span``: one current ``CLIENT`` span with 8 GenAI attributes around ``create``, the
+  least an instrumentation emitting the inference span can do.
 
-Besides wall time (``perf_counter_ns``) each call's CPU time on the calling thread
-(``thread_time_ns``) is recorded: on a shared machine the wall time swings with the load,
-while the CPU the instrumentation adds to the caller's thread does much less. Results go to
-stdout as a Markdown table (benchmarks/instrumentation.md records runs).
+Every configuration runs in a fresh subprocess of its own, once per round, the order of the
+configurations rotating round by round: instrumentors patch the clients globally, some
+cannot uninstrument cleanly, and their import-time work and caches would leak into the
+next configuration if they shared a process. A process first times every scenario
+uninstrumented (its own baseline), then instruments and times them again, on the same
+clients; each phase warms up first, then times call by call: wall time
+(``perf_counter_ns``) and the CPU time of the calling thread (``thread_time_ns``). "Added"
+is, per round, the instrumented median minus the same process's uninstrumented median
+(which cancels what differs from process to process: memory layout, the machine's load at
+that minute); the tables give the median of the rounds and their p25 and p75. The
+peers are the ``bench`` extra (``pip install -e '.[bench]'``); a peer not installed is
+reported as missing, not timed. Results: stdout as Markdown (benchmarks/instrumentation.md
+records runs), ``--json`` for the raw summary.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import json
 import os
 import platform
 import statistics
@@ -44,7 +48,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -56,7 +62,8 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
@@ -289,70 +296,331 @@ def _load_copy(path: str) -> list[Any]:
     return [oa.OpenAIContextInstrumentor(), an.AnthropicContextInstrumentor()]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=400, help="calls per scenario and mode")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating blocks")
-    parser.add_argument("--metrics", action="store_true",
-                        help="also an SDK MeterProvider, as opentelemetry-instrument sets up")
-    parser.add_argument("--sampled-out", action="store_true",
-                        help="a sampler that records nothing (ALWAYS_OFF): the cost of a call "
-                             "whose trace is not sampled")
-    parser.add_argument("--compare", metavar="DIR",
-                        help="also time the instrumentors of another checkout (DIR holds its "
-                             "otel_agent_context package, e.g. a git worktree of the last "
-                             "commit), in the same rounds")
-    args = parser.parse_args(argv)
-    os.sched_setaffinity(0, _CORES[:1])
-    provider = TracerProvider(sampler=ALWAYS_OFF if args.sampled_out else None)
-    provider.add_span_processor(BatchSpanProcessor(_Drop()))
+
+def _openinference() -> list[Any]:
+    from openinference.instrumentation.anthropic import AnthropicInstrumentor
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    return [OpenAIInstrumentor(), AnthropicInstrumentor()]
+
+
+def _openllmetry() -> list[Any]:
+    from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    return [OpenAIInstrumentor(), AnthropicInstrumentor()]
+
+
+def _ours() -> list[Any]:
+    return [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]
+
+
+#: configuration -> (instrumentors to turn on, in order: the last runs outermost)
+CONFIGS: dict[str, Callable[[], list[Any]]] = {
+    "uninstrumented": lambda: [],
+    "official GenAI": _official,
+    "OpenInference": _openinference,
+    "OpenLLMetry": _openllmetry,
+    "ours": _ours,
+    "ours + official": lambda: _official() + _ours(),
+    "bare span": lambda: [_BareSpan()],
+}
+#: the distributions each configuration needs (beyond the package and its test extra)
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "official GenAI": ("opentelemetry-instrumentation-genai-openai",
+                       "opentelemetry-instrumentation-genai-anthropic"),
+    "OpenInference": ("openinference-instrumentation-openai",
+                      "openinference-instrumentation-anthropic"),
+    "OpenLLMetry": ("opentelemetry-instrumentation-openai",
+                    "opentelemetry-instrumentation-anthropic"),
+    "ours + official": ("opentelemetry-instrumentation-genai-openai",
+                        "opentelemetry-instrumentation-genai-anthropic"),
+}
+#: content capture off in every configuration (each peer's own switch)
+NO_CONTENT = {
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",
+    "TRACELOOP_TRACE_CONTENT": "false",
+    "OPENINFERENCE_HIDE_INPUTS": "true",
+    "OPENINFERENCE_HIDE_OUTPUTS": "true",
+    "OPENINFERENCE_HIDE_INPUT_MESSAGES": "true",
+    "OPENINFERENCE_HIDE_OUTPUT_MESSAGES": "true",
+}
+COMPARED = "compared checkout"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def missing(config: str) -> list[str]:
+    return [d for d in PACKAGES.get(config, ()) if _version(d) is None]
+
+
+# -- one configuration, in its own process -------------------------------------------------
+
+
+def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[str],
+              metrics: bool, sampled_out: bool, compare: str | None) -> dict[str, Any]:
+    """Time every scenario uninstrumented, then under one configuration: per call wall and
+    CPU nanoseconds of each phase, and spans a call."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF if sampled_out else None)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
     settings: dict[str, Any] = {"tracer_provider": provider}
     meters = None
-    if args.metrics:
+    if metrics:
         meters = MeterProvider(metric_readers=[
             PeriodicExportingMetricReader(_DropMetrics(), export_interval_millis=60_000)])
         settings["meter_provider"] = meters
-    ours = [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]
-    modes: dict[str, list[Any]] = {
-        "uninstrumented": [],
-        "otel-agent-context": ours,
-        "official GenAI": _official(),
-        "both": _official() + ours,  # composed: one inference span
-        "bare span": [_BareSpan()],
-    }
-    if args.compare:
-        modes["compared checkout"] = _load_copy(args.compare)
-    names = list(modes)
-    per_block = max(args.calls // args.rounds, 1)
-    rows = []
-    med = statistics.median
-    with _Remote() as stub:
-        for scenario, fn in scenarios(stub).items():
-            times = time_modes(fn, modes, settings, args.rounds, per_block)
-            wall = {n: med(t[0]) / 1e3 for n, t in times.items()}  # µs
-            cpu = {n: med(t[1]) / 1e3 for n, t in times.items()}
-            rows.append((scenario, wall, cpu))
+    instrumentors = _load_copy(compare) if config == COMPARED and compare else \
+        CONFIGS[config]()
+    stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
+    wanted = {name: fn for name, fn in scenarios(stub).items() if name in names}
+    out: dict[str, Any] = {name: {} for name in wanted}
+    # first the same process uninstrumented (the baseline this process's calls are
+    # compared with), then instrumented: same clients, same connections
+    for phase in ("base", "instrumented"):
+        if phase == "instrumented":
+            for inst in instrumentors:
+                inst.instrument(**settings)
+        for name, fn in wanted.items():
+            _time(fn, warmup)
+            exporter.clear()
+            wall, cpu = _time(fn, calls)
+            out[name][phase] = {"wall": wall, "cpu": cpu}
+            spans = exporter.get_finished_spans()
+            events = [e for span in spans for e in span.events]
+            out[name]["spans"] = len(spans) / calls
+            out[name]["events"] = len(events) / calls
+            out[name]["attributes"] = (sum(len(span.attributes or {}) for span in spans)
+                                       + sum(len(e.attributes or {}) for e in events)) / calls
+            exporter.clear()
+    for inst in instrumentors:
+        inst.uninstrument()
     provider.shutdown()
     if meters is not None:
         meters.shutdown()
-    print(f"Machine: {platform.machine()}, {platform.processor() or 'unknown cpu'}, "
-          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; "
-          f"Python {platform.python_version()}; openai {version('openai')}, anthropic "
-          f"{version('anthropic')}, opentelemetry-sdk {version('opentelemetry-sdk')}, "
-          f"opentelemetry-util-genai {version('opentelemetry-util-genai')}; "
+    return out
+
+
+def _spawn(config: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config, "--stub-url", url,
+           "--calls", str(args.calls), "--warmup", str(args.warmup),
+           "--scenarios", ",".join(args.scenario_names)]
+    if args.metrics:
+        cmd.append("--metrics")
+    if args.sampled_out:
+        cmd.append("--sampled-out")
+    if args.compare:
+        cmd += ["--compare", args.compare]
+    env = {**os.environ, **NO_CONTENT}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"configuration {config!r} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- the summary -------------------------------------------------------------------------
+
+
+def _quantiles(values: Sequence[float], scale: float = 1e3) -> tuple[float, float, float]:
+    """p25, median, p75 (nanoseconds to microseconds by default)."""
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else \
+        [values[0]] * 3
+    return q[0] / scale, q[1] / scale, q[2] / scale
+
+
+def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """scenario -> configuration -> p25, median, p75 (µs) of CPU and wall per call (all
+    rounds' calls pooled; ``uninstrumented``: every process's baseline pooled), and the
+    added CPU and wall: each round's difference of medians within the process, then their
+    median, p25 and p75 over rounds; spans a call."""
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    med = statistics.median
+    for scenario, per_round in rounds.items():
+        configs = list(dict.fromkeys(c for r in per_round for c in r))
+        base_all: dict[str, list[int]] = {"cpu": [], "wall": []}
+        summary[scenario] = {}
+        for config in configs:
+            runs = [r[config] for r in per_round if config in r]
+            entry: dict[str, Any] = {
+                f"{what}_per_call": statistics.mean(t[what] for t in runs)
+                for what in ("spans", "events", "attributes")}
+            entry["calls"] = sum(len(t["instrumented"]["cpu"]) for t in runs)
+            for key in ("cpu", "wall"):
+                pooled = [x for t in runs for x in t["instrumented"][key]]
+                entry[key] = _quantiles(pooled)
+                added = [(med(t["instrumented"][key]) - med(t["base"][key])) / 1e3
+                         for t in runs]
+                entry[f"{key}_added"] = _quantiles(added, scale=1.0)
+                entry[f"{key}_added_per_round"] = added
+                base_all[key] += [x for t in runs for x in t["base"][key]]
+            summary[scenario][config] = entry
+        summary[scenario] = {"uninstrumented": {
+            "cpu": _quantiles(base_all["cpu"]), "wall": _quantiles(base_all["wall"]),
+            "calls": len(base_all["cpu"])}, **summary[scenario]}
+    return summary
+
+
+def _cell(q: tuple[float, float, float]) -> str:
+    return f"{q[1]:.0f} ({q[0]:.0f}–{q[2]:.0f})"
+
+
+def report(summary: dict[str, dict[str, dict[str, Any]]], configs: list[str]) -> str:
+    others = [c for c in configs if c != "uninstrumented"]
+    lines = []
+    for title, key, base_key, unit in (
+            ("Added caller-thread CPU per call, µs: median (p25–p75 over rounds)",
+             "cpu_added", "cpu", "uninstrumented CPU µs, median (p25–p75 over calls)"),
+            ("Added wall time per call, µs: median (p25–p75 over rounds)", "wall_added",
+             "wall", "uninstrumented wall µs, median (p25–p75 over calls)")):
+        lines += [f"### {title}", "",
+                  f"| scenario | {unit} | " + " | ".join(others) + " |",
+                  "|---|---:|" + "---:|" * len(others)]
+        for scenario, by_config in summary.items():
+            base = by_config["uninstrumented"][base_key]
+            lines.append(f"| {scenario} | {_cell(base)} | "
+                         + " | ".join(_cell(by_config[c][key]) if c in by_config else "–"
+                                      for c in others) + " |")
+        lines.append("")
+    lines += ["### Recorded per call: spans / events / attributes (span and event ones)", "",
+              "| scenario | " + " | ".join(others) + " |", "|---|" + "---:|" * len(others)]
+    for scenario, by_config in summary.items():
+        lines.append(f"| {scenario} | " + " | ".join(
+            "{spans_per_call:.0f} / {events_per_call:.0f} / {attributes_per_call:.0f}".format(
+                **by_config[c]) if c in by_config else "–" for c in others) + " |")
+    lines.append("")
+    lines += goals(summary)
+    return "\n".join(lines)
+
+
+def _added(by_config: dict[str, dict[str, Any]], config: str) -> float | None:
+    entry = by_config.get(config)
+    return entry["cpu_added"][1] if entry else None
+
+
+def goals(summary: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """The issue's goals on added caller CPU (medians): ours at most the best of
+    OpenInference and OpenLLMetry; ours at most 1.5x the official alone; ours + official at
+    most 1.5x the official alone."""
+    lines = ["### Goals (added caller CPU, medians)", "",
+             "| scenario | ours µs | best peer µs | ours ÷ best peer (≤ 1) | official µs "
+             "| ours ÷ official (≤ 1.5) | ours + official ÷ official (≤ 1.5) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for scenario, by_config in summary.items():
+        ours, official, both = (_added(by_config, c)
+                                for c in ("ours", "official GenAI", "ours + official"))
+        peers = {c: a for c in ("OpenInference", "OpenLLMetry")
+                 if (a := _added(by_config, c)) is not None}
+        best = min(peers.items(), key=lambda kv: kv[1]) if peers else None
+
+        def ratio(a: float | None, b: float | None, goal: float) -> str:
+            if a is None or b is None or b <= 0:
+                return "–"
+            r = a / b
+            return f"{r:.2f} {'met' if r <= goal else 'MISSED'}"
+
+        lines.append(
+            f"| {scenario} | " + (f"{ours:.0f}" if ours is not None else "–") + " | "
+            + (f"{best[1]:.0f} ({best[0]})" if best else "–") + " | "
+            + ratio(ours, best[1] if best else None, 1.0) + " | "
+            + (f"{official:.0f}" if official is not None else "–") + " | "
+            + ratio(ours, official, 1.5) + " | " + ratio(both, official, 1.5) + " |")
+    lines.append("")
+    return lines
+
+
+def _machine() -> str:
+    model = platform.processor() or "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
+            f"load average {os.getloadavg()[0]:.1f}")
+
+
+VERSIONED = ("openai", "anthropic", "opentelemetry-sdk", "opentelemetry-util-genai",
+             "opentelemetry-instrumentation-genai-openai",
+             "opentelemetry-instrumentation-genai-anthropic",
+             "openinference-instrumentation-openai", "openinference-instrumentation-anthropic",
+             "opentelemetry-instrumentation-openai", "opentelemetry-instrumentation-anthropic",
+             "wrapt", "otel-agent-context")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="rounds; each runs every configuration once, in its own process")
+    parser.add_argument("--calls", type=int, default=150,
+                        help="timed calls per scenario, configuration and round")
+    parser.add_argument("--warmup", type=int, default=30,
+                        help="untimed calls per scenario before the timed ones, per process")
+    parser.add_argument("--configs", help="comma-separated subset of: " + ", ".join(CONFIGS))
+    parser.add_argument("--scenarios", help="comma-separated subset of the scenarios")
+    parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    parser.add_argument("--metrics", action="store_true",
+                        help="also an SDK MeterProvider, as opentelemetry-instrument sets up")
+    parser.add_argument("--sampled-out", action="store_true",
+                        help="a sampler that records nothing (ALWAYS_OFF)")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="also time the instrumentors of another checkout (DIR holds its "
+                             "otel_agent_context package, e.g. a git worktree of the last "
+                             "commit), as one more configuration")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--stub-url", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    all_scenarios = list(scenarios(SimpleNamespace(openai_base_url="http://127.0.0.1:9/v1",
+                                                   anthropic_base_url="http://127.0.0.1:9")))
+    args.scenario_names = args.scenarios.split(",") if args.scenarios else all_scenarios
+    if args.child:
+        result = run_child(args.child, args.stub_url, args.calls, args.warmup,
+                           args.scenario_names, args.metrics, args.sampled_out, args.compare)
+        print(json.dumps(result))
+        return
+    unknown = set(args.scenario_names) - set(all_scenarios)
+    if unknown:
+        raise SystemExit(f"unknown scenarios {sorted(unknown)}; known: {all_scenarios}")
+    wanted = args.configs.split(",") if args.configs else list(CONFIGS)
+    wanted = [c for c in wanted if c != "uninstrumented"]  # every process's baseline
+    if args.compare:
+        wanted.append(COMPARED)
+    absent = {c: missing(c) for c in wanted if missing(c)}
+    configs = [c for c in wanted if c not in absent]
+    os.sched_setaffinity(0, _CORES[:1])  # the children inherit the benchmark's core
+    rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in args.scenario_names}
+    started = time.monotonic()
+    with _Remote() as stub:
+        for r in range(args.rounds):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            this_round = {config: _spawn(config, stub.url, args) for config in order}
+            for scenario in args.scenario_names:
+                rounds[scenario].append({c: this_round[c][scenario] for c in order})
+    summary = summarize(rounds)
+    versions = {d: _version(d) for d in VERSIONED}
+    print(f"Machine: {_machine()}; Python {platform.python_version()}.")
+    print("Versions: " + ", ".join(f"{d} {v}" for d, v in versions.items() if v) + ".")
+    print(f"{args.rounds} rounds x {args.calls} calls per scenario and configuration "
+          f"({args.warmup} warm-up calls per process), "
           f"{'traces and metrics' if args.metrics else 'traces'}"
-          f"{', sampled out (ALWAYS_OFF)' if args.sampled_out else ''}; "
-          f"{per_block * args.rounds} calls per scenario and mode.\n")
-    others = names[1:]
-    print("| scenario | uninstrumented (ms) | "
-          + " | ".join(f"{n}: added µs (%)" for n in others)
-          + " | caller CPU added (µs): " + " / ".join(others) + " |")
-    print("|---|---:|" + "---:|" * len(others) + "---:|")
-    for scenario, wall, cpu in rows:
-        b, cb = wall["uninstrumented"], cpu["uninstrumented"]
-        cells = [f"{wall[n] - b:.0f} ({(wall[n] - b) / b * 100:.1f}%)" for n in others]
-        print(f"| {scenario} | {b / 1e3:.3f} | " + " | ".join(cells) + " | "
-              + " / ".join(f"{cpu[n] - cb:.0f}" for n in others) + " |")
+          f"{', sampled out (ALWAYS_OFF)' if args.sampled_out else ''}, content capture off; "
+          f"{time.monotonic() - started:.0f} s.")
+    for config, dists in absent.items():
+        print(f"Not installed, not timed: {config} ({', '.join(dists)}; "
+              "pip install -e '.[bench]').")
+    print()
+    print(report(summary, ["uninstrumented", *configs]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"machine": _machine(), "python": platform.python_version(), "versions": versions,
+             "rounds": args.rounds, "calls": args.calls, "missing": absent,
+             "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":

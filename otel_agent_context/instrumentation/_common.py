@@ -46,6 +46,7 @@ from .._failsafe import is_strict
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
+from . import _frames
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -858,6 +859,12 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
         call.finish(None)
 
 
+# closures that stand between the application and the client (raw.parse(), close())
+_frames.hide(_frames.nested(_follow_raw, "parsed"),
+             _frames.nested(OurSyncStream.__init__, "closing"),
+             _frames.nested(OurAsyncStream.__init__, "closing"))
+
+
 def _unparsed(call: Call, followed: list[Any]) -> None:
     if not followed:
         guarded(call.finish)(None)
@@ -909,6 +916,8 @@ class Wrapped(list):  # type: ignore[type-arg]
     imported later is then left alone)."""
 
     active = True
+    #: whether this set of wrappers holds an install of the warnings' frame counting
+    hooked = False
 
 
 def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
@@ -919,6 +928,8 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     import wrapt
 
     done = Wrapped()
+    for _, _, wrapper in targets:
+        _frames.hide(wrapper)  # a warning's stacklevel passes over our frame
     by_module: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
     for module_name, name, wrapper in targets:
         by_module.setdefault(module_name, []).append((name, wrapper))
@@ -935,6 +946,9 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
                         continue
                     wrapt.wrap_function_wrapper(module, name, wrapper)
                     done.append((cls, method))
+                    if not done.hooked:  # once a wrapper of ours stands in a call path
+                        _frames.install()
+                        done.hooked = True
                 except Exception:  # noqa: BLE001 - a library we cannot wrap: left alone
                     _log.warning("otel_agent_context: cannot instrument %s.%s",
                                  getattr(module, "__name__", "?"), name, exc_info=True)
@@ -949,6 +963,9 @@ def unwrap_all(done: list[tuple[Any, str]]) -> None:
 
     if isinstance(done, Wrapped):
         done.active = False  # hooks still pending do nothing from now on
+        if done.hooked:
+            done.hooked = False
+            _frames.uninstall()
     for cls, method in done:
         unwrap(cls, method)
     done.clear()

@@ -16,7 +16,8 @@ from stub_server import StubServer
 LIBRARIES = ("openai", "anthropic", "langchain_core", "langgraph", "agents", "mcp")
 
 PROGRAM = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, warnings
+    original_warn = warnings.warn
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,12 +30,14 @@ PROGRAM = textwrap.dedent("""
     loaded = [m for m in %(libraries)r if m in sys.modules]
     if os.environ.get("UNINSTRUMENT_FIRST"):
         uninstrument()
+    warn_kept = warnings.warn is original_warn  # nothing wrapped yet: warnings untouched
     import openai  # the application's first use of the library, after instrumenting
     client = openai.OpenAI(base_url=os.environ["STUB_URL"] + "/v1", api_key="sk-test",
                            max_retries=0)
     reply = client.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "Where is my order?"}])
-    print(json.dumps({"done": done, "loaded": loaded,
+    print(json.dumps({"done": done, "loaded": loaded, "warn_kept": warn_kept,
+                      "warn_after": warnings.warn is original_warn,
                       "reply": reply.choices[0].message.content,
                       "spans": sorted(s.name for s in memory.get_finished_spans())}))
 """) % {"libraries": LIBRARIES}
@@ -56,6 +59,8 @@ def test_instrument_imports_no_client_library_and_wraps_it_on_import() -> None:
             "LangChainContextInstrumentor", "OpenAIAgentsContextInstrumentor",
             "MCPContextInstrumentor"} <= set(out["done"])  # every framework the suite has
     assert out["loaded"] == []  # nothing imported by instrument()
+    # warnings' frame counting (transparency) only once a client is wrapped
+    assert out["warn_kept"] is True and out["warn_after"] is False
     assert out["spans"] == ["chat gpt-4o-mini", "context.assembly", "context.budget"]
 
 
@@ -63,4 +68,5 @@ def test_uninstrument_before_the_import_leaves_the_library_alone() -> None:
     out = _run(UNINSTRUMENT_FIRST="1")
     assert out["loaded"] == []
     assert out["spans"] == []
+    assert out["warn_after"] is True  # nothing wrapped, nothing of ours in warnings
     assert out["reply"]  # the application works as without us

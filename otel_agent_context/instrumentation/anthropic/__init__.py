@@ -25,6 +25,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 from wrapt import ObjectProxy
 
+from .. import _frames
 from .._common import (
     Api,
     ClientTelemetry,
@@ -107,6 +108,11 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             return await self.__wrapped__.__aexit__(exc_type, exc, tb)
         finally:
             self._exit(exc)
+
+
+# the manager's methods stand between the application's ``with`` and the SDK's
+_frames.hide(_StreamManager.__enter__, _StreamManager.__exit__, _StreamManager.__aenter__,
+             _StreamManager.__aexit__)
 
 
 def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:

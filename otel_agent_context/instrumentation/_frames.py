@@ -1,0 +1,196 @@
+"""Our wrapper frames stay out of the application's warnings.
+
+A client library names the line that called it in its warnings with ``stacklevel``: the
+Anthropic client's model-deprecation ``DeprecationWarning`` is issued with
+``stacklevel=3`` (``create``, the SDK's argument-checking decorator, the caller). A wrapper
+between the application and the client is one frame more, so uninstrumented the warning
+names the application's line and instrumented it names the wrapper, where Python's default
+filters hide a ``DeprecationWarning``; a warning whose level reached one frame past the
+caller now names the caller instead.
+
+``warnings.warn`` counts frames, so the count has to skip ours. There is no per-call,
+thread-safe way to do that from the wrapper (``warnings.catch_warnings`` swaps process-wide
+state, and ``skip_file_prefixes`` is the warning's issuer's argument, not ours, and only
+from Python 3.12 on). So once an instrumentor has wrapped a client (not before:
+``instrument()`` alone changes nothing), ``warnings.warn`` is a thin function that counts
+the frames itself, exactly as the interpreter does (frames of ``importlib._bootstrap``
+skipped from an outside caller, ``skip_file_prefixes`` honoured), except that our
+registered wrapper frames do not count, and then calls the original ``warnings.warn`` with
+the level that names the same frame (or, when no level counted from here can name it,
+``warnings.warn_explicit`` at that frame). A warning whose levels cross
+none of our frames names exactly the frame it named before. It keeps no state per call, so
+it is safe from any thread, and it is removed when the last instrumentor is turned off
+(unless something else replaced ``warnings.warn`` after us, which is then left alone).
+
+One difference stays visible: a warning turned into an error (``-W error``) raises from
+this function, so its traceback has one more frame, here, below the client's line.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+__all__ = ["hide", "hidden_codes", "install", "nested", "uninstall"]
+
+#: Code objects of our wrapper functions: their frames do not count as a warning's level.
+_hidden: set[CodeType] = set()
+_lock = threading.Lock()
+_users = 0
+_original: Callable[..., Any] | None = None
+_hook: Callable[..., Any] | None = None
+_MISSING = object()
+
+
+def hide(*functions: Any) -> None:
+    """Frames of these functions (or code objects) are skipped when a warning's level is
+    counted."""
+    for fn in functions:
+        code = fn if isinstance(fn, CodeType) else getattr(fn, "__code__", None)
+        if code is not None:
+            _hidden.add(code)
+
+
+def hidden_codes() -> frozenset[CodeType]:
+    return frozenset(_hidden)
+
+
+def nested(function: Any, name: str) -> CodeType:
+    """The code of the function ``name`` defined inside ``function`` (a closure made per
+    call has this one code object)."""
+    for const in function.__code__.co_consts:
+        if isinstance(const, CodeType) and const.co_name == name:
+            return const
+    raise LookupError(f"{function.__qualname__} defines no {name}")
+
+
+def _internal(code: CodeType) -> bool:
+    # the interpreter's test for its import machinery's frames (Python/_warnings.c)
+    name = code.co_filename
+    return "importlib" in name and "_bootstrap" in name
+
+
+def _skipped(code: CodeType, prefixes: tuple[str, ...]) -> bool:
+    """Whether the interpreter, counting from a caller outside the import machinery,
+    passes over this frame without counting it."""
+    return _internal(code) or bool(prefixes and code.co_filename.startswith(prefixes))
+
+
+def _target(caller: FrameType, stacklevel: int, prefixes: tuple[str, ...]
+            ) -> tuple[FrameType | None, bool]:
+    """The frame ``warnings.warn`` called from ``caller`` with ``stacklevel`` names when
+    our frames are not counted, and whether any of ours was passed."""
+    outside = not _internal(caller.f_code)  # from an internal caller every frame counts
+    frame: FrameType | None = caller
+    level = 1
+    crossed = False
+    while level < stacklevel:
+        frame = frame.f_back  # type: ignore[union-attr]
+        if frame is None:
+            break
+        code = frame.f_code
+        if code in _hidden:
+            crossed = True
+        elif not (outside and _skipped(code, prefixes)):
+            level += 1
+    return frame, crossed
+
+
+def _level_from(start: FrameType, target: FrameType, prefixes: tuple[str, ...]) -> int | None:
+    """The level that names ``target`` counted by the interpreter from ``start`` (a frame
+    of ours, so the import machinery's frames and ``prefixes`` are passed over), or None if
+    no level does."""
+    if _skipped(target.f_code, prefixes):
+        return None
+    frame: FrameType | None = start
+    level = 1
+    while frame is not None and frame is not target:
+        frame = frame.f_back
+        if frame is not None and not _skipped(frame.f_code, prefixes):
+            level += 1
+    return level if frame is target else None
+
+
+def _explicit(original: Callable[..., Any], message: Any, category: Any,
+              frame: FrameType | None, source: Any) -> None:
+    """``warn`` at ``frame``, built as the interpreter builds it (only when no level
+    counted from our frame names that frame, e.g. the caller is the import machinery)."""
+    if isinstance(message, Warning):
+        category = message.__class__
+    if category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        original(message, category, 2, source)  # the interpreter's own TypeError
+        return
+    if frame is None:
+        globals_: dict[str, Any] = sys.__dict__
+        filename, lineno = "sys", 1
+    else:
+        globals_ = frame.f_globals
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    registry = globals_.setdefault("__warningregistry__", {})
+    module = globals_.get("__name__", _MISSING)
+    if not (module is None or isinstance(module, str)):
+        module = "<string>"
+    warnings.warn_explicit(message, category, filename, lineno, module, registry,
+                           source=source)
+
+
+def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
+    def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
+             **kwargs: Any) -> None:
+        if not _hidden or type(stacklevel) is not int:
+            return original(message, category, stacklevel + 1, source, **kwargs)
+        try:
+            prefixes = tuple(kwargs.get("skip_file_prefixes") or ())
+            # the interpreter's rule: with prefixes, level 1 (the issuer itself) is never named
+            level = max(stacklevel, 2) if prefixes else stacklevel
+            here = sys._getframe()
+            caller = here.f_back
+            assert caller is not None
+            target, crossed = _target(caller, level, prefixes)
+            if not crossed and not _internal(caller.f_code) and not (
+                    prefixes and _skipped(caller.f_code, prefixes)):
+                # none of ours on the way: one level more for this frame names the same
+                return original(message, category, level + 1, source, **kwargs)
+            counted = _level_from(here, target, prefixes) if target is not None else None
+        except Exception:  # the count must never break a warning: the plain one then
+            return original(message, category, stacklevel + 1, source, **kwargs)
+        if counted is not None:
+            return original(message, category, counted, source, **kwargs)
+        return _explicit(original, message, category, target, source)
+
+    warn.__doc__ = original.__doc__
+    warn.__wrapped__ = original  # type: ignore[attr-defined]
+    return warn
+
+
+def install() -> None:
+    """Count warnings' levels without our frames (reference-counted)."""
+    global _users, _original, _hook
+    with _lock:
+        _users += 1
+        if _users > 1 and _hook is not None:
+            return
+        _original = warnings.warn
+        _hook = _make_hook(_original)
+        warnings.warn = _hook
+
+
+def uninstall() -> None:
+    """Undo one :func:`install`; the last one restores ``warnings.warn`` if it is still
+    ours."""
+    global _users, _original, _hook
+    with _lock:
+        if _users == 0:
+            return
+        _users -= 1
+        if _users:
+            return
+        if warnings.warn is _hook and _original is not None:
+            warnings.warn = _original
+        _original = _hook = None
