@@ -87,13 +87,24 @@ def _num(value: Any) -> float | None:
     return None
 
 
-def _int(value: Any) -> int | None:
+#: The widest integer either database stores (BIGINT), and INTEGER in PostgreSQL.
+_INT64 = 2**63 - 1
+_INT32 = 2**31 - 1
+
+
+def _int(value: Any, limit: int = _INT64) -> int | None:
+    """An int the column can hold, or None (an off-range value must not fail the batch)."""
     kind = type(value)
-    if kind is int:
-        return value  # type: ignore[no-any-return]
     if kind is float and math.isfinite(value):
-        return int(value)
-    return None
+        value = int(value)
+    elif kind is not int:
+        return None
+    return value if -limit - 1 <= value <= limit else None  # type: ignore[no-any-return]
+
+
+def _sum(value: int) -> int | None:
+    """A total of 64-bit values (block tokens, overflow tokens) that may not fit in 64 bits."""
+    return value if -_INT64 - 1 <= value <= _INT64 else None
 
 
 def _str(value: Any) -> str | None:
@@ -121,7 +132,7 @@ def _new_item(ident: str, record: Mapping[str, Any]) -> dict[str, Any]:
                     break
     return {"item_id": ident, "context_kind": kind if type(kind) is str and kind else None,
             "state": "surfaced", "omit_reason": None, "omit_detail": None, "score": None,
-            "rank": None, "tokens": tokens if type(tokens) is int else _int(tokens),
+            "rank": None, "tokens": _int(tokens),
             "truncated": False, "tokens_after_truncation": None, "compacted": False,
             "compaction_id": None, "injected": False, "injection_point": None,
             "block_index": None, "digest": digest if type(digest) is str and digest else None,
@@ -180,7 +191,7 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         for signal in _dicts(selection.get("ranking_signals")):
             if signal.get("item_id") is not None:
                 row = item(signal["item_id"])
-                row["rank"] = _int(signal.get("rank"))
+                row["rank"] = _int(signal.get("rank"), _INT32)
                 if row["score"] is None:
                     row["score"] = _num(signal.get("score"))
 
@@ -225,7 +236,8 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
                 compaction_sources.append(ident)
         compactions.append((*key, compaction_id, _str(compaction.get("method")),
                             _str(compaction.get("trigger")), _str(compaction.get("scope")),
-                            _num(compaction.get("coverage")), _int(compaction.get("source_count")),
+                            _num(compaction.get("coverage")),
+                            _int(compaction.get("source_count"), _INT32),
                             _int(compaction.get("tokens_before")),
                             _int(compaction.get("tokens_after")), compaction_sources, uncovered,
                             [n for n in _list(compaction.get("loss_notes")) if isinstance(n, str)],
@@ -241,7 +253,7 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     for assembly in _dicts(bundle.get("context_assemblies")):
         assembly_id = str(assembly.get("assembly_id", ""))
         for position, block in enumerate(_dicts(assembly.get("ordered_blocks"))):
-            index = _int(block.get("index"))
+            index = _int(block.get("index"), _INT32)
             index = position if index is None else index
             tokens = _int(block.get("tokens"))
             used_tokens += tokens or 0
@@ -271,7 +283,10 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     first_budget = budgets[0] if budgets else None
     window_max = first_budget[4] if first_budget else None
     window_used = first_budget[6] if first_budget and first_budget[6] is not None else (
-        used_tokens if blocks else None)
+        _sum(used_tokens) if blocks else None)
+    # kept as JSON, whose readers take 64-bit ints
+    by_kind = {k: max(min(n, _INT64), -_INT64 - 1) for k, n in by_kind.items()}
+    by_point = {k: max(min(n, _INT64), -_INT64 - 1) for k, n in by_point.items()}
     utilization = first_budget[7] if first_budget else None
     if utilization is None and window_max and window_used is not None:
         utilization = window_used / window_max
@@ -286,8 +301,9 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         [r for r in _list(rebuild.get("partial_reasons")) if isinstance(r, str)],
         _str(meta.get(S.CONTEXT_PARENT_ID)), _str(meta.get(S.GEN_AI_REQUEST_MODEL)),
         created, _ns(created), _str(env.get("completed_at")), window_max, window_used,
-        utilization, any(b[8] for b in budgets), sum(b[9] or 0 for b in budgets) or None,
-        sum(_int(s.get("candidate_count")) or 0 for s in selections) if selections else None,
+        utilization, any(b[8] for b in budgets), _sum(sum(b[9] or 0 for b in budgets)) or None,
+        _int(sum(_int(s.get("candidate_count"), _INT32) or 0 for s in selections), _INT32)
+        if selections else None,
         states.count("selected"),
         states.count("omitted"), truncated_total, len(compacted_ids), len(missing), blocking,
         list(window), by_kind, by_point,

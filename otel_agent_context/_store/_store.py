@@ -45,6 +45,17 @@ class _Encoded:
         self.text = line.rstrip(b"\n").decode()
 
 
+def _scrub(value: Any) -> Any:
+    """A bundle with its NUL characters replaced (PostgreSQL's text and jsonb refuse them)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, Mapping):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
+
+
 class StoreError(Exception):
     """The store cannot be opened or used (bad URL, newer schema, unreachable database)."""
 
@@ -91,6 +102,9 @@ class _SqliteConnection:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from None
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        # the data refused, as opposed to the database unusable now (locked, full, I/O)
+        self.data_errors: tuple[type[BaseException], ...] = (
+            sqlite3.DataError, sqlite3.IntegrityError)
 
     def sql(self, text: str) -> str:
         return text
@@ -151,6 +165,7 @@ class _PostgresConnection:
         self._jsonb = Jsonb
         self._url = url
         self.errors = (psycopg.Error,)
+        self.data_errors = (psycopg.DataError, psycopg.IntegrityError)
         self.raw: Any = None
         self.reconnect()
 
@@ -282,11 +297,57 @@ class Store:
         """Store bundles in one transaction (all or none); returns how many.
 
         ``encoded``, when given, is each bundle already as JSON (the JSON Lines sink's
-        line): stored as it is rather than encoded a second time."""
+        line): stored as it is rather than encoded a second time.
+
+        A batch the database refuses for its data (not for being unreachable, locked or
+        full) is written again one envelope at a time, an envelope it still refuses with its
+        NUL characters replaced; one it refuses even then is left out and logged (the JSON
+        Lines file has it). The processor retries a failing batch until it is written, so
+        one hostile envelope must not keep every later one out."""
+        bundles = list(bundles)
+        try:
+            return self._write(bundles, encoded)
+        except Exception as exc:  # noqa: BLE001 - sorted below: only data errors are handled
+            if not self._refused(exc):
+                raise
+            log.warning("store: the database refused a batch of %d envelopes (%s); writing "
+                        "them one at a time", len(bundles), exc)
+        written = 0
+        for position, bundle in enumerate(bundles):
+            attempts: tuple[tuple[Mapping[str, Any], Sequence[bytes] | None], ...] = (
+                (bundle, None if encoded is None else [encoded[position]]),
+                (_scrub(bundle), None))
+            for attempt, (candidate, line) in enumerate(attempts):
+                try:
+                    written += self._write([candidate], line)
+                    break
+                except Exception as exc:  # noqa: BLE001 - as above
+                    if not self._refused(exc):
+                        raise
+                    if attempt == len(attempts) - 1:
+                        env = bundle.get("context_envelope")
+                        log.error("store: envelope %r cannot be stored (%s); it stays in the "
+                                  "JSON Lines file only", (env.get("context_id") if
+                                                           isinstance(env, Mapping) else None),
+                                  exc)
+        return written
+
+    def _refused(self, exc: BaseException) -> bool:
+        """Whether the database refused the data itself (retrying it can never succeed)."""
+        return isinstance(exc, (OverflowError, ValueError, TypeError, UnicodeError,
+                                *self._db.data_errors))
+
+    def _write(self, bundles: Sequence[Mapping[str, Any]],
+               encoded: Sequence[bytes] | None) -> int:
         tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {t: {} for t in COLUMNS}
         plain = {t: not self._json_at[t] and not self._ts_at[t] for t in COLUMNS}
         for position, bundle in enumerate(bundles):
-            for table, rows in bundle_rows(bundle).items():
+            rows_of = bundle_rows(bundle)
+            key = rows_of["envelopes"][0][:2]
+            if key in tables["envelopes"]:  # the same envelope again: only its last version
+                for table in _CHILDREN:
+                    tables[table] = {k: v for k, v in tables[table].items() if k[:2] != key}
+            for table, rows in rows_of.items():
                 width = _KEY_WIDTH[table]
                 target = tables[table]
                 if plain[table]:
