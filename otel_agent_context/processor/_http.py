@@ -74,7 +74,8 @@ def bearer_matches(header: str | None, token: bytes) -> bool:
     name is case-insensitive, RFC 7235 section 2.1)."""
     scheme, _, given = (header or "").strip().partition(" ")
     # compare_digest on every path, so timing tells nothing about the scheme either
-    same = hmac.compare_digest(given.strip().encode(), token)
+    # (a header of non-UTF-8 bytes arrives with surrogates: compared, never a 500)
+    same = hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), token)
     return same and scheme.lower() == "bearer"
 
 

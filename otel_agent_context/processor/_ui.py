@@ -141,6 +141,8 @@ _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
+# an id as one path segment: "/" encoded too, so "a/../b" is not resolved by the browser
+_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")
 _ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
                     reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
                     id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
@@ -235,15 +237,18 @@ class UiServer:
         if bearer_matches(request.headers.get("Authorization"), self._token):
             return True
         assert self._cookie is not None
-        return hmac.compare_digest(request.cookies.get(_COOKIE, ""), self._cookie)
+        given = request.cookies.get(_COOKIE, "").encode("utf-8", "surrogateescape")
+        return hmac.compare_digest(given, self._cookie.encode())
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="use GET\n", headers={"Allow": "GET, HEAD"})
         if self._token is not None and "token" in request.query:
-            given = request.query["token"].encode()
+            given = request.query["token"].encode("utf-8", "surrogateescape")
             if hmac.compare_digest(given, self._token):
-                response = web.Response(status=303, headers={"Location": request.path})
+                # the path as sent, made relative to this server ("//host" would leave it)
+                here = "/" + request.rel_url.raw_path.lstrip("/\\")
+                response = web.Response(status=303, headers={"Location": here})
                 assert self._cookie is not None
                 response.set_cookie(_COOKIE, self._cookie, httponly=True, samesite="Strict",
                                     path="/")
@@ -257,7 +262,9 @@ class UiServer:
                              "?token=TOKEN, or send Authorization: Bearer TOKEN.").encode())
             return web.Response(status=401, body=body, content_type=_JSON if api else "text/html",
                                 headers={"WWW-Authenticate": "Bearer"})
-        route = self._route(request.path)
+        # routed on the path as sent: request.path is decoded already, and an id may hold
+        # "%41" or "%2F" of its own (each part is decoded once, in _route)
+        route = self._route(request.rel_url.raw_path)
         if route is None:
             status, body, content_type, headers = _page(404, self._message(
                 "Not found", f"Nothing at {request.path}: try the list of conversations."))
@@ -277,7 +284,8 @@ class UiServer:
                                          "X-Content-Type-Options": "nosniff",
                                          "Content-Security-Policy":
                                              "default-src 'none'; style-src 'unsafe-inline'; "
-                                             "img-src 'self'; form-action 'self'"})
+                                             "img-src 'self'; form-action 'self'; "
+                                             "frame-ancestors 'none'; base-uri 'none'"})
         for name, value in headers:
             response.headers[name] = value
         return response
