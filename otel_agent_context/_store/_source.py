@@ -25,10 +25,13 @@ def open_source(source: str, *, warn: Any = None) -> Store:
     path = Path(source)
     if source != "-" and not path.exists():
         raise StoreError(f"{source}: no such file, directory or store")
+    if source != "-" and not path.is_dir() and not path.is_file():
+        # a FIFO or a device would be waited on (or read) for ever
+        raise StoreError(f"{source}: not a regular file")
     if path.is_dir() and (path / DEFAULT_SQLITE_NAME).is_file():
-        return open_store(str(path / DEFAULT_SQLITE_NAME), durable=False)
+        return open_store(str(path / DEFAULT_SQLITE_NAME), durable=False, read_only=True)
     if path.is_file() and path.suffix in _SQLITE_SUFFIXES:
-        return open_store(str(path), durable=False)
+        return open_store(str(path), durable=False, read_only=True)
     store = open_store(":memory:", durable=False)
     bad = 0
     batch: list[dict[str, Any]] = []
@@ -62,6 +65,8 @@ def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
     files = (sorted(path.glob("bundles-*.jsonl")) or sorted(path.glob("*.jsonl"))
              if path.is_dir() else [path])
     for file in files:
+        if not file.is_file():
+            raise StoreError(f"{file}: not a regular file")
         try:
             with open(file, "rb") as handle:
                 for number, line in enumerate(handle, 1):

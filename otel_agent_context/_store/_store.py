@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -70,12 +71,14 @@ def _rfc3339(value: datetime.datetime) -> str:
     return value.isoformat() + "Z"
 
 
-def open_store(url: str, *, durable: bool = True) -> Store:
+def open_store(url: str, *, durable: bool = True, read_only: bool = False) -> Store:
     """``postgresql://…`` / ``postgres://…``, ``sqlite:///PATH`` (``sqlite:////abs/path``),
     ``:memory:`` or a plain file path.
 
     Creates the schema (or migrates it) on open. ``durable=False`` trades SQLite's fsync at
-    each commit for speed (the processor's WAL already replays what a crash lost)."""
+    each commit for speed (the processor's WAL already replays what a crash lost).
+    ``read_only`` (a SQLite file the readers open) writes nothing, not even the schema: a
+    file that is not a store is refused, and a store on a read-only mount can be read."""
     if url.startswith(("postgresql://", "postgres://")):
         return Store(_PostgresConnection(url), url=_redact(url))
     # as in SQLAlchemy: sqlite:///relative.db, sqlite:////absolute/path.db
@@ -86,14 +89,23 @@ def open_store(url: str, *, durable: bool = True) -> Store:
         parent = Path(path).expanduser().resolve().parent
         if not parent.is_dir():
             raise StoreError(f"cannot open the store {url!r}: {parent} is not a directory")
-    return Store(_SqliteConnection(path, durable=durable), url=url)
+    read_only = read_only and path != ":memory:"
+    return Store(_SqliteConnection(path, durable=durable, read_only=read_only), url=url,
+                 read_only=read_only)
 
 
 class _SqliteConnection:
     dialect = "sqlite"
 
-    def __init__(self, path: str, *, durable: bool) -> None:
+    def __init__(self, path: str, *, durable: bool, read_only: bool = False) -> None:
+        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        # the data refused, as opposed to the database unusable now (locked, full, I/O)
+        self.data_errors: tuple[type[BaseException], ...] = (
+            sqlite3.DataError, sqlite3.IntegrityError)
         try:
+            if read_only:
+                self.raw = self._read_only(path)
+                return
             self.raw = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                        timeout=30.0)
             self.raw.execute("PRAGMA journal_mode=WAL")
@@ -101,10 +113,23 @@ class _SqliteConnection:
             self.raw.execute("PRAGMA foreign_keys=OFF")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from None
-        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
-        # the data refused, as opposed to the database unusable now (locked, full, I/O)
-        self.data_errors: tuple[type[BaseException], ...] = (
-            sqlite3.DataError, sqlite3.IntegrityError)
+
+    @staticmethod
+    def _read_only(path: str) -> sqlite3.Connection:
+        """The file opened for reading only; on a read-only mount, where SQLite cannot make
+        the WAL's shared-memory file, as immutable (nothing can write it there either)."""
+        uri = "file:" + quote(str(Path(path).expanduser().resolve()))
+        for mode in ("?mode=ro", "?mode=ro&immutable=1"):
+            raw = sqlite3.connect(uri + mode, uri=True, check_same_thread=False,
+                                  isolation_level=None, timeout=30.0)
+            try:
+                raw.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
+                return raw
+            except sqlite3.OperationalError:
+                raw.close()
+                if mode.endswith("immutable=1"):
+                    raise
+        raise AssertionError("unreachable")
 
     def sql(self, text: str) -> str:
         return text
@@ -226,7 +251,8 @@ class _PostgresConnection:
 class Store:
     """Bundles in tables a person can query. Thread-safe: one connection, one lock."""
 
-    def __init__(self, connection: _SqliteConnection | _PostgresConnection, *, url: str) -> None:
+    def __init__(self, connection: _SqliteConnection | _PostgresConnection, *, url: str,
+                 read_only: bool = False) -> None:
         self._db = connection
         self.url = url
         self.dialect = connection.dialect
@@ -239,7 +265,10 @@ class Store:
         self._ts_at = {table: [i for i, c in enumerate(cols) if c in TIMESTAMP_COLUMNS]
                        for table, cols in COLUMNS.items()}
         try:
-            self._migrate()
+            if read_only:
+                self._check_schema()
+            else:
+                self._migrate()
         except StoreError:
             connection.close()
             raise
@@ -275,6 +304,23 @@ class Store:
             except BaseException:
                 db.rollback()
                 raise
+
+    def _check_schema(self) -> None:
+        """For a reader: the file must already be a store this code understands."""
+        try:
+            found = self._db.execute("SELECT MAX(version) FROM schema_version")[0][0] or 0
+        except self._db.errors:
+            found = 0
+        if not found:
+            raise StoreError(f"{self.url} is not an otel-agent-context store (no "
+                             f"schema_version table)")
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"the store {self.url} has schema version {found}, newer than this "
+                f"otel-agent-context understands ({SCHEMA_VERSION}): upgrade it")
+        if found < SCHEMA_VERSION:
+            raise StoreError(f"the store {self.url} has schema version {found}: open it with "
+                             f"serve once to migrate it")
 
     @property
     def schema_version(self) -> int:

@@ -8,6 +8,7 @@ the web page's JSON API, for scripts.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +34,15 @@ from ._summary import render_table
 __all__ = ["add_query_arguments", "render_turns", "run_query", "run_session"]
 
 _LIST = 12
+
+
+#: C0 controls but newline and tab, DEL and C1 controls: escape sequences in an id from
+#: someone's telemetry would otherwise reach the terminal (retitle it, clear it, ...).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _pct(value: Any) -> str:
@@ -130,16 +140,17 @@ def run_session(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 2
         if not turns:
             known = [c["conversation_id"] for c in conversations(store, limit=5)]
-            print(f"otel-agent-context timeline: no conversation {args.session!r} in "
-                  f"{args.file}" + (f" (recent: {', '.join(known)})" if known else ""), file=err)
+            print(_printable(f"otel-agent-context timeline: no conversation {args.session!r} "
+                             f"in {args.file}" + (f" (recent: {', '.join(known)})" if known
+                                                  else "")), file=err)
             return 1
         if args.json:
             out.write(orjson.dumps({"conversation_id": args.session,
                                     "turns": [t.as_json() for t in turns]},
                                    default=str).decode() + "\n")
         else:
-            print("\n".join(render_turns(args.session, turns, all_omitted=args.all_items)),
-                  file=out)
+            print(_printable("\n".join(render_turns(args.session, turns,
+                                                     all_omitted=args.all_items))), file=out)
     return 0
 
 
@@ -191,7 +202,7 @@ def run_query(args: argparse.Namespace, out: TextIO = sys.stdout,
     if args.json:
         out.write(orjson.dumps(answer, default=str, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print("\n".join(table), file=out)
+        print(_printable("\n".join(table)), file=out)
     return 0
 
 
