@@ -1,0 +1,42 @@
+"""Red team, end to end: one hostile envelope sent over OTLP must not stop the processor's
+store (the emitter retries a failing store batch, and every later envelope waits behind it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from processor_testkit import config, envelope_spans, read_bundles, request, wait_for
+
+from otel_agent_context._store import open_store
+from otel_agent_context.processor import Processor
+
+
+def _hostile(trace: int) -> list:
+    spans = envelope_spans(trace, "hostile\x00ctx")
+    for s in spans[1:]:
+        for event in s.events:
+            for kv in event.attributes:
+                if kv.key == "context.selection.rank":
+                    kv.value.int_value = 2**40  # an int64, beyond PostgreSQL's INTEGER
+                if kv.key == "context.item.id":
+                    kv.value.string_value += "\x00nul"
+    return spans
+
+
+def test_a_hostile_envelope_does_not_stall_the_postgresql_store(tmp_path: Path,
+                                                                postgres_url: str) -> None:
+    processor = Processor(config(tmp_path, store__url=postgres_url, buffer__envelope_timeout=30,
+                                 buffer__orphan_timeout=60)).start()
+    try:
+        processor.pipeline.ingest(request(_hostile(1)).SerializeToString(), "test")
+        wait_for(lambda: len(read_bundles(tmp_path / "out")) >= 1, 20, message="hostile")
+        processor.pipeline.ingest(request(envelope_spans(2, "after")).SerializeToString(),
+                                  "test")
+        wait_for(lambda: len(read_bundles(tmp_path / "out")) >= 2, 20, message="after")
+        with open_store(postgres_url) as store:
+            def stored() -> set[str]:
+                return {r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")}
+            wait_for(lambda: "after" in stored(), 20, message="the next envelope in the store")
+            assert stored() == {"hostile\ufffdctx", "after"}
+    finally:
+        processor.stop(timeout=10)
