@@ -151,17 +151,29 @@ def _facts(bundle: Mapping[str, Any]) -> dict[str, str]:
     return facts
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _event_ns(event: Any) -> int | None:
+    try:
+        return rfc3339_to_ns(event["occurred_at"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def timeline_rows(bundle: Mapping[str, Any], *, fold_items: bool = True
                   ) -> list[tuple[str, str, str, str]]:
     """(offset, event class, subject, facts) rows in time order.
 
     With ``fold_items`` consecutive item events of one class become one row (``×N``).
     """
-    events = list(bundle.get("context_events") or [])
+    events = [e for e in _as_list(bundle.get("context_events")) if isinstance(e, Mapping)]
     if not events:
         return []
-    times = [rfc3339_to_ns(e["occurred_at"]) for e in events]
-    start = min(times)
+    times = [_event_ns(e) for e in events]
+    known = [t for t in times if t is not None]
+    start = min(known) if known else 0
     facts = _facts(bundle)
     rows: list[tuple[str, str, str, str]] = []
     folded: list[Any] = []  # [offset, class, first subject, count]
@@ -172,8 +184,10 @@ def timeline_rows(bundle: Mapping[str, Any], *, fold_items: bool = True
             rows.append((offset, cls, subject if count == 1 else f"{count} items", ""))
             folded.clear()
 
-    for event, ns in sorted(zip(events, times, strict=True), key=lambda p: p[1]):
-        offset = f"+{(ns - start) / 1e6:,.1f} ms"
+    # an event without a readable time (a bundle from elsewhere) comes last, its offset "?"
+    for event, ns in sorted(zip(events, times, strict=True),
+                            key=lambda p: (p[1] is None, p[1] or 0)):
+        offset = "?" if ns is None else f"+{(ns - start) / 1e6:,.1f} ms"
         cls = str(event.get("event_class"))
         subject = str(event.get("subject_ref", ""))
         if fold_items and subject.startswith("item:") and cls.startswith("context.item."):
