@@ -113,8 +113,9 @@ def _str(value: Any) -> str | None:
 
 def _ns(value: Any) -> int | None:
     try:
-        return rfc3339_to_ns(value) if isinstance(value, str) else None
-    except ValueError:
+        # OTLP times are unsigned 64-bit: a span may start after 2262, beyond BIGINT
+        return _int(rfc3339_to_ns(value)) if isinstance(value, str) else None
+    except (ValueError, OverflowError):
         return None
 
 

@@ -457,9 +457,14 @@ class Store:
         return found
 
     def prune(self, older_than_ns: int) -> int:
-        """Delete envelopes created (or stored, if undated) before ``older_than_ns``."""
+        """Delete envelopes created (or stored, if undated) before ``older_than_ns``.
+
+        A creation time later than the storing time (the sender dated its spans in the
+        future) counts as the storing time: a client cannot keep its envelopes past the
+        retention."""
         db = self._db
-        condition = "COALESCE(created_ns, stored_ns) < ?"
+        condition = ("(CASE WHEN created_ns IS NOT NULL AND created_ns < stored_ns "
+                     "THEN created_ns ELSE stored_ns END) < ?")
         with self._lock:
             db.reconnect()
             db.begin()

@@ -40,3 +40,24 @@ def test_a_hostile_envelope_does_not_stall_the_postgresql_store(tmp_path: Path,
             assert stored() == {"hostile\ufffdctx", "after"}
     finally:
         processor.stop(timeout=10)
+
+
+def test_a_span_dated_after_2262_does_not_stall_the_sqlite_store(tmp_path: Path) -> None:
+    """OTLP times are unsigned 64-bit nanoseconds: beyond what a BIGINT holds after 2262."""
+    late = envelope_spans(1, "late")
+    for s in late:
+        s.start_time_unix_nano = 2**64 - 10**9 + (s.start_time_unix_nano % 10**6)
+        s.end_time_unix_nano = s.start_time_unix_nano + 1000
+    processor = Processor(config(tmp_path, store__url="sqlite", buffer__envelope_timeout=30,
+                                 buffer__orphan_timeout=60)).start()
+    try:
+        processor.pipeline.ingest(request(late).SerializeToString(), "test")
+        processor.pipeline.ingest(request(envelope_spans(2, "after")).SerializeToString(),
+                                  "test")
+        wait_for(lambda: len(read_bundles(tmp_path / "out")) >= 2, 20, message="both bundles")
+        with open_store(str(tmp_path / "out" / "context.db")) as store:
+            def stored() -> set[str]:
+                return {r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")}
+            wait_for(lambda: stored() == {"late", "after"}, 20, message="both in the store")
+    finally:
+        processor.stop(timeout=10)

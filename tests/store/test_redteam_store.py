@@ -34,6 +34,9 @@ def _poison() -> list[dict[str, Any]]:
         _bundle("rank", context_selections=[{"selection_id": "s", "candidate_count": 2**40,
                                              "ranking_signals": [{"item_id": "x",
                                                                   "rank": 2**40}]}]),
+        # a span starting after 2262 (OTLP times are unsigned): nanoseconds beyond BIGINT
+        {**_bundle("late"), "context_envelope": {
+            **_bundle("late")["context_envelope"], "created_at": "2500-01-01T00:00:00Z"}},
         # NUL characters (OTLP strings may carry them)
         _bundle("nul\x00id", context_items=[{"item_id": "i\x00", "context_kind": "k\x00"}],
                 missing_context=[{"missing_id": "m", "needed_for": "a\x00b",
@@ -49,7 +52,9 @@ def _check_store(store: Any) -> None:
     stored = {r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")}
     assert {"good-1", "good-2"} <= stored
     # and each of them is stored (with what cannot be represented made NULL or replaced)
-    assert {"sum", "budgets", "rank"} <= stored, stored
+    assert {"sum", "budgets", "rank", "late"} <= stored, stored
+    late = store.rows("SELECT created_ns, created_at FROM envelopes WHERE context_id = 'late'")
+    assert late[0]["created_ns"] is None and late[0]["created_at"].startswith("2500")
     assert any(c.startswith("nul") for c in stored), stored
     row = store.rows("SELECT window_used_tokens FROM envelopes WHERE context_id = 'sum'")[0]
     assert row["window_used_tokens"] is None or row["window_used_tokens"] <= INT64_MAX
