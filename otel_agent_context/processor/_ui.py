@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import jinja2
 import orjson
@@ -141,6 +141,7 @@ _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
+_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")  # one path segment
 _ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
                     reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
                     id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
@@ -295,7 +296,7 @@ class UiServer:
             return self._index, ""
         for prefix, handler in table:
             if prefix.endswith("/") and path.startswith(prefix) and len(path) > len(prefix):
-                return handler, unquote(path[len(prefix):])
+                return handler, path[len(prefix):]  # aiohttp has decoded it once
             if path == prefix:
                 return handler, ""
         return None

@@ -162,3 +162,20 @@ def test_serve_ui_needs_a_store_and_a_free_port(tmp_path: Path) -> None:
     bad = run_cli("serve", "--out", str(tmp_path / "out"), "--store", "mysql://x",
                   check=False, timeout=60)
     assert bad.returncode == 2 and "store.url (--store)" in bad.stderr
+
+
+def test_ids_with_percent_signs_and_slashes_reach_their_pages(ui: tuple[str, Any],
+                                                              demo_bundles: list) -> None:
+    from urllib.parse import quote
+
+    base, store = ui
+    odd = copy.deepcopy(demo_bundles[0])
+    odd["context_envelope"]["context_id"] = "ctx/50%41"
+    odd["context_envelope"]["metadata"]["gen_ai.conversation.id"] = "conv/a%2Fb 100%"
+    store.write([odd])
+    session_page = httpx.get(base + "/sessions/" + quote("conv/a%2Fb 100%", safe=""))
+    assert session_page.status_code == 200 and "ctx/50%41" in session_page.text
+    envelope_page = httpx.get(base + "/api/envelopes/" + quote("ctx/50%41", safe=""))
+    assert envelope_page.json()["context_envelope"]["context_id"] == "ctx/50%41"
+    # the page links to them the same way
+    assert 'href="/sessions/conv%2Fa%252Fb%20100%25"' in httpx.get(base + "/").text
