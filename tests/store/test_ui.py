@@ -82,6 +82,10 @@ def test_session_page_shows_every_turn_and_what_changed(ui: tuple[str, Any],
     assert re.search(rf"<td class=\"mono\">{re.escape(html.escape(item))}</td><td>[^<]*</td>"
                      rf"<td>{reason}", page)
     assert "loss:" in page and "blocking" in page
+    never = [i for b in ordered for s in b.get("context_selections", [])
+             for i in s.get("not_injected_item_refs", [])]
+    assert never and re.search(rf'<div class="not-injected">.*?{re.escape(never[0])}', page,
+                               re.S)
 
 
 def test_envelope_page_and_json_api(ui: tuple[str, Any], demo_bundles: list) -> None:
