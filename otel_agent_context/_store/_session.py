@@ -177,8 +177,8 @@ def session(store: Store, conversation_id: str, *,
     it beside the item and block rows: a 200-turn session has tens of thousands of those."""
     envs = [_bools(r, "overflow") for r in store.rows(
         f"SELECT {_ENVELOPE_COLUMNS}, window_items, tokens_by_kind, tokens_by_point, "
-        "omitted_items, truncated_items, not_injected_items FROM envelopes WHERE conversation_id = ? "
-        "ORDER BY created_ns, context_id",
+        "omitted_items, truncated_items, not_injected_items FROM envelopes "
+        "WHERE conversation_id = ? ORDER BY created_ns, context_id",
         [conversation_id])]
     if not envs:
         return []
