@@ -25,7 +25,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "utilization", "overflow", "overflow_tokens", "candidate_count", "selected_count",
         "omitted_count", "truncated_count", "compacted_count", "missing_count",
         "blocking_missing_count", "window_items", "tokens_by_kind", "tokens_by_point",
-        "omitted_items", "truncated_items", "bundle",
+        "omitted_items", "truncated_items", "not_injected_items", "bundle",
     ),
     "items": (
         "trace_id", "context_id", "item_id", "context_kind", "state", "omit_reason",
@@ -62,7 +62,7 @@ TIMESTAMP_COLUMNS = frozenset({"created_at", "completed_at"})
 JSON_COLUMNS = frozenset({"bundle", "partial_reasons", "uncovered_sources", "loss_notes",
                           "blocked_actions", "window_items", "tokens_by_kind",
                           "tokens_by_point", "source_items", "omitted_items",
-                          "truncated_items"})
+                          "truncated_items", "not_injected_items"})
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
@@ -315,6 +315,8 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         [{"item_id": r["item_id"], "context_kind": r["context_kind"],
           "tokens_before": r["tokens"], "tokens_after": r.get("tokens_after_truncation")}
          for r in by_item if r["truncated"]],
+        [i for s in selections for i in _list(s.get("not_injected_item_refs"))
+         if type(i) is str],
         bundle,
     )
     item_values = operator.itemgetter(*COLUMNS["items"][2:])

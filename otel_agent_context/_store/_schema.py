@@ -24,7 +24,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             truncated_count INTEGER NOT NULL, compacted_count INTEGER NOT NULL,
             missing_count INTEGER NOT NULL, blocking_missing_count INTEGER NOT NULL,
             window_items {{json}}, tokens_by_kind {{json}}, tokens_by_point {{json}},
-            omitted_items {{json}}, truncated_items {{json}},
+            omitted_items {{json}}, truncated_items {{json}}, not_injected_items {{json}},
             bundle {{json}} NOT NULL, stored_ns BIGINT NOT NULL,
             PRIMARY KEY (context_id, trace_id))""",  # context_id first: it is what people look up
         "CREATE INDEX envelopes_by_conversation ON envelopes (conversation_id, created_ns)",

@@ -159,6 +159,7 @@ class Turn:
     truncated: list[dict[str, Any]]
     compactions: list[dict[str, Any]]
     omitted: list[dict[str, Any]]
+    not_injected: list[str]
     missing: list[dict[str, Any]]
     previous: int | None
     trace_url: str | None
@@ -176,8 +177,8 @@ def session(store: Store, conversation_id: str, *,
     it beside the item and block rows: a 200-turn session has tens of thousands of those."""
     envs = [_bools(r, "overflow") for r in store.rows(
         f"SELECT {_ENVELOPE_COLUMNS}, window_items, tokens_by_kind, tokens_by_point, "
-        "omitted_items, truncated_items FROM envelopes WHERE conversation_id = ? "
-        "ORDER BY created_ns, context_id",
+        "omitted_items, truncated_items, not_injected_items FROM envelopes "
+        "WHERE conversation_id = ? ORDER BY created_ns, context_id",
         [conversation_id])]
     if not envs:
         return []
@@ -191,6 +192,7 @@ def session(store: Store, conversation_id: str, *,
     by_point = [e.pop("tokens_by_point") or {} for e in envs]
     omitted = [e.pop("omitted_items") or [] for e in envs]
     truncated = [e.pop("truncated_items") or [] for e in envs]
+    not_injected = [e.pop("not_injected_items") or [] for e in envs]
     compactions: list[list[dict[str, Any]]] = [[] for _ in range(count)]
     for row in store.rows(
             "SELECT t.trace_id, t.context_id, t.compaction_id, t.method, t.trigger_reason, "
@@ -233,6 +235,7 @@ def session(store: Store, conversation_id: str, *,
             truncated=truncated[n],
             compactions=compactions[n],
             omitted=omitted[n],
+            not_injected=not_injected[n],
             missing=missing[n],
             previous=previous_number,
             trace_url=trace_url(trace_url_template, env["trace_id"], env["span_id"]),

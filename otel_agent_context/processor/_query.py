@@ -116,6 +116,8 @@ def render_turns(conversation_id: str, turns: Sequence[Turn], *,
                 lines.extend(f"    {o['item_id']}  {o['reason'] or ''}" + (
                     f"  score {o['score']:.3f}" if o["score"] is not None else "")
                     for o in t.omitted)
+        if t.not_injected:
+            lines.append("  selected, never in the prompt: " + ", ".join(t.not_injected))
         for m in t.missing:
             tag = "[BLOCKING] " if m["severity"] == "blocking" else ""
             lines.append(f"  missing {tag}{m['needed_for'] or m['missing_id']}: "

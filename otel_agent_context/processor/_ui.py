@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import jinja2
 import orjson
@@ -141,8 +141,7 @@ _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
-# an id as one path segment: "/" encoded too, so "a/../b" is not resolved by the browser
-_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")
+_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")  # one path segment
 _ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
                     reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
                     id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
@@ -262,9 +261,7 @@ class UiServer:
                              "?token=TOKEN, or send Authorization: Bearer TOKEN.").encode())
             return web.Response(status=401, body=body, content_type=_JSON if api else "text/html",
                                 headers={"WWW-Authenticate": "Bearer"})
-        # routed on the path as sent: request.path is decoded already, and an id may hold
-        # "%41" or "%2F" of its own (each part is decoded once, in _route)
-        route = self._route(request.rel_url.raw_path)
+        route = self._route(request.path)
         if route is None:
             status, body, content_type, headers = _page(404, self._message(
                 "Not found", f"Nothing at {request.path}: try the list of conversations."))
@@ -303,7 +300,7 @@ class UiServer:
             return self._index, ""
         for prefix, handler in table:
             if prefix.endswith("/") and path.startswith(prefix) and len(path) > len(prefix):
-                return handler, unquote(path[len(prefix):])
+                return handler, path[len(prefix):]  # aiohttp has decoded it once
             if path == prefix:
                 return handler, ""
         return None

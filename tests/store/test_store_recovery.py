@@ -56,3 +56,47 @@ def test_restarting_on_the_same_output_never_duplicates_rows(tmp_path: Path) -> 
             [1, 1, 1]
         items = store.rows("SELECT context_id, COUNT(*) AS n FROM items GROUP BY context_id")
         assert {r["context_id"]: r["n"] for r in items} == {"a": 4, "b": 4, "c": 4}
+
+
+def test_a_store_locked_by_someone_else_delays_and_loses_nothing(tmp_path: Path) -> None:
+    """Another process holds the SQLite file's write lock for a while (a person running a
+    long query with a write, a backup): the store's thread waits, the WAL keeps every batch
+    unrecorded until the store has it, and afterwards both sinks hold each envelope once."""
+    import sqlite3
+    import threading
+    import time
+
+    processor = Processor(config(tmp_path, buffer__envelope_timeout=30,
+                                 buffer__orphan_timeout=60)).start()
+    db = tmp_path / "out" / "context.db"
+    locked = threading.Event()
+
+    def hold_the_lock() -> None:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(2.0)
+        other.execute("ROLLBACK")
+        other.close()
+
+    holder = threading.Thread(target=hold_the_lock)
+    try:
+        holder.start()
+        assert locked.wait(10)
+        for trace in range(1, 6):
+            processor.pipeline.ingest(request(envelope_spans(trace, f"ctx-{trace}"))
+                                      .SerializeToString(), "test")
+        wait_for(lambda: len(read_bundles(tmp_path / "out")) >= 5, 20, message="JSON Lines")
+        with open_store(str(db)) as store:
+            if holder.is_alive():  # still locked: nothing could be stored yet
+                assert store.rows("SELECT COUNT(*) AS n FROM envelopes")[0]["n"] == 0
+            wait_for(lambda: store.rows("SELECT COUNT(*) AS n FROM envelopes")[0]["n"] == 5,
+                     30, message="the store, once the lock is released")
+    finally:
+        holder.join(10)
+        processor.stop(timeout=10)
+    with open_store(str(db)) as store:
+        ids = sorted(r["context_id"] for r in store.rows("SELECT context_id FROM envelopes"))
+    assert ids == [f"ctx-{n}" for n in range(1, 6)]
+    assert sorted(b["context_envelope"]["context_id"]
+                  for b in read_bundles(tmp_path / "out")) == ids

@@ -184,6 +184,8 @@ def test_session_is_every_turn_in_order_with_what_changed(store: Any, demo_bundl
                 for t in turn.truncated} == X.truncated(bundle)
         assert {s for c in turn.compactions for s in c["sources"]} == X.compacted(bundle)
         assert turn.trace_url == f"http://jaeger/trace/{X.key(bundle)[0]}"
+        assert turn.not_injected == [i for s in bundle.get("context_selections", [])
+                                     for i in s.get("not_injected_item_refs", [])]
         if number == 1:
             assert turn.previous is None and turn.added == X.window(bundle)
             continue
@@ -191,6 +193,7 @@ def test_session_is_every_turn_in_order_with_what_changed(store: Any, demo_bundl
         assert turn.previous == number - 1
         assert turn.added == [i for i in now if i not in before]
         assert turn.removed == [i for i in before if i not in now]
+    assert any(t.not_injected for t in turns)  # the demo leaves a document out now and then
     assert session(store, "no-such-conversation") == []
 
 

@@ -82,6 +82,10 @@ def test_session_page_shows_every_turn_and_what_changed(ui: tuple[str, Any],
     assert re.search(rf"<td class=\"mono\">{re.escape(html.escape(item))}</td><td>[^<]*</td>"
                      rf"<td>{reason}", page)
     assert "loss:" in page and "blocking" in page
+    never = [i for b in ordered for s in b.get("context_selections", [])
+             for i in s.get("not_injected_item_refs", [])]
+    assert never and re.search(rf'<div class="not-injected">.*?{re.escape(never[0])}', page,
+                               re.S)
 
 
 def test_envelope_page_and_json_api(ui: tuple[str, Any], demo_bundles: list) -> None:
@@ -162,3 +166,20 @@ def test_serve_ui_needs_a_store_and_a_free_port(tmp_path: Path) -> None:
     bad = run_cli("serve", "--out", str(tmp_path / "out"), "--store", "mysql://x",
                   check=False, timeout=60)
     assert bad.returncode == 2 and "store.url (--store)" in bad.stderr
+
+
+def test_ids_with_percent_signs_and_slashes_reach_their_pages(ui: tuple[str, Any],
+                                                              demo_bundles: list) -> None:
+    from urllib.parse import quote
+
+    base, store = ui
+    odd = copy.deepcopy(demo_bundles[0])
+    odd["context_envelope"]["context_id"] = "ctx/50%41"
+    odd["context_envelope"]["metadata"]["gen_ai.conversation.id"] = "conv/a%2Fb 100%"
+    store.write([odd])
+    session_page = httpx.get(base + "/sessions/" + quote("conv/a%2Fb 100%", safe=""))
+    assert session_page.status_code == 200 and "ctx/50%41" in session_page.text
+    envelope_page = httpx.get(base + "/api/envelopes/" + quote("ctx/50%41", safe=""))
+    assert envelope_page.json()["context_envelope"]["context_id"] == "ctx/50%41"
+    # the page links to them the same way
+    assert 'href="/sessions/conv%2Fa%252Fb%20100%25"' in httpx.get(base + "/").text
