@@ -114,15 +114,15 @@ class _Reader:
             return None
         return st
 
-    def read(self, rel: str) -> bytes | None:
-        """The file's bytes; None when absent, unreadable, not a regular file inside the
-        folder, or too large (with a warning)."""
+    def _open(self, rel: str) -> int | None:
+        """A descriptor of the file inside the folder, opened without following a symlink
+        and without blocking on a FIFO; None (warned) otherwise."""
         path = self._inside(rel)
         if path is None:
             return None
         try:
             # O_NOFOLLOW: a symlink fails to open; O_NONBLOCK: a FIFO does not hang us
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+            return os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -132,6 +132,13 @@ class _Reader:
                 self.warn(rel, "is a directory, expected a file")
             else:
                 self.warn(rel, f"cannot read ({exc.strerror or exc})")
+            return None
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when absent, unreadable, not a regular file inside the
+        folder, or too large (with a warning)."""
+        fd = self._open(rel)
+        if fd is None:
             return None
         try:
             st = os.fstat(fd)
@@ -167,18 +174,8 @@ class _Reader:
         """The file's bytes from ``start`` (at most ``limit`` of them) in chunks of
         :data:`CHUNK_BYTES` (no size cap: memory stays bounded); None when absent or
         refused, as :meth:`read`."""
-        path = self._inside(rel)
-        if path is None:
-            return None
-        try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP or path.is_symlink():
-                self.warn(rel, "is a symbolic link: not followed")
-            else:
-                self.warn(rel, f"cannot read ({exc.strerror or exc})")
+        fd = self._open(rel)
+        if fd is None:
             return None
         try:
             st = os.fstat(fd)

@@ -9,36 +9,20 @@ import os
 import subprocess
 import sys
 import time
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from stub_server import REPLY, StubServer
-from test_llm_subprocess import Receiver
+from test_llm_subprocess import receiver  # noqa: F401 - the OTLP receiver fixture
 
 from otel_agent_context.rebuild import rebuild
 
 HERE = Path(__file__).parent
 
 
-@pytest.fixture
-def otlp_receiver():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    rec = Receiver()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(rec, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield rec, port
-    finally:
-        server.stop(grace=None)
-
-
 @pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
-def test_agents_sdk_and_mcp_under_opentelemetry_instrument(otlp_receiver, capture: bool) -> None:
-    rec, port = otlp_receiver
+def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bool) -> None:  # noqa: F811
+    rec, port = receiver
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({
         "OTEL_SERVICE_NAME": "frameworks-app", "OTEL_TRACES_EXPORTER": "otlp",
