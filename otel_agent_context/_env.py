@@ -38,6 +38,12 @@ records with ``event_name`` on the event's span (OpenTelemetry's log-based event
 counted on the envelope span in ``context.event_count``. Needs an SDK ``LoggerProvider``
 (without one, events stay span events). ``AgentContext(events_as=...)`` wins over it."""
 
+OTEL_AGENT_CONTEXT_STAGE_SPANS = "OTEL_AGENT_CONTEXT_STAGE_SPANS"
+"""``true`` makes the LLM client instrumentors record each model call's budget and assembly
+as ``context.budget`` and ``context.assembly`` spans with an event per window segment and per
+block (the contract v0.1 form, about twice the cost). Default: ``false``: the folded form of
+contract v0.2, everything on the one GenAI inference span. Bundles are the same either way."""
+
 OTEL_AGENT_CONTEXT_DIGEST = "OTEL_AGENT_CONTEXT_DIGEST"
 """How content is digested: ``hmac-sha256`` (default: keyed, ``hmac-sha256:<hex>``) or
 ``sha256`` (plain ``sha256:<hex>``, which anyone can test a guess against)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._table import METRICS as _METRICS
 
 SCHEMA_VERSION = "0.1"
-SCHEMA_URL = "https://otel-agent-context.dev/schemas/0.1"
+SCHEMA_URL = "https://otel-agent-context.dev/schemas/0.2"
 
 # --- span names ---------------------------------------------------------------------------
 SPAN_ENVELOPE = "context.envelope"
@@ -137,6 +137,11 @@ WINDOW_SEGMENT = "context.window.segment"
 WINDOW_ORDER = "context.window.order"
 WINDOW_RESERVED_TOKENS = "context.window.reserved_tokens"
 WINDOW_USED_TOKENS = "context.window.used_tokens"
+# the folded form (contract v0.2): a model call's window segments as parallel arrays
+WINDOW_SEGMENT_NAMES = "context.window.segment_names"
+WINDOW_SEGMENT_ORDERS = "context.window.segment_orders"
+WINDOW_SEGMENT_RESERVED_TOKENS = "context.window.segment_reserved_tokens"
+WINDOW_SEGMENT_USED_TOKENS = "context.window.segment_used_tokens"
 
 # --- 2.6 assembly --------------------------------------------------------------------------------
 ASSEMBLY_ID = "context.assembly.id"
@@ -152,6 +157,19 @@ BLOCK_INDEX = "context.block.index"
 BLOCK_TOKENS = "context.block.tokens"
 BLOCK_DIGEST = "context.block.digest"
 BLOCK_SOURCE_ITEM_REFS = "context.block.source_item_refs"
+# the folded form (contract v0.2): a model call's blocks as parallel arrays
+ASSEMBLY_BLOCK_ITEM_IDS = "context.assembly.block_item_ids"
+ASSEMBLY_BLOCK_KINDS = "context.assembly.block_kinds"
+ASSEMBLY_BLOCK_TOKENS = "context.assembly.block_tokens"
+ASSEMBLY_BLOCK_INJECTION_POINTS = "context.assembly.block_injection_points"
+ASSEMBLY_BLOCK_DIGESTS = "context.assembly.block_digests"
+ASSEMBLY_BLOCK_SOURCE_COUNTS = "context.assembly.block_source_counts"
+ASSEMBLY_BLOCK_SOURCE_ITEM_REFS = "context.assembly.block_source_item_refs"
+ASSEMBLY_BLOCK_CONTENT_MODES = "context.assembly.block_content_modes"
+ASSEMBLY_BLOCK_CONTENT_REFS = "context.assembly.block_content_refs"
+ASSEMBLY_BLOCK_TOOL_CALL_IDS = "context.assembly.block_tool_call_ids"
+ASSEMBLY_BLOCK_RESPONSE_IDS = "context.assembly.block_response_ids"
+ASSEMBLY_BLOCK_CONTENTS = "context.assembly.block_contents"
 
 # --- 2.7 injection --------------------------------------------------------------------------------
 INJECTION_ID = "context.injection.id"
@@ -206,7 +224,7 @@ ITEMS_PART = "context.items.part"
 #: Attributes that may hold user or model text: recorded only under content capture.
 CONTENT_ATTRIBUTES = frozenset({
     ITEM_TITLE, ITEM_CONTENT, SELECTION_QUERY, SELECTION_RATIONALE, SUMMARY_CONTENT,
-    MISSING_QUESTION,
+    MISSING_QUESTION, ASSEMBLY_BLOCK_CONTENTS,
 })
 
 # --- reused OpenTelemetry names -----------------------------------------------------------------

@@ -15,6 +15,8 @@ processor's ``/metrics``, the docs table and the dashboard generator.
 - :data:`EVENTS`: every span event, the attributes it must carry, and its records.
 - :data:`SPANS`: every span, and its records.
 - :data:`METRICS`: every metric: name, instrument, unit, buckets, labels, description.
+- :data:`FOLDED`: the parallel arrays of the folded form (contract v0.2): for each, the record
+  field its elements carry and the array it runs parallel to.
 
 Standard library only: the dashboard generator loads this file by path.
 """
@@ -23,12 +25,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-CONTRACT_VERSION = '0.1'
+CONTRACT_VERSION = '0.2'
 
 
 class AttributeSpec(NamedTuple):
     name: str
-    #: "string", "int", "double", "boolean" or "string[]"
+    #: "string", "int", "double", "boolean", "string[]" or "int[]"
     type: str
     #: allowed values (of the elements, for "string[]"); empty when free-form
     members: tuple[str, ...]
@@ -58,6 +60,15 @@ class EventSpec(NamedTuple):
 class SpanSpec(NamedTuple):
     name: str
     records: dict[str, tuple[FieldSpec, ...]]
+
+
+class FoldedSpec(NamedTuple):
+    #: the record and field one element of the array carries
+    record: str
+    field: str
+    #: the array this one runs parallel to (element i of both describe the same thing), or
+    #: "" for the array that sets the length
+    parallel_to: str
 
 
 class MetricSpec(NamedTuple):
@@ -150,6 +161,10 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'context.window.order': AttributeSpec('context.window.order', 'int', (), False, False),
     'context.window.reserved_tokens': AttributeSpec('context.window.reserved_tokens', 'int', (), False, False),
     'context.window.used_tokens': AttributeSpec('context.window.used_tokens', 'int', (), False, False),
+    'context.window.segment_names': AttributeSpec('context.window.segment_names', 'string[]', (), False, False),
+    'context.window.segment_orders': AttributeSpec('context.window.segment_orders', 'int[]', (), False, False),
+    'context.window.segment_reserved_tokens': AttributeSpec('context.window.segment_reserved_tokens', 'int[]', (), False, False),
+    'context.window.segment_used_tokens': AttributeSpec('context.window.segment_used_tokens', 'int[]', (), False, False),
     'context.truncation.strategy': AttributeSpec('context.truncation.strategy', 'string', ('reject', 'truncate_tail', 'truncate_middle', 'summarize_oldest', 'summarize_low_priority', 'defer_to_retrieval', 'ask_for_choice', 'policy_block', 'custom'), True, False),
     'context.truncation.tokens_before': AttributeSpec('context.truncation.tokens_before', 'int', (), False, False),
     'context.truncation.tokens_after': AttributeSpec('context.truncation.tokens_after', 'int', (), False, False),
@@ -166,6 +181,18 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'context.block.tokens': AttributeSpec('context.block.tokens', 'int', (), False, False),
     'context.block.digest': AttributeSpec('context.block.digest', 'string', (), False, False),
     'context.block.source_item_refs': AttributeSpec('context.block.source_item_refs', 'string[]', (), False, False),
+    'context.assembly.block_item_ids': AttributeSpec('context.assembly.block_item_ids', 'string[]', (), False, False),
+    'context.assembly.block_kinds': AttributeSpec('context.assembly.block_kinds', 'string[]', ('user_message', 'system_prompt', 'developer_instruction', 'session_history', 'thread_summary', 'working_memory', 'durable_memory', 'knowledge_pack_item', 'document_excerpt', 'file_excerpt', 'artifact_ref', 'tool_result', 'browser_state', 'runtime_state', 'team_memory', 'policy_note', 'external_resource', 'manual_note', 'computed_summary', 'peer_agent_message', 'retrieval_result', 'custom'), True, False),
+    'context.assembly.block_tokens': AttributeSpec('context.assembly.block_tokens', 'int[]', (), False, False),
+    'context.assembly.block_injection_points': AttributeSpec('context.assembly.block_injection_points', 'string[]', ('system_prompt', 'developer_prompt', 'message_history', 'user_message_appendix', 'tool_argument', 'tool_visible_resource', 'runtime_metadata', 'ui_panel', 'review_export', 'peer_agent_message', 'artifact_input', 'custom'), True, False),
+    'context.assembly.block_digests': AttributeSpec('context.assembly.block_digests', 'string[]', (), False, False),
+    'context.assembly.block_source_counts': AttributeSpec('context.assembly.block_source_counts', 'int[]', (), False, False),
+    'context.assembly.block_source_item_refs': AttributeSpec('context.assembly.block_source_item_refs', 'string[]', (), False, False),
+    'context.assembly.block_content_modes': AttributeSpec('context.assembly.block_content_modes', 'string[]', ('inline', 'ref', 'summary', 'embedded_resource', 'resource_link', 'artifact_ref', 'tool_result_ref', 'opaque'), False, False),
+    'context.assembly.block_content_refs': AttributeSpec('context.assembly.block_content_refs', 'string[]', (), False, False),
+    'context.assembly.block_tool_call_ids': AttributeSpec('context.assembly.block_tool_call_ids', 'string[]', (), False, False),
+    'context.assembly.block_response_ids': AttributeSpec('context.assembly.block_response_ids', 'string[]', (), False, False),
+    'context.assembly.block_contents': AttributeSpec('context.assembly.block_contents', 'string[]', (), False, True),
     'context.injection.id': AttributeSpec('context.injection.id', 'string', (), False, False),
     'context.injection.target': AttributeSpec('context.injection.target', 'string', ('model', 'tool', 'runtime', 'ui', 'user', 'reviewer', 'peer_agent', 'evidence_export'), False, False),
     'context.injection.point': AttributeSpec('context.injection.point', 'string', ('system_prompt', 'developer_prompt', 'message_history', 'user_message_appendix', 'tool_argument', 'tool_visible_resource', 'runtime_metadata', 'ui_panel', 'review_export', 'peer_agent_message', 'artifact_input', 'custom'), True, False),
@@ -362,4 +389,22 @@ METRICS: dict[str, MetricSpec] = {
     'context.compaction.loss_notes': MetricSpec('context.compaction.loss_notes', 'counter', '{note}', 'Compaction loss notes.', None, 'context_compaction_loss_notes_total', (('agent', 'gen_ai.agent.name'), ('method', 'context.compaction.method'))),
     'context.missing.detected': MetricSpec('context.missing.detected', 'counter', '{gap}', 'Missing context detected.', None, 'context_missing_detected_total', (('agent', 'gen_ai.agent.name'), ('severity', 'context.missing.severity'))),
     'context.missing.resolved': MetricSpec('context.missing.resolved', 'counter', '{gap}', 'Missing context resolved.', None, 'context_missing_resolved_total', (('agent', 'gen_ai.agent.name'), ('severity', 'context.missing.severity'))),
+}
+
+FOLDED: dict[str, FoldedSpec] = {
+    'context.window.segment_names': FoldedSpec('WindowSegment', 'segment', ''),
+    'context.window.segment_orders': FoldedSpec('WindowSegment', 'order', 'context.window.segment_names'),
+    'context.window.segment_reserved_tokens': FoldedSpec('WindowSegment', 'reserved_tokens', 'context.window.segment_names'),
+    'context.window.segment_used_tokens': FoldedSpec('WindowSegment', 'used_tokens', 'context.window.segment_names'),
+    'context.assembly.block_item_ids': FoldedSpec('AssemblyBlock', 'item_id', ''),
+    'context.assembly.block_kinds': FoldedSpec('AssemblyBlock', 'context_kind', 'context.assembly.block_item_ids'),
+    'context.assembly.block_tokens': FoldedSpec('AssemblyBlock', 'tokens', 'context.assembly.block_item_ids'),
+    'context.assembly.block_injection_points': FoldedSpec('AssemblyBlock', 'injection_point', 'context.assembly.block_item_ids'),
+    'context.assembly.block_digests': FoldedSpec('AssemblyBlock', 'digest', 'context.assembly.block_item_ids'),
+    'context.assembly.block_source_counts': FoldedSpec('AssemblyBlock', 'source_item_refs', 'context.assembly.block_item_ids'),
+    'context.assembly.block_content_modes': FoldedSpec('ContextItem', 'content_mode', 'context.assembly.block_item_ids'),
+    'context.assembly.block_content_refs': FoldedSpec('ContextItem', 'content_ref', 'context.assembly.block_item_ids'),
+    'context.assembly.block_tool_call_ids': FoldedSpec('ContextSourceRef', 'model_api.tool_call_id', 'context.assembly.block_item_ids'),
+    'context.assembly.block_response_ids': FoldedSpec('ContextSourceRef', 'model_api.response_id', 'context.assembly.block_item_ids'),
+    'context.assembly.block_contents': FoldedSpec('ContextItem', 'content', 'context.assembly.block_item_ids'),
 }

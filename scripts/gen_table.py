@@ -114,10 +114,18 @@ def render() -> str:
                     f"{group['instrument']!r}, {group['unit']!r}, {brief!r}, "
                     f"{buckets!r}, {prom['name']!r}, {labels!r}),\n")
 
+    folded = ""
+    for name, attr in reg.attributes.items():
+        folds = DOCS.annotations(attr).get("folds")
+        if folds:
+            folded += (f"    {name!r}: FoldedSpec({folds['record']!r}, {folds['field']!r}, "
+                       f"{folds.get('parallel_to', '')!r}),\n")
+
     version = DOCS.annotations(reg.by_id["registry.context"]).get("contract_version", "0.1")
     return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
         contract_version=repr(str(version)), attributes=attributes, templates=templates,
-        records=records_text, events=events, spans=spans, metrics=metrics)
+        records=records_text, events=events, spans=spans, metrics=metrics,
+        folded=folded)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,10 @@ from otel_agent_context import _enums as E
 from otel_agent_context import _semconv as S
 from otel_agent_context import _table as T
 from otel_agent_context._demo_agent import run_demo
+from otel_agent_context._folded import fold_call
 from otel_agent_context._records import ContextItem, ContextSourceRef
 from otel_agent_context.adapters import _abi as abi  # writes the context.runtime.* names
+from otel_agent_context.instrumentation._common import make_block
 from otel_agent_context.testing import CapturedTelemetry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -393,11 +395,16 @@ def _type_problem(name: str, value: Any) -> str | None:
     if isinstance(t, dict):
         members = [m["value"] for m in t["members"]]
         return None if value in members else f"{value!r} is not a member"
+    if t == "int[]":
+        ok = isinstance(value, (tuple, list)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return None if ok else f"{value!r} is not an int[]"
     if t == "string[]":
         if not (isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)):
             return f"{value!r} is not a string[]"
         members = GEN.annotations(a).get("array_members")
-        bad = [v for v in value if members and v not in members]
+        parallel = bool(GEN.annotations(a).get("folds"))  # "" says: none for this element
+        bad = [v for v in value if members and v not in members and not (parallel and v == "")]
         return f"{bad} not members" if bad else None
     py = _PY_TYPES[t]
     if py is int and isinstance(value, bool):
@@ -550,6 +557,26 @@ def _exercise_everything(tel: CapturedTelemetry) -> None:
             asm.inject(injection_point="message_history", span=chat, native_id="msg_1",
                        final_ref="request:r1", visibility=["model"])
             env.mark_compacted(chat)
+        # contract v0.2's folded form: an instrumented model call on its one inference span,
+        # with every array (content: the run captures it)
+        with tel.tracer.start_as_current_span("chat folded") as call:
+            blocks = [
+                make_block("system:1", "system_prompt", "Be brief.", True, "system_prompt",
+                           "system_prompt"),
+                make_block("resource:1", "external_resource", "See the policy.", True,
+                           "message_history", "message_history", content_mode="resource_link",
+                           content_ref="kb://policies/refunds.md", tool_call_id="call_1",
+                           response_id="resp_1"),
+                make_block("user:1", "user_message", "Policy text. Refunds?", True,
+                           "message_history", "message_history")]
+            folded = fold_call(env, call, max_tokens=1000, reserved_tokens=100,
+                               overflow_strategy="truncate_middle",
+                               segments=[("system_prompt", 0, None, 3), ("output", 1, 100, None)],
+                               blocks=blocks, sources=[(), (), (item.item_id,)], capture=True)
+            folded.truncated(segment="message_history", strategy="truncate_middle",
+                             tokens_before=900, tokens_after=800)
+            folded.actual(tokens=950, items=3)
+            folded.stop()
     breaches = [abi.RuleBreach(rule, "messages.jsonl", f"{rule} breached")
                 for rule in abi.RULES]
     abi.emit_rule_breaches("/nonexistent/session", "agent", "sess_1", breaches, ac)

@@ -28,6 +28,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
 import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -41,8 +42,10 @@ from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
+from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
+from .._folded import Segment, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
@@ -324,6 +327,10 @@ class ClientTelemetry:
             instrumentation_scope_version=__version__,
         )
         self.capture: bool = self.ctx.capture_content
+        #: contract v0.2's folded form (one span per call) unless the deployment asks for
+        #: the stage spans and events of v0.1
+        self.fold: bool = os.environ.get(OTEL_AGENT_CONTEXT_STAGE_SPANS, "").strip().lower() \
+            not in ("true", "1", "yes")
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
         self.genai_capture: bool = self.handler.should_capture_content()
 
@@ -392,34 +399,35 @@ class Call:
         if env is None:
             env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
         self.env = env
-        budget = env.budget(max_tokens=self.window, reserved_tokens=req.reserved_output,
-                            overflow_strategy=req.overflow_strategy)
-        self.budget = budget
         distinct_ids(req.blocks)
-        used: dict[str, int] = {}
-        for b in req.blocks:
-            used[b.segment] = used.get(b.segment, 0) + b.tokens
-        if req.tool_tokens:
-            used[SEG_TOOLS] = req.tool_tokens
-        order = 0
-        for seg in _SEGMENT_ORDER:
-            if seg in used:
-                budget.segment(seg, order=order, used_tokens=used[seg])
-                order += 1
-        if req.reserved_output is not None:
-            budget.segment(SEG_OUTPUT, order=order, reserved_tokens=req.reserved_output)
-        prefix = 0
-        n = 0
-        for b in req.blocks:
-            prefix += b.tokens
-            if b.cache_breakpoint:
-                n += 1
-                budget.segment(f"cache_prefix_{n}", used_tokens=prefix)
-        asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
+        segments = _segments(req)
         # the items selected or surfaced in the envelope that each block's text carries
         # (None: nothing to compare, the usual case)
         found = env._block_sources([(b.item_id, b.digest, b.text) for b in req.blocks]
                                    ) if env._links is not None else None
+        if tel.fold:  # contract v0.2: the call's records are attributes of its one span
+            self.budget = fold_call(env, span, max_tokens=self.window,
+                                    reserved_tokens=req.reserved_output,
+                                    overflow_strategy=req.overflow_strategy,
+                                    segments=segments, blocks=req.blocks, sources=found,
+                                    capture=tel.capture)
+        else:
+            self._stage_spans(env, span, req, segments, found)
+        if req.compacted:
+            env.mark_compacted(span)
+            inv.conversation_compacted = True
+
+    def _stage_spans(self, env: Envelope, span: Any, req: Request,
+                     segments: list[Segment], found: list[tuple[str, ...]] | None) -> None:
+        """The span-and-event form (``OTEL_AGENT_CONTEXT_STAGE_SPANS=true``): a budget
+        span with a segment event each, an assembly span with a block event each."""
+        tel = self.tel
+        budget = env.budget(max_tokens=self.window, reserved_tokens=req.reserved_output,
+                            overflow_strategy=req.overflow_strategy)
+        self.budget = budget
+        for name, order, reserved, used in segments:
+            budget.segment(name, order=order, reserved_tokens=reserved, used_tokens=used)
+        asm = env.assembly(budget_id=getattr(budget, "budget_id", None))
         # the item's own attributes only where they add something to the block's (content
         # under capture, a native id, a non-inline content mode): fewer event attributes is
         # most of the per-call cost; runs of plain blocks go in one call
@@ -443,9 +451,6 @@ class Call:
             asm.blocks(rows)
         asm.stop()
         asm.inject(span=span, injection_point=InjectionPoint.MESSAGE_HISTORY)
-        if req.compacted:
-            env.mark_compacted(span)
-            inv.conversation_compacted = True
 
     # -- the end of the call --------------------------------------------------------------
 
@@ -581,6 +586,30 @@ class Call:
                 env.stop()
             else:
                 env.fail(exc)
+
+
+def _segments(req: Request) -> list[Segment]:
+    """The window's layout: the used segments in order, the output reserve, then the
+    prefixes up to each cache breakpoint (unordered: they overlap the others)."""
+    used: dict[str, int] = {}
+    for b in req.blocks:
+        used[b.segment] = used.get(b.segment, 0) + b.tokens
+    if req.tool_tokens:
+        used[SEG_TOOLS] = req.tool_tokens
+    out: list[Segment] = []
+    for seg in _SEGMENT_ORDER:
+        if seg in used:
+            out.append((seg, len(out), None, used[seg]))
+    if req.reserved_output is not None:
+        out.append((SEG_OUTPUT, len(out), req.reserved_output, None))
+    prefix = 0
+    n = 0
+    for b in req.blocks:
+        prefix += b.tokens
+        if b.cache_breakpoint:
+            n += 1
+            out.append((f"cache_prefix_{n}", None, None, prefix))
+    return out
 
 
 def is_context_length_error(exc: BaseException) -> bool:

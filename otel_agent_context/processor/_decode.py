@@ -42,6 +42,7 @@ from ..rebuild._boundary import (
     check_event,
     dropped_event,
     duplicate_keys,
+    parallel_arrays,
     span_times,
     undated_event,
 )
@@ -339,7 +340,8 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
         start, end = span_times(start, end, (e.time_unix_nano for e in raw_events), span_id,
                                 repairs)
     # the span's attributes first, then its events: the order normalize_view repairs in
-    span_attributes = _attributes(span.attributes, repairs, span_id)
+    span_attributes = parallel_arrays(_attributes(span.attributes, repairs, span_id), repairs,
+                                      span_id)
     events = []
     for event in raw_events:
         name = event.name

@@ -19,7 +19,10 @@ The rules, all from the one table (``_table``):
 - an event lacking an attribute it must carry (its id, say) is dropped alone;
 - an event without a time takes its span's start;
 - a key repeated in one OTLP attribute list takes its last occurrence; a span id sent again
-  with other content keeps its first sighting (both said, never silent).
+  with other content keeps its first sighting (both said, never silent);
+- the parallel arrays of the folded form keep their positions: an element that cannot be
+  kept becomes empty (``""``, or -1 in an int array) rather than shifting the rest, and each
+  array is cut or padded to the length of the array it runs parallel to.
 
 Checking one attribute is a pure function of its name and value, so the processor caches it
 by the attribute's encoding.
@@ -31,7 +34,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._table import ATTRIBUTES, EVENTS, TEMPLATES, AttributeSpec
+from .._table import ATTRIBUTES, EVENTS, FOLDED, TEMPLATES, AttributeSpec
 from ._view import EventView, SpanView
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "check_event",
     "normalize_attributes",
     "normalize_view",
+    "parallel_arrays",
     "repair_json",
     "same_span",
 ]
@@ -60,8 +64,10 @@ FOREIGN_TRACE = "foreign_trace"
 DUPLICATE_KEY = "duplicate_key"
 DUPLICATE_SPAN = "duplicate_span"
 TEXT = "text"
+ARRAY_LENGTH = "array_length"
 REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
-                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, TEXT)
+                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, TEXT,
+                ARRAY_LENGTH)
 
 #: The partial reason of a bundle the boundary changed anything of.
 REPAIRED = "repaired"
@@ -118,7 +124,13 @@ def _spec(key: str) -> AttributeSpec | None:
 _FOLDED = {name: {m.lower(): m for m in spec.members}
            for name, spec in (*ATTRIBUTES.items(), *TEMPLATES.items()) if spec.members}
 _WORDS = {"string": "a string", "int": "an int", "double": "a double", "boolean": "a bool",
-          "string[]": "a string array"}
+          "string[]": "a string array", "int[]": "an int array"}
+#: the folded form's parallel arrays: an element is blanked, never removed (positions count)
+_PARALLEL = frozenset(FOLDED)
+#: parallel array -> the array that sets its length
+_ANCHOR = {name: spec.parallel_to for name, spec in FOLDED.items() if spec.parallel_to}
+_SOURCE_COUNTS = "context.assembly.block_source_counts"
+_SOURCE_REFS = "context.assembly.block_source_item_refs"
 
 #: (value or DROP, (kind, action) or None)
 Checked = tuple[Any, "tuple[str, str] | None"]
@@ -178,29 +190,68 @@ def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
         value, repair = [value], (TYPE, "one string where an array is due: made a list")
     elif not isinstance(value, (list, tuple)):
         return _wrong(spec, value)
+    parallel = key in _PARALLEL
     out = []
     for element in value:
         if isinstance(element, (bool, int, float)) and not isinstance(element, str):
             if isinstance(element, float) and not math.isfinite(element):
                 repair = (NON_FINITE, "a non-finite element: dropped")
+                if parallel:
+                    out.append("")
                 continue
             if isinstance(element, int) and not _INT64[0] <= element <= _INT64[1]:
                 repair = (TYPE, "an element beyond 64 bits: dropped")
+                if parallel:
+                    out.append("")
                 continue
             element, repair = str(element), (TYPE, "non-string elements: converted to text")
         elif not isinstance(element, str):
-            return _wrong(spec, value)
-        if spec.members:
+            if not parallel:
+                return _wrong(spec, value)
+            repair = (TYPE, "a non-string element: emptied")
+            element = ""
+        if spec.members and not (parallel and element == ""):
             checked, element_repair = _enum(key, spec, element)
             if element_repair is not None:
                 repair = element_repair
             if checked is DROP:
+                if parallel:
+                    out.append("")
                 continue
             element = checked
         out.append(element)
     if repair is None and isinstance(value, list):
         return value, None
     return (out if out or not value else DROP), repair
+
+
+def _ints(key: str, spec: AttributeSpec, value: Any) -> Checked:
+    """An int[] attribute: each element an int of 64 bits (a whole double or a numeric
+    string taken as one); an element that is none becomes -1 in a parallel array."""
+    repair: tuple[str, str] | None = None
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        value, repair = [value], (TYPE, "one value where an array is due: made a list")
+    elif not isinstance(value, (list, tuple)):
+        return _wrong(spec, value)
+    parallel = key in _PARALLEL
+    out: list[int] = []
+    for element in value:
+        if type(element) is int and _INT64[0] <= element <= _INT64[1]:
+            out.append(element)
+            continue
+        checked, element_repair = _number(_INT_SPEC, element)
+        repair = element_repair or (TYPE, "an element taken as an int")
+        if checked is DROP:
+            if parallel:
+                out.append(-1)
+            continue
+        out.append(checked)
+    if repair is None and isinstance(value, list):
+        return value, None
+    return (out if out or not value else DROP), repair
+
+
+_INT_SPEC = AttributeSpec("", "int", (), False, False)
 
 
 def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Checked:
@@ -238,6 +289,8 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return checked
     if kind == "boolean":
         return (value, None) if isinstance(value, bool) else _wrong(spec, value)
+    if kind == "int[]":
+        return _ints(key, spec, value)
     return _strings(key, spec, value)
 
 
@@ -246,7 +299,7 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
 _FAST: dict[str, tuple[type, frozenset[str] | None]] = {
     name: ({"string": str, "int": int, "double": float, "boolean": bool}[spec.type],
            frozenset(spec.members) if spec.members else None)
-    for name, spec in ATTRIBUTES.items() if spec.type != "string[]"}
+    for name, spec in ATTRIBUTES.items() if not spec.type.endswith("[]")}
 
 
 def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *,
@@ -362,11 +415,57 @@ def normalize_view(view: SpanView) -> SpanView:
         view.start_time_unix_nano, view.end_time_unix_nano,
         (e.time_unix_nano for e in view.events), view.span_id, repairs)
     view.attributes = normalize_attributes(view.attributes, repairs, span_id=view.span_id)
+    view.attributes = parallel_arrays(view.attributes, repairs, view.span_id)
     view.events = normalize_events(view.events, view.start_time_unix_nano, repairs,
                                    view.span_id)
     view.repairs = repairs
     view.checked = True
     return view
+
+
+def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
+                    span_id: str) -> Mapping[str, Any]:
+    """The folded form's arrays made to agree: each as long as the array it runs parallel
+    to (cut, or padded with ``""`` / -1), dropped without it; the blocks' source counts
+    and source ids dropped together unless the counts add up to the ids."""
+    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes):
+        return attributes  # not the folded form: the common case, one set operation
+    out: dict[str, Any] | None = None
+    for key, anchor in _ANCHOR.items():
+        value = attributes.get(key)
+        if value is None:
+            continue
+        length = attributes.get(anchor)
+        if length is None:
+            action = f"without {anchor}: dropped"
+            fixed = None
+        elif len(value) == len(length):
+            continue
+        else:
+            n = len(length)
+            pad = -1 if ATTRIBUTES[key].type == "int[]" else ""
+            fixed = [*value[:n], *([pad] * (n - len(value)))]
+            action = f"{len(value)} elements where {anchor} has {n}: made {n}"
+        if out is None:
+            out = dict(attributes)
+        if fixed is None:
+            del out[key]
+        else:
+            out[key] = fixed
+        repairs.append(Repair(ARRAY_LENGTH, key, _shown(value), action, span_id))
+    current = attributes if out is None else out
+    counts, refs = current.get(_SOURCE_COUNTS), current.get(_SOURCE_REFS)
+    if (counts is None) != (refs is None) or (
+            counts is not None and refs is not None
+            and (any(c < 0 for c in counts) or sum(counts) != len(refs))):
+        if out is None:
+            out = dict(attributes)
+        for key in (_SOURCE_COUNTS, _SOURCE_REFS):
+            if key in out:
+                repairs.append(Repair(ARRAY_LENGTH, key, _shown(out.pop(key)),
+                                      "the blocks' source counts do not add up to the source "
+                                      "ids: both dropped", span_id))
+    return attributes if out is None else out
 
 
 def foreign_trace(span: SpanView, trace_id: str) -> Repair:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import _semconv as S
 from .._records import ns_to_rfc3339
-from .._table import ATTRIBUTES, EVENTS, SPANS, FieldSpec
+from .._table import ATTRIBUTES, EVENTS, FOLDED, SPANS, FieldSpec
 from ._boundary import (
     REPAIRED,
     Repair,
@@ -79,6 +79,25 @@ _MISSING_FIELDS = _event(S.EVENT_MISSING_DETECTED, "MissingContext", "missing_id
 _REQUESTED_FIELDS = _event(S.EVENT_MISSING_REQUESTED, "MissingContext", "missing_id")
 _RESOLVED_FIELDS = _event(S.EVENT_MISSING_RESOLVED, "MissingContext", "missing_id")
 _REDACTION_FIELDS = _event(S.EVENT_REDACTION_APPLIED, "ContextEvent.metadata")
+#: The folded form (contract v0.2): a model call's records as attributes of its inference
+#: span. Block arrays -> the item event attribute each element stands for (so the item is
+#: made as from a block event), and the block field it fills.
+_FOLDED_ITEM = {S.ASSEMBLY_BLOCK_KINDS: S.ITEM_KIND,
+                S.ASSEMBLY_BLOCK_CONTENT_MODES: S.ITEM_CONTENT_MODE,
+                S.ASSEMBLY_BLOCK_CONTENT_REFS: S.ITEM_CONTENT_REF,
+                S.ASSEMBLY_BLOCK_CONTENTS: S.ITEM_CONTENT,
+                S.ASSEMBLY_BLOCK_TOOL_CALL_IDS: S.NATIVE_REUSED["model_api.tool_call_id"],
+                S.ASSEMBLY_BLOCK_RESPONSE_IDS: S.NATIVE_REUSED["model_api.response_id"]}
+#: what a block event carries beyond the block only when it describes its item
+_DESCRIBING = (S.ASSEMBLY_BLOCK_CONTENT_MODES, S.ASSEMBLY_BLOCK_CONTENT_REFS,
+               S.ASSEMBLY_BLOCK_TOOL_CALL_IDS, S.ASSEMBLY_BLOCK_RESPONSE_IDS)
+_FOLDED_BLOCK = tuple((attr, spec.field) for attr, spec in FOLDED.items()
+                      if spec.record == "AssemblyBlock" and attr != S.ASSEMBLY_BLOCK_SOURCE_COUNTS)
+_FOLDED_SEGMENT = tuple((attr, spec.field) for attr, spec in FOLDED.items()
+                        if spec.record == "WindowSegment")
+_FOLDED_MARKS = (S.BUDGET_ID, S.ASSEMBLY_ID, S.INJECTION_ID)
+_NOT_FOLDED = frozenset({*_STAGE_SPANS, S.SPAN_ENVELOPE, S.SPAN_ITEMS})
+
 #: missing-context event -> (its fields, the record's time field it sets)
 _MISSING_EVENTS = {S.EVENT_MISSING_DETECTED: (_MISSING_FIELDS, "created_at"),
                    S.EVENT_MISSING_REQUESTED: (_REQUESTED_FIELDS, "requested_at"),
@@ -330,12 +349,14 @@ class _Builder:
                    f"selection:{sid}", span)
         self.selections.append(rec)
 
-    def budget(self, span: SpanView, events: Sequence[EventView]) -> None:
+    def budget(self, span: SpanView, events: Sequence[EventView],
+               segments: list[dict[str, Any]] | None = None) -> None:
         a = span.attributes
         bid = a.get(S.BUDGET_ID, span.span_id)
         rec = _pick(a, _BUDGET_FIELDS, {"budget_id": bid})
         truncations = []
-        segments = []
+        if segments is None:
+            segments = []
         for ev in events:
             ea = ev.attributes
             if ev.name == S.EVENT_BUDGET_TRUNCATED:
@@ -425,6 +446,91 @@ class _Builder:
                        f"summary:{ea[S.SUMMARY_ID]}", span)
         self.event(span.end_time_unix_nano, "context.compaction.completed",
                    f"compaction:{cid}", span)
+
+    # -- the folded form: a model call on its one inference span -------------------------
+
+    def folded(self, span: SpanView) -> None:
+        """The budget, window, assembly and injection an inference span carries as
+        attributes (contract v0.2): the same records as from their spans and events."""
+        a = span.attributes
+        start = span.start_time_unix_nano
+        if S.ASSEMBLY_ID in a:
+            self._folded_assembly(span, a, start)
+        if S.INJECTION_ID in a:
+            iid = a[S.INJECTION_ID]
+            rec = _pick(a, _INJECTION_FIELDS, {"injection_id": iid})
+            rec["created_at"] = _t(start)
+            self.injections.append(rec)
+            self.event(start, S.EVENT_INJECTION_APPLIED, f"injection:{iid}", span)
+        if S.BUDGET_ID in a:
+            truncations = [ev for ev in span.events if ev.name == S.EVENT_BUDGET_TRUNCATED]
+            names = a.get(S.WINDOW_SEGMENT_NAMES)
+            segments = []
+            if names:
+                columns = [(field, a.get(attr)) for attr, field in _FOLDED_SEGMENT]
+                for i in range(len(names)):
+                    seg: dict[str, Any] = {}
+                    for field, values in columns:
+                        if values is not None and values[i] != "" and values[i] != -1:
+                            seg[field] = values[i]
+                    segments.append(seg)
+            self.budget(span, truncations, segments)
+
+    def _folded_assembly(self, span: SpanView, a: Any, start: int) -> None:
+        aid = a[S.ASSEMBLY_ID]
+        rec = _pick(a, _ASSEMBLY_FIELDS, {"assembly_id": aid})
+        item_ids = a.get(S.ASSEMBLY_BLOCK_ITEM_IDS) or ()
+        columns = [(field, a.get(attr)) for attr, field in _FOLDED_BLOCK if field != "item_id"]
+        item_columns = [(key, a.get(attr)) for attr, key in _FOLDED_ITEM.items()
+                        if attr in a]
+        describing = S.ASSEMBLY_BLOCK_CONTENTS in a
+        extras = [a[attr] for attr in _DESCRIBING if attr in a]
+        tokens = a.get(S.ASSEMBLY_BLOCK_TOKENS)
+        digests = a.get(S.ASSEMBLY_BLOCK_DIGESTS)
+        counts = a.get(S.ASSEMBLY_BLOCK_SOURCE_COUNTS)
+        refs = a.get(S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS) or ()
+        blocks: list[dict[str, Any]] = []
+        sources: dict[str, None] = {}
+        at = 0
+        for i, item_id in enumerate(item_ids):
+            block: dict[str, Any] = {"index": i, "item_id": item_id}
+            for field, values in columns:
+                if values is not None and values[i] != "" and values[i] != -1:
+                    block[field] = values[i]
+            if counts is not None:
+                mine = refs[at:at + counts[i]]
+                at += counts[i]
+                if mine:
+                    block["source_item_refs"] = list(mine)
+            blocks.append(block)
+            if not item_id:
+                continue
+            # the item as a block event would give it: its id and kind, and when the block
+            # describes it (content captured, or anything beyond an inline text) the rest
+            item: dict[str, Any] = {S.ITEM_ID: item_id}
+            for key, values in item_columns:
+                if values[i] != "":
+                    item[key] = values[i]
+            if describing or any(values[i] for values in extras):
+                item.setdefault(S.ITEM_CONTENT_MODE, "inline")
+                if tokens is not None and tokens[i] != -1:
+                    item[S.ITEM_TOKEN_ESTIMATE] = tokens[i]
+                if digests is not None and digests[i]:
+                    item[S.ITEM_DIGEST] = digests[i]
+            sources[self.item(item)] = None
+            for ref in block.get("source_item_refs", ()):
+                sources[ref] = None
+        if blocks:
+            rec["ordered_blocks"] = blocks
+        if sources:
+            rec["source_item_refs"] = list(sources)
+        counted = a.get(S.ASSEMBLY_BLOCK_COUNT)
+        if counted is not None and counted > len(blocks):
+            self.notes.append(f"assembly {aid}: {counted} blocks counted, "
+                              f"{len(blocks)} recorded")
+        rec["created_at"] = _t(start)
+        self.assemblies.append(rec)
+        self.event(start, "context.assembly.created", f"assembly:{aid}", span)
 
     # -- events that may sit on any span of the envelope ---------------------------------
 
@@ -571,6 +677,8 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
                 for part in more:
                     events.extend(part.events)
             getattr(b, name[len("context."):])(span, events)
+        elif name not in _NOT_FOLDED and any(m in span.attributes for m in _FOLDED_MARKS):
+            b.folded(span)
         b.span_events(span)
 
     # -- the envelope record --------------------------------------------------------------

@@ -1,0 +1,156 @@
+"""The folded form of a model call (contract v0.2): its budget, window, assembly and
+injection as attributes of the one GenAI inference span, with no stage spans and no block
+events.
+
+The span-and-event form records the same call as a ``context.budget`` span with a
+``context.window.segment`` event per segment, a ``context.assembly`` span with a
+``context.assembly.block`` event per message and a ``context.injection.applied`` event: three
+spans and a dozen events where the GenAI instrumentors of the field write one span. Here the
+blocks and segments are parallel arrays (element i of each describes block i), written in one
+``set_attributes`` call; the rebuild makes the same records from either form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import Span
+
+from . import _semconv as S
+from ._attributes import fields_to_attributes, ordered_hash
+from ._enums import InjectionPoint, Visibility
+from ._masking import has_masker, mask
+from ._stages import Budget
+
+if TYPE_CHECKING:
+    from ._envelope import Envelope
+
+__all__ = ["FoldedBudget", "Segment", "fold_call"]
+
+#: (name, order or None, reserved tokens or None, used tokens or None)
+Segment = tuple[str, "int | None", "int | None", "int | None"]
+
+_MODEL = Visibility.MODEL.value
+_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
+_INLINE = "inline"
+
+
+class FoldedBudget(Budget):
+    """A :class:`Budget` whose span is the inference span: its attributes go on that span,
+    its truncations are events of it, and stopping it ends nothing (the call ends the span)."""
+
+    def segment(self, segment: str, **kwargs: Any) -> None:  # noqa: ARG002 - not folded
+        raise TypeError("a folded budget's segments are given to fold_call")
+
+    def _item_event(self, name: str, attrs: dict[str, Any], ts: int | None) -> None:
+        self._env._emit(self._span, name, attrs, ts)
+
+    def _end(self, attrs: dict[str, Any], end_time: int | str | None) -> None:
+        attrs.update(self._overrides)
+        if attrs:
+            self._span.set_attributes(attrs)
+
+
+def _ints(values: Sequence[int | None]) -> list[int]:
+    return [-1 if v is None else v for v in values]
+
+
+def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
+              reserved_tokens: int | None, overflow_strategy: str | None,
+              segments: Sequence[Segment], blocks: Sequence[Any],
+              sources: Sequence[Sequence[str]] | None, capture: bool) -> FoldedBudget:
+    """Record one model call on ``span``: budget, window segments, assembly of ``blocks``
+    (the instrumentors' ``Block``: item_id, kind, tokens, point, digest, content,
+    content_mode, content_ref, tool_call_id, response_id) and its injection. ``sources``:
+    per block, the ids of the envelope's items its text carries (None: none). Returns the
+    budget, to record what the response says and to stop with the call."""
+    owner = env._owner
+    ids = owner._ids
+    budget_id = ids.new("bud")
+    attrs = fields_to_attributes(S.SPAN_BUDGET, "ContextBudget", False, budget_id=budget_id,
+                                 target=_MODEL, max_tokens=max_tokens,
+                                 reserved_tokens=reserved_tokens,
+                                 overflow_strategy=overflow_strategy)
+    budget = FoldedBudget(env, span, budget_id, attrs)
+    if segments:
+        attrs[S.WINDOW_SEGMENT_NAMES] = [s[0] for s in segments]
+        attrs[S.WINDOW_SEGMENT_ORDERS] = _ints([s[1] for s in segments])
+        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = _ints([s[2] for s in segments])
+        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = _ints([s[3] for s in segments])
+
+    item_ids: list[str] = []
+    kinds: list[str] = []
+    tokens: list[int] = []
+    points: list[str] = []
+    digests: list[str] = []
+    parts: list[str] = []
+    counts: list[int] = []
+    refs: list[str] = []
+    named = env._named
+    total = 0
+    plain = True
+    for i, b in enumerate(blocks):
+        item_id = b.item_id
+        item_ids.append(item_id)
+        kinds.append(b.kind or "")
+        tokens.append(b.tokens)
+        total += b.tokens
+        points.append(b.point or "")
+        digest = b.digest or ""
+        digests.append(digest)
+        parts.append(f"{i}:{item_id}:{digest}")
+        named.add(item_id)
+        found = sources[i] if sources else ()
+        if found:
+            mine = [r for r in dict.fromkeys(found) if r != item_id]
+            named.update(mine)
+            refs.extend(mine)
+            counts.append(len(mine))
+        else:
+            counts.append(0)
+        if plain and not b.plain:
+            plain = False
+    assembly_hash = ordered_hash(parts)
+    assembly_id = ids.new("asm")
+    attrs[S.ASSEMBLY_ID] = assembly_id
+    attrs[S.ASSEMBLY_TARGET] = _MODEL
+    attrs[S.ASSEMBLY_BLOCK_COUNT] = len(item_ids)
+    attrs[S.ASSEMBLY_TOKEN_COUNT] = total
+    attrs[S.ASSEMBLY_HASH] = assembly_hash
+    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = item_ids
+    attrs[S.ASSEMBLY_BLOCK_KINDS] = kinds
+    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens
+    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = points
+    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = digests
+    if refs:
+        attrs[S.ASSEMBLY_BLOCK_SOURCE_COUNTS] = counts
+        attrs[S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS] = refs
+    if not plain:  # what some items carry beyond their block: only when one does
+        modes = [b.content_mode if b.content_mode != _INLINE else "" for b in blocks]
+        if any(modes):
+            attrs[S.ASSEMBLY_BLOCK_CONTENT_MODES] = modes
+        for key, values in ((S.ASSEMBLY_BLOCK_CONTENT_REFS, [b.content_ref for b in blocks]),
+                            (S.ASSEMBLY_BLOCK_TOOL_CALL_IDS,
+                             [b.tool_call_id for b in blocks]),
+                            (S.ASSEMBLY_BLOCK_RESPONSE_IDS, [b.response_id for b in blocks])):
+            if any(values):
+                attrs[key] = [v or "" for v in values]
+    if capture:
+        masking = has_masker()
+        attrs[S.ASSEMBLY_BLOCK_CONTENTS] = [
+            ((mask(b.content) or "") if masking else b.content) if b.content else ""
+            for b in blocks]
+    injection_id = ids.new("inj")
+    attrs[S.INJECTION_ID] = injection_id
+    attrs[S.INJECTION_TARGET] = _MODEL
+    attrs[S.INJECTION_POINT] = _HISTORY
+    attrs[S.INJECTION_HASH] = assembly_hash
+
+    env._target_span(span)  # an inference span inside the application's envelope joins it
+    attrs[S.CONTEXT_ID] = env.context_id
+    span.set_attributes(attrs)
+    env._stages.update(("budget", "assembly", "injection"))
+    env._assembled = True
+    owner._instruments.injections.add(1, {"target": _MODEL, "injection_point": _HISTORY})
+    return budget
