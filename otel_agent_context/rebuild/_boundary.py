@@ -22,7 +22,8 @@ The rules, all from the one table (``_table``):
   with other content keeps its first sighting (both said, never silent);
 - the parallel arrays of the folded form keep their positions: an element that cannot be
   kept becomes empty (``""``, or -1 in an int array) rather than shifting the rest, and each
-  array is cut or padded to the length of the array it runs parallel to.
+  array is cut or padded to the length of the array it runs parallel to, and a position
+  whose id is empty (a block or segment lacking it) is dropped from every array.
 
 Checking one attribute is a pure function of its name and value, so the processor caches it
 by the attribute's encoding.
@@ -129,6 +130,7 @@ _WORDS = {"string": "a string", "int": "an int", "double": "a double", "boolean"
 _PARALLEL = frozenset(FOLDED)
 #: parallel array -> the array that sets its length
 _ANCHOR = {name: spec.parallel_to for name, spec in FOLDED.items() if spec.parallel_to}
+_ANCHORS = tuple(name for name, spec in FOLDED.items() if not spec.parallel_to)
 _SOURCE_COUNTS = "context.assembly.block_source_counts"
 _SOURCE_REFS = "context.assembly.block_source_item_refs"
 
@@ -465,7 +467,37 @@ def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
                 repairs.append(Repair(ARRAY_LENGTH, key, _shown(out.pop(key)),
                                       "the blocks' source counts do not add up to the source "
                                       "ids: both dropped", span_id))
+    current = attributes if out is None else out
+    for anchor in _ANCHORS:
+        names = current.get(anchor)
+        if names and "" in names:
+            out = _drop_unnamed(dict(current), anchor, repairs, span_id)
+            current = out
     return attributes if out is None else out
+
+
+def _drop_unnamed(attributes: dict[str, Any], anchor: str, repairs: list[Repair],
+                  span_id: str) -> dict[str, Any]:
+    """A block or segment without its id (an empty element of the array that names them):
+    dropped from every array, as a block or segment event lacking it is dropped."""
+    names = attributes[anchor]
+    keep = [i for i, name in enumerate(names) if name != ""]
+    for i, name in enumerate(names):
+        if name == "":
+            repairs.append(Repair(EVENT_DROPPED, anchor, "", f"position {i} has no id: dropped "
+                                  "from every parallel array", span_id))
+    counts = attributes.get(_SOURCE_COUNTS) if anchor == _ANCHOR[_SOURCE_COUNTS] else None
+    if counts is not None:
+        refs = attributes[_SOURCE_REFS]
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        attributes[_SOURCE_REFS] = [r for i in keep
+                                    for r in refs[starts[i]:starts[i] + counts[i]]]
+    for key, parallel_to in _ANCHOR.items():
+        if parallel_to == anchor and key in attributes:
+            values = attributes[key]
+            attributes[key] = [values[i] for i in keep]
+    attributes[anchor] = [names[i] for i in keep]
+    return attributes
 
 
 def foreign_trace(span: SpanView, trace_id: str) -> Repair:

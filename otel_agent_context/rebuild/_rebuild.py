@@ -750,6 +750,12 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     if repairs:
         reasons.append(REPAIRED)
     _not_injected(b, reasons)
+    # a block may name as its source an item the envelope recorded nowhere else (a foreign
+    # emitter's, or one on a span that never came): it is still an item, known by its id
+    for asm in b.assemblies:
+        for ref in asm.get("source_item_refs", ()):
+            if ref not in b.items:
+                b.items[ref] = {"item_id": ref}
     rebuild_info: dict[str, Any] = {
         "status": "partial" if reasons else "complete",
         "expected_spans": expected,

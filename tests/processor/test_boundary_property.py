@@ -20,8 +20,12 @@ keep one trace. The in-process bundle must not depend on arrival order, and equa
 processor's whenever the mix has one trace (kvlist and bytes aside, whose repairs are
 worded after what they decoded to).
 
-Whether a value needs a repair is decided here (:func:`needs_repair`), from the contract's
-rules, never by asking the code under test.
+Model calls in contract v0.2's folded form go in the mix too: inference spans whose parallel
+arrays (blocks, window segments) have the right length or another one, well-formed or
+off-spec elements, source counts that add up or not (:func:`folded_span`).
+
+Whether a value needs a repair is decided here (:func:`needs_repair`, :func:`folded_bad`),
+from the contract's rules, never by asking the code under test.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from processor_testkit import REPO, request
 
 from otel_agent_context import bundle_json_schema
 from otel_agent_context._measure import measure
-from otel_agent_context._table import ATTRIBUTES, EVENTS, METRICS, SPANS, AttributeSpec
+from otel_agent_context._table import ATTRIBUTES, EVENTS, FOLDED, METRICS, SPANS, AttributeSpec
 from otel_agent_context.processor._decode import decode_request, parse_protobuf
 from otel_agent_context.rebuild import rebuild, rebuild_envelope, view_from_readable_span
 
@@ -246,6 +250,92 @@ def off_span(draw: Any, span_id: int, parents: list[int]) -> Sp:
 
 ids = st.text(alphabet="abcdefghij0123456789", min_size=1, max_size=6)
 
+SOURCE_COUNTS = "context.assembly.block_source_counts"
+SOURCE_REFS = "context.assembly.block_source_item_refs"
+#: the arrays that set the lengths: blocks and window segments
+ANCHORS = sorted({spec.parallel_to or key for key, spec in FOLDED.items()})
+
+
+def element_ok(key: str, element: Any) -> bool:
+    """A well-formed element of a folded array ("" and -1 say: none for this position)."""
+    spec = ATTRIBUTES[key]
+    if spec.type == "int[]":
+        return type(element) is int and INT64[0] <= element <= INT64[1]
+    return isinstance(element, str) and (not spec.members or element in spec.members
+                                         or element == "")
+
+
+def folded_bad(attrs: dict[str, Any]) -> bool:
+    """Whether the boundary must repair a folded span's arrays (contract v0.2's rules)."""
+    for key, value in attrs.items():
+        if key in FOLDED:
+            if not all(element_ok(key, e) for e in value):
+                return True
+            if key in ANCHORS and "" in value:  # a block or segment without its id
+                return True
+            anchor = FOLDED[key].parallel_to
+            if anchor and (anchor not in attrs or len(attrs[anchor]) != len(value)):
+                return True
+        elif key == SOURCE_REFS and not all(isinstance(e, str) for e in value):
+            return True
+    counts, refs = attrs.get(SOURCE_COUNTS), attrs.get(SOURCE_REFS)
+    if (counts is None) != (refs is None):
+        return True
+    return counts is not None and refs is not None and (
+        any(c < 0 for c in counts) or sum(counts) != len(refs))
+
+
+def folded_element(key: str) -> st.SearchStrategy[Any]:
+    spec = ATTRIBUTES[key]
+    if spec.type == "int[]":
+        good: st.SearchStrategy[Any] = st.integers(-1, 5) | st.just(-1)
+    elif spec.members:
+        good = st.sampled_from([*spec.members, ""])
+    else:
+        good = ids | st.just("")
+    off = st.one_of(SCALAR, st.sampled_from([m.upper() for m in spec.members] or ["x"]))
+    return st.one_of(good, good, good, off)
+
+
+@st.composite
+def folded_span(draw: Any, span_id: int) -> Sp:
+    """An inference span carrying a model call in the folded form, its arrays of the right
+    length or not, their elements well-formed or not."""
+    sizes = {anchor: draw(st.integers(0, 4)) for anchor in ANCHORS}
+    attrs: dict[str, Any] = {}
+    for key, value in (("context.budget.id", "bud-f"), ("context.assembly.id", "asm-f"),
+                       ("context.injection.id", "inj-f")):
+        if draw(st.integers(0, 3)):
+            attrs[key] = value
+    for key, spec in FOLDED.items():
+        if not draw(st.integers(0, 2)):
+            continue
+        size = sizes[spec.parallel_to or key]
+        if key == SOURCE_COUNTS:
+            continue  # below, with the refs
+        if spec.parallel_to and not draw(st.integers(0, 5)):
+            size = draw(st.integers(0, 5))  # another length than its anchor
+        attrs[key] = draw(st.lists(folded_element(key), min_size=size, max_size=size))
+    if draw(st.booleans()):
+        blocks = sizes[FOLDED[SOURCE_COUNTS].parallel_to]
+        counts = draw(st.lists(st.integers(0, 2), min_size=blocks, max_size=blocks))
+        refs = draw(st.lists(ids, min_size=sum(counts), max_size=sum(counts)))
+        if not draw(st.integers(0, 4)):  # counts that do not add up, or one without the other
+            choice = draw(st.integers(0, 2))
+            if choice == 0:
+                refs.append("extra")
+            elif choice == 1:
+                counts = []
+            else:
+                refs = []
+        if counts or not refs:
+            attrs[SOURCE_COUNTS] = counts
+        if refs or not counts:
+            attrs[SOURCE_REFS] = refs
+    start = BASE + draw(st.integers(-2_000, 5_000))
+    return Sp(MAIN, span_id, "chat gpt-x", start, [("context.id", CID), *attrs.items()],
+              bad=folded_bad(attrs))
+
 
 @st.composite
 def scenarios(draw: Any) -> Scenario:
@@ -274,7 +364,8 @@ def scenarios(draw: Any) -> Scenario:
             ("context.window.used_tokens", segment["used_tokens"])])], parent=ENVELOPE)
     off = [draw(off_span(10 + i, [ENVELOPE, SELECTION, BUDGET]))
            for i in range(draw(st.integers(0, 5)))]
-    spans = [selection, budget, *off]
+    folded = [draw(folded_span(30 + i)) for i in range(draw(st.integers(0, 2)))]
+    spans = [selection, budget, *off, *folded]
     scope = None
     if draw(st.integers(0, 3)):  # mostly, the envelope span is there
         sent = draw(st.sampled_from(ATTRIBUTES["context.scope"].members) | st.sampled_from(
