@@ -242,6 +242,10 @@ class Request:
     edits: list[dict[str, Any]] = field(default_factory=list)
     #: Tool names by tool call id (which tool uses an edit may clear).
     tool_names: dict[str, str] = field(default_factory=dict)
+    #: A call whose whole purpose is to compact its input (OpenAI ``responses.compact``):
+    #: the blocks at these positions come back as they are; the others are replaced.
+    compaction_call: bool = False
+    kept: frozenset[int] = frozenset()
 
     @property
     def estimated_input(self) -> int:
@@ -503,11 +507,12 @@ class Call:
         span = inv.span
         if out.attributes and span.is_recording():
             span.set_attributes(out.attributes)
-        if out.compactions:  # the provider compacted the conversation in this very call
-            inv.conversation_compacted = True
-            if self.env is not None:
-                self.env.mark_compacted(span)
         budget, env, req = self.budget, self.env, self.req
+        if out.compactions and not (req is not None and req.compaction_call):
+            # the provider compacted the conversation in this very call
+            inv.conversation_compacted = True
+            if env is not None:
+                env.mark_compacted(span)
         if budget is None or env is None or req is None:
             return
         if out.input_tokens is not None:
@@ -531,18 +536,26 @@ class Call:
         """OpenAI server-side compaction: the input so far replaced by an encrypted item."""
         req, env = self.req, self.env
         assert env is not None and req is not None  # only called once the stages have begun
+        explicit = req.compaction_call  # responses.compact: asked for, not a threshold
         with env.compaction(method=CompactionMethod.PROVIDER_CONTEXT_EDITING,
-                                 trigger="compact_threshold", scope="input",
-                                 replacement_policy="replace_sources") as cmp:
-            for b in req.blocks:
-                if b.point == InjectionPoint.MESSAGE_HISTORY.value:
+                            trigger="responses.compact" if explicit else "compact_threshold",
+                            scope="input", replacement_policy="replace_sources") as cmp:
+            kept = 0
+            for i, b in enumerate(req.blocks):
+                if i in req.kept:
+                    kept += b.tokens
+                elif b.point == InjectionPoint.MESSAGE_HISTORY.value:
                     cmp.source(b.item_id, covered=True, token_estimate=b.tokens,
                                kind=b.kind)
             for cid in out.compactions:
-                cmp.summary(summary_id=f"compaction:{cid}", refresh_policy="provider")
+                cmp.summary(summary_id=f"compaction:{cid}", refresh_policy="provider",
+                            token_estimate=out.output_tokens if explicit else None)
             cmp.loss_note("provider summary is encrypted: coverage is the provider's claim, "
                           "not verified")
-            cmp.set(tokens_before=req.estimated_input, tokens_after=out.input_tokens)
+            # after an explicit compaction the next input is the kept messages and the summary
+            after = (kept + out.output_tokens if explicit and out.output_tokens is not None
+                     else out.input_tokens)
+            cmp.set(tokens_before=req.estimated_input, tokens_after=after)
 
     def _context_edits(self, out: Outcome) -> None:
         """Anthropic context editing: tool results (or thinking) cleared before the call."""

@@ -3,7 +3,8 @@
 Serves on loopback only and never calls out. It speaks just enough of each API for the real
 ``openai`` and ``anthropic`` client libraries (pointed at it with ``base_url``) to work:
 
-- OpenAI ``POST /v1/chat/completions`` and ``POST /v1/responses``, JSON or SSE streaming
+- OpenAI ``POST /v1/chat/completions``, ``POST /v1/responses`` and
+  ``POST /v1/responses/compact`` (user messages kept, one compaction item), JSON or SSE streaming
   (``stream: true``), usage with cached tokens, ``previous_response_id`` (stored responses),
   ``truncation: "auto"`` (drops the middle of the input to fit) and ``context_management``
   compaction (a ``compaction`` output item), and a ``context_length_exceeded`` 400 when the
@@ -185,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._chat(body)
         elif path == "/v1/responses":
             self._responses(body)
+        elif path == "/v1/responses/compact":
+            self._compact(body)
         elif path == "/v1/messages":
             self._messages(body)
         else:
@@ -246,6 +249,31 @@ class _Handler(BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append((None, {**base, "choices": [], "usage": usage}))
         self._sse(events)
+
+    def _compact(self, body: dict[str, Any]) -> None:
+        """``responses.compact``: every user message kept as it is, then one compaction item
+        standing for everything else (encrypted, as the API's is)."""
+        state = self.server.state
+        raw = body.get("input")
+        items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+        prompt = sum(stub_tokens(_text_of(it)) + 4 for it in items) + stub_tokens(
+            body.get("instructions") or "") + 3
+        if self._openai_too_long(body.get("model", ""), prompt, 0):
+            return
+        kept = [{"type": "message", "id": state.new_id("msg"), "status": "completed",
+                 "role": "user", "content": [{"type": "input_text", "text": _text_of(it)}]}
+                for it in items
+                if (it.get("type") or "message") == "message" and it.get("role") == "user"]
+        summary = max(prompt // 8, 1)
+        self._json(200, {
+            "id": state.new_id("resp"), "object": "response.compaction",
+            "created_at": 1_700_000_000,
+            "output": [*kept, {"type": "compaction", "id": state.new_id("cmp"),
+                               "encrypted_content": "gAAAA" + "x" * 32}],
+            "usage": {"input_tokens": prompt, "output_tokens": summary,
+                      "total_tokens": prompt + summary,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}})
 
     def _responses(self, body: dict[str, Any]) -> None:
         state = self.server.state

@@ -13,6 +13,8 @@ message or input item, with its context kind, injection point and token estimate
 from the response, the actual input, cached and output tokens. ``truncation="auto"`` is the
 ``truncate_middle`` overflow strategy, compaction items mark the conversation compacted,
 ``previous_response_id`` is a ``ref`` block, and a context-length error is a rejected overflow.
+``responses.compact`` is a compaction: the items it replaces are its sources, the user messages
+it keeps are not, its summary is the compaction item.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                    X.PROVIDER)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
                         X.responses_is_stream, X.PROVIDER)
+        compact = Api(X.compact_request, X.compact_response, X.ResponsesAccumulator,
+                      X.compact_is_stream, X.PROVIDER)
         # create and parse (structured outputs: LangChain's with_structured_output and
         # create_agent(response_format=...) call chat.completions.with_raw_response.parse);
         # with_raw_response / with_streaming_response call these same methods.
@@ -65,6 +69,8 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             (_RESPONSES, "AsyncResponses.create", async_wrapper(tel, responses)),
             (_RESPONSES, "Responses.parse", sync_wrapper(tel, responses)),
             (_RESPONSES, "AsyncResponses.parse", async_wrapper(tel, responses)),
+            (_RESPONSES, "Responses.compact", sync_wrapper(tel, compact)),
+            (_RESPONSES, "AsyncResponses.compact", async_wrapper(tel, compact)),
         ))
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -382,3 +382,29 @@ class ResponsesAccumulator(Accumulator):
 
 
 responses_is_stream = chat_is_stream
+
+
+def compact_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
+    """``responses.compact``: read as a Responses request; the user messages are the blocks
+    the API gives back as they are (everything else becomes one compaction item)."""
+    req = responses_request(args, kwargs, capture)
+    req.compaction_call = True
+    raw = given(kwargs.get("input"))
+    items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
+    offset = len(req.blocks) - len(items)  # instructions and a previous response come first
+    req.kept = frozenset(offset + i for i, it in enumerate(items)
+                         if (_get(it, "type") or "message") == "message"
+                         and _get(it, "role") == "user")
+    return req
+
+
+def compact_response(result: Any, capture: bool) -> Outcome:
+    """A ``CompactedResponse``: its usage, and the compaction item it ends with."""
+    out = responses_response(result, capture)
+    out.finish_reasons = []
+    out.output_messages = None
+    return out
+
+
+def compact_is_stream(kwargs: dict[str, Any]) -> bool:
+    return False
