@@ -24,6 +24,14 @@ def setup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 @pytest.fixture
+def stage_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    """Ours alone, writing contract v0.1's stage spans and events
+    (``OTEL_AGENT_CONTEXT_STAGE_SPANS=true``, read when instrumenting)."""
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_STAGE_SPANS", "true")
+    yield from make_setup("none", False, monkeypatch)
+
+
+@pytest.fixture
 def alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     yield from make_setup("none", False, monkeypatch)
 

@@ -5,24 +5,11 @@ the folded one (contract v0.2, the default) and the stage spans of v0.1
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
-import pytest
-from llm_setup import Setup, make_setup
 
 from otel_agent_context import Envelope, _folded
 from otel_agent_context import _semconv as S
 from otel_agent_context._api import set_strict
-
-STAGE_SPANS = "OTEL_AGENT_CONTEXT_STAGE_SPANS"
-
-
-@pytest.fixture
-def stage_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
-    """Ours alone, writing the v0.1 form (the switch is read when instrumenting)."""
-    monkeypatch.setenv(STAGE_SPANS, "true")
-    yield from make_setup("none", False, monkeypatch)
 
 
 def _call(stub) -> str:

@@ -107,6 +107,41 @@ def test_chat_sync(setup, stub) -> None:
     check_chat_call(setup.tel)
 
 
+def test_chat_sync_stage_spans(stage_spans, stub) -> None:
+    """OTEL_AGENT_CONTEXT_STAGE_SPANS=true: the v0.1 form, a budget span with an event a
+    window segment, an assembly span with an event a block, an injection event; the same
+    facts as the folded form, and the same bundle."""
+    client(stub).chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS)
+    spans = stage_spans.tel.spans()
+    inf = one_inference(spans)
+    a = inf.attributes
+    assert sorted(s.name for s in spans) == sorted([inf.name, S.SPAN_BUDGET, S.SPAN_ASSEMBLY])
+    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    assert S.ASSEMBLY_BLOCK_ITEM_IDS not in a and S.BUDGET_ID not in a
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    for stage in (budget, asm):
+        assert stage.parent.span_id == inf.context.span_id
+        assert stage.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID]
+    b = budget.attributes
+    assert (b[S.BUDGET_MAX_TOKENS], b[S.BUDGET_RESERVED_TOKENS]) == (128_000, 256)
+    assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
+    segs = events(budget, S.EVENT_WINDOW_SEGMENT)
+    assert [s[S.WINDOW_SEGMENT] for s in segs] == [
+        "system_prompt", "tool_definitions", "message_history", "output"]
+    assert segs[-1][S.WINDOW_RESERVED_TOKENS] == 256
+    rows = events(asm, S.EVENT_ASSEMBLY_BLOCK)
+    assert [(e[S.ITEM_KIND], e[S.INJECTION_POINT]) for e in rows] == EXPECTED_KINDS
+    assert rows[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
+    (inj,) = events(inf, S.EVENT_INJECTION_APPLIED)
+    assert inj[S.INJECTION_HASH] == asm.attributes[S.ASSEMBLY_HASH]
+    (bundle,) = stage_spans.tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert len(bundle["context_assemblies"][0]["ordered_blocks"]) == 5
+    assert bundle["context_injections"][0]["assembly_id"] == asm.attributes[S.ASSEMBLY_ID]
+
+
 def test_chat_stream(setup, stub) -> None:
     stream = client(stub).chat.completions.create(
         model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS,
