@@ -141,7 +141,18 @@ _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
-_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")  # one path segment
+
+
+def _pathpart(value: Any) -> str:
+    """An id as the last part of a link: one path segment, or ``?id=`` for ``.`` and ``..``,
+    which a browser resolves away as dot segments (even percent-encoded as ``%2E``)."""
+    text = str(value)
+    if text in (".", ".."):
+        return "?id=" + quote(text, safe="")
+    return quote(text, safe="")
+
+
+_ENV.filters["pathpart"] = _pathpart
 _ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
                     reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
                     id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
@@ -261,7 +272,7 @@ class UiServer:
                              "?token=TOKEN, or send Authorization: Bearer TOKEN.").encode())
             return web.Response(status=401, body=body, content_type=_JSON if api else "text/html",
                                 headers={"WWW-Authenticate": "Bearer"})
-        route = self._route(request.path)
+        route = self._route(request.path, request.query)
         if route is None:
             status, body, content_type, headers = _page(404, self._message(
                 "Not found", f"Nothing at {request.path}: try the list of conversations."))
@@ -287,7 +298,8 @@ class UiServer:
             response.headers[name] = value
         return response
 
-    def _route(self, path: str) -> tuple[Callable[[str, Any], Reply], str] | None:
+    def _route(self, path: str,
+               query: Any) -> tuple[Callable[[str, Any], Reply], str] | None:
         table: tuple[tuple[str, Callable[[str, Any], Reply]], ...] = (
             ("/api/conversations", self._api_conversations),
             ("/api/envelopes/", self._api_envelope),
@@ -301,8 +313,8 @@ class UiServer:
         for prefix, handler in table:
             if prefix.endswith("/") and path.startswith(prefix) and len(path) > len(prefix):
                 return handler, path[len(prefix):]  # aiohttp has decoded it once
-            if path == prefix:
-                return handler, ""
+            if path == prefix:  # "/sessions/?id=.." (see _pathpart)
+                return handler, query.get("id", "") if prefix.endswith("/") else ""
         return None
 
     @staticmethod
@@ -363,4 +375,4 @@ class UiServer:
 
 
 def session_path(conversation_id: str) -> str:
-    return "/sessions/" + quote(conversation_id, safe="")
+    return "/sessions/" + _pathpart(conversation_id)
