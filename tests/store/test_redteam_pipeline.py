@@ -76,7 +76,8 @@ def test_a_store_without_room_for_a_batch_never_stalls_the_json_lines(tmp_path: 
         assert store is not None and store.store is not None
         raw = store.store._db.raw  # the sink's own connection: the cap applies to its writes
         [(pages,)] = raw.execute("PRAGMA page_count").fetchall()
-        raw.execute(f"PRAGMA max_page_count = {pages + 40}")  # 160 KiB of room (4 KiB pages)
+        [(page_size,)] = raw.execute("PRAGMA page_size").fetchall()
+        raw.execute(f"PRAGMA max_page_count = {pages + 160 * 1024 // page_size}")  # 160 KiB
         # one request: the small envelopes and the huge one reach the store in one batch
         spans = [s for n in range(6) for s in envelope_spans(10 + n, f"small-{n}")]
         spans += envelope_spans(99, "huge", stages=400)  # 800 items: far beyond 160 KiB
