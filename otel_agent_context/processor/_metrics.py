@@ -222,6 +222,10 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_sink_errors_total", "counter", ("sink",),
                "Failed sink writes (each is retried; the receivers push back meanwhile).",
                "0"),
+    SelfMetric("context_processor_store_left_out_total", "counter", ("reason",),
+               "Envelopes left out of the bundle store, each logged (the JSON Lines file "
+               "has them): refused (their values, even with NUL characters replaced) or "
+               "full (no room in the database even for that envelope alone).", "0"),
     SelfMetric("context_processor_rebuild_errors_total", "counter", (),
                "Envelopes the rebuild raised on; their spans go to dead-letter.jsonl.", "0"),
     SelfMetric("context_processor_wal_replayed_spans_total", "counter", (),

@@ -888,6 +888,11 @@ class Pipeline:
               lambda: [((reason,), float(count)) for reason, count in
                        sorted(forwarder.dropped_by.copy().items())]
               if forwarder is not None else [])
+        sink = self.store
+        gauge("context_processor_store_left_out_total",
+              lambda: [((reason,), float(count)) for reason, count in
+                       sorted(sink.store.left_out.copy().items())]
+              if sink is not None and sink.store is not None else [])
         gauge("context_processor_forward_split_total",
               lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
         gauge("context_processor_memory_bytes",
