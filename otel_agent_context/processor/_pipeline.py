@@ -60,7 +60,7 @@ from ._decode import (
 )
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
 from ._forward import Forwarder
-from ._memory import PARTS, MemoryCaps
+from ._memory import KEY_COST, PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
 from ._store_sink import StoreSink
@@ -198,7 +198,7 @@ class Pipeline:
             max_events=config.max_events,
             max_bytes=min(config.max_event_bytes, self.memory.events),
             remember_for=config.dedupe_window,
-            remember_max=config.max_spans,
+            remember_max=min(config.max_spans, self.memory.remembered_spans),
             pin=self.wal.pin,
             unpin=self.wal.unpin,
             on_orphaned=self._count_orphaned,
@@ -209,7 +209,7 @@ class Pipeline:
             max_traces=config.max_traces,
             max_spans=config.max_spans,
             dedupe_window=config.dedupe_window,
-            dedupe_max=config.dedupe_max,
+            dedupe_max=min(config.dedupe_max, self.memory.remembered_envelopes),
             on_pin=self.wal.pin,
             max_events=config.max_events,
             on_span=self.events.on_span,
@@ -407,7 +407,13 @@ class Pipeline:
             "events": self.events.held_bytes,
             "forward": forwarder.queued_bytes if forwarder is not None else 0,
             "decode_cache": decode_cache_bytes(),
+            "remembered": self.remembered_keys() * KEY_COST,
         }
+
+    def remembered_keys(self) -> int:
+        """Keys of written envelopes, and of spans with log-based events, remembered so
+        that retries stay duplicates (each part of the remembered share)."""
+        return len(self.buffer._done) + len(self.events._done)
 
     def ingest(self, body: bytes | None, transport: str, request: Any = None) -> IngestResult:
         """Take one export request (protobuf ``body``, or an already parsed ``request``).
