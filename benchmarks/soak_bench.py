@@ -2,6 +2,7 @@
 twice midway. CI does not run it.
 
     python benchmarks/soak_bench.py [--seconds 300] [--kills 2] [--workers 16]
+    python benchmarks/soak_bench.py --seconds 20 --kills 0 --workers 1 --kinds raw-json
 
 Workers, a quarter of each kind, every request ``--envelopes`` complete envelopes of
 ``1 + --stages`` spans with context ids of their own:
@@ -17,9 +18,10 @@ down, UNAVAILABLE/503 under backpressure): at-least-once from the client's side.
 missing from the output is lost, one written twice is duplicated. Reported: acknowledged
 spans/s, p50/p99 of the time from first send to acknowledgement (kill downtime included),
 RSS of ``serve`` every 2 s (across restarts) beside the sum of its
-``context_processor_memory_bytes`` (what ``--max-memory`` counts), and each raw-json
-worker's requests/s on its connection. ``--serve-env`` and ``--serve-arg`` pass serve an
-environment variable or an argument (``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
+``context_processor_memory_bytes`` (what ``--max-memory`` counts), and each worker's
+requests/s on its connection (requests over the time spent in its sends).
+``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
+(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
 Results: benchmarks/soak.md.
 """
 
@@ -268,6 +270,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--envelopes", type=int, default=5, help="envelopes a request")
     parser.add_argument("--stages", type=int, default=4, help="stage spans an envelope")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="worker kinds, taken in turn (e.g. raw-json alone: one "
+                        "connection's rate, nothing else competing)")
     parser.add_argument("--serve-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for serve (e.g. MALLOC_ARENA_MAX=2)")
     parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
@@ -282,7 +287,11 @@ def main() -> None:
                       args.serve_arg)
         serve.start()
         stop = threading.Event()
-        workers = [Worker(i, KINDS[i % len(KINDS)], serve, stop, args.envelopes, args.stages)
+        kinds = args.kinds.split(",")
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            parser.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        workers = [Worker(i, kinds[i % len(kinds)], serve, stop, args.envelopes, args.stages)
                    for i in range(args.workers)]
         rss: list[tuple[float, float]] = []
         held: list[tuple[float, float | None]] = []
@@ -319,8 +328,8 @@ def main() -> None:
     duplicated = [i for i, n in counts.items() if n > 1]
     latencies = sorted(x for w in workers for x in w.latencies)
     spans = sum(w.spans for w in workers)
-    json_rates = [round(w.requests / w.busy, 1) for w in workers if w.kind == "raw-json"
-                  and w.busy]
+    rates = {k: [round(w.requests / w.busy, 1) for w in workers if w.kind == k and w.busy]
+             for k in KINDS}
     summary = {
         "seconds": round(elapsed, 1), "workers": args.workers, "kills": args.kills,
         "restart_seconds": restarts, "serve_exit_code": code,
@@ -332,7 +341,7 @@ def main() -> None:
         if latencies else None,
         "requests_by_kind": {k: sum(len(w.latencies) for w in workers if w.kind == k)
                              for k in KINDS},
-        "raw_json_requests_per_s_per_connection": json_rates,
+        "requests_per_s_per_worker": {k: v for k, v in rates.items() if v},
         "rss_mib": [(round(t), round(v)) for t, v in rss[:: max(1, len(rss) // 30)]],
         "rss_mib_max": round(max(v for _, v in rss)) if rss else None,
         "held_mib": [(round(t), None if v is None else round(v, 1))
