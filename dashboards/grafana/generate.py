@@ -798,7 +798,8 @@ def processor_health() -> dict[str, Any]:
                            f"(increase(context_processor_wal_replayed_spans_total{{{s}}}"
                            f"[{RATE}]))", "replayed spans {{instance}}")], unit="short", w=8),
         timeseries("Memory by part", "Bytes each part of memory.max_bytes (--max-memory) holds, "
-                   "as a share of its limit: buffer, queue, events, forward, decode_cache. "
+                   "as a share of its limit: buffer, queue, events, forward, decode_cache, "
+                   "remembered. "
                    "Buffer and queue share their limits: near 100% together, the receivers "
                    "answer UNAVAILABLE with RetryInfo.",
                    [target(f"sum by (part) (context_processor_memory_bytes{{{s}}}) / "

@@ -265,7 +265,7 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Bytes held (estimated), by part of memory.max_bytes: buffer (envelopes being "
                "assembled), queue (finished, waiting for the sinks), events (log-based "
                "events waiting for their span), forward (requests waiting for the next hop), "
-               "decode_cache.",
+               "decode_cache, remembered (keys of written envelopes, for retries).",
                "below context_processor_memory_limit_bytes; buffer + queue near their limit "
                "means the receivers push back"),
     SelfMetric("context_processor_memory_limit_bytes", "gauge", ("part",),
