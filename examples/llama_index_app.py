@@ -102,7 +102,8 @@ class OpenAICompatibleLLM(CustomLLM):
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponseGen:
-        yield self.complete(prompt)
+        text = self.complete(prompt).text
+        yield CompletionResponse(text=text, delta=text)
 
 
 DOCS = [

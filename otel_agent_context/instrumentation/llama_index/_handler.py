@@ -23,6 +23,7 @@ from ._turn import Turn
 __all__ = ["make_handler"]
 
 _ENGINE, _RETRIEVE, _POST, _SYNTH = "engine", "retrieve", "postprocess", "synthesize"
+_STREAM = "stream"  # a streamed chat answer written to the memory: the turn's real end
 _METHODS = {
     "BaseQueryEngine": (_ENGINE, frozenset({"query", "aquery"})),
     "BaseChatEngine": (_ENGINE, frozenset({"chat", "achat", "stream_chat", "astream_chat"})),
@@ -30,6 +31,8 @@ _METHODS = {
     "BaseNodePostprocessor": (_POST, frozenset({"_postprocess_nodes",
                                                  "_apostprocess_nodes"})),
     "BaseSynthesizer": (_SYNTH, frozenset({"synthesize", "asynthesize"})),
+    "StreamingAgentChatResponse": (_STREAM, frozenset({"write_response_to_history",
+                                                       "awrite_response_to_history"})),
 }
 _BASES: dict[type, tuple[str, frozenset[str]] | None] = {}
 #: A postprocessor span is open in this context (the async default runs the sync one).
@@ -123,6 +126,17 @@ def _enter(id_: str, bound_args: Any, instance: Any) -> None:
     elif role == _SYNTH and turn is not None:
         nodes = args.get("nodes")
         turn.flush(list(nodes) if isinstance(nodes, list) else None)
+    elif role == _STREAM and turn is not None:
+        # in the thread (task) the chat engine started, in a copy of the turn's context;
+        # it may start before the engine's span ends
+        _OPEN.put(id_, (role, turn, None, None))
+
+
+def _streams(result: Any) -> bool:
+    """A streamed chat answer whose writer (a thread or task the engine started) is on its
+    way: the turn ends when it has written the answer to the memory."""
+    return (getattr(result, "write_response_to_history_thread", None) is not None
+            or getattr(result, "awrite_response_to_history_task", None) is not None)
 
 
 def _exit(id_: str, instance: Any, result: Any, error: BaseException | None) -> None:
@@ -131,7 +145,12 @@ def _exit(id_: str, instance: Any, result: Any, error: BaseException | None) -> 
         return
     role, turn, data, extra = entry
     if role == _ENGINE:
-        turn.finish(error)
+        if error is None and _streams(result):
+            turn.stream()  # the answer (and its model call) comes while the stream is read
+        else:
+            turn.finish(error)
+    elif role == _STREAM:
+        turn.written(error)
     elif role == _RETRIEVE:
         turn.open_retrievals.discard(id_)
         if error is None:

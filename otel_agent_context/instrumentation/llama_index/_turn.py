@@ -10,6 +10,7 @@ the synthesizer's model call, so that call's blocks can name the nodes they carr
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -67,6 +68,11 @@ class Turn:
         self.owned = owned  # opened here: ended here
         self.root_id = root_id
         self.tokens: tuple[Any, Any] | None = None
+        #: the engine returned a stream: the turn goes on until its writer ends
+        self.streaming = False
+        self._writer_done: BaseException | None | bool = False  # or the writer's error
+        self._lock = threading.Lock()
+        self._ended = False
         self._reset()
 
     def _reset(self) -> None:
@@ -94,11 +100,32 @@ class Turn:
                 _RUN_ENVELOPE.reset(env_token)
             TURN.reset(turn_token)
 
-    def finish(self, error: BaseException | None) -> None:
+    def stream(self) -> None:
+        """The engine's span ended with a stream its writer reads into the memory (in a
+        thread or task of its own, which may have ended already): the turn ends with it."""
         self.flush(None)
         self.leave()
-        if not self.owned:
-            return
+        with self._lock:
+            done = self._writer_done
+            self.streaming = done is False
+        if done is not False:
+            self.finish(done if isinstance(done, BaseException) else None)
+
+    def written(self, error: BaseException | None) -> None:
+        """The stream's writer ended."""
+        with self._lock:
+            streaming = self.streaming
+            self._writer_done = error if error is not None else True
+        if streaming:
+            self.finish(error)
+
+    def finish(self, error: BaseException | None) -> None:
+        self.flush(None, error)
+        self.leave()
+        with self._lock:
+            if not self.owned or self._ended:
+                return
+            self._ended = True
         try:
             if error is None:
                 self.env.stop()
@@ -152,20 +179,21 @@ class Turn:
             if after is not None and after != before:
                 self.scores.setdefault(nid, {})[name] = after
 
-    def flush(self, chosen: Any) -> None:
+    def flush(self, chosen: Any, error: BaseException | None = None) -> None:
         """Record the retrieval: ``chosen`` the nodes handed to the synthesizer (None: the
-        turn ended without one, every node kept by the last step counts as chosen)."""
+        turn ended without one, every node kept by the last step counts as chosen; with
+        ``error``, the turn failed before choosing: the selection fails)."""
         if not self.candidates:
             self._reset()
             return
         try:
-            self._emit(chosen)
+            self._emit(chosen, error)
         except Exception:
             failed("retrieval")
         finally:
             self._reset()
 
-    def _emit(self, chosen: Any) -> None:
+    def _emit(self, chosen: Any, error: BaseException | None) -> None:
         env = self.env
         surface = env.surface(start_time=self.start_ns)
         for nid, nws in self.candidates.items():
@@ -174,6 +202,9 @@ class Turn:
         selection = env.selection(surface_id=surface.surface_id, intent="retrieval",
                                   query=self.query, policy=" > ".join(self.steps) or None,
                                   start_time=self.start_ns)
+        if error is not None:
+            selection.fail(error)
+            return
         if isinstance(chosen, list):
             picked = chosen
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,10 @@ import li_app
 import pytest
 from framework_helpers import framework_on
 from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.postprocessor import SimilarityPostprocessor
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
 from stub_server import REPLY, StubServer
 
 from otel_agent_context.instrumentation.llama_index import LlamaIndexContextInstrumentor
@@ -167,3 +171,85 @@ def test_a_retriever_alone_is_an_implicit_turn_and_uninstrument_removes_the_hand
         tel.span_exporter.clear()
         assert retriever.retrieve(li_app.QUESTION) == nodes
         assert tel.spans() == []
+
+
+def test_streamed_chat_turn_ends_when_the_answer_is_written(li_on: CapturedTelemetry) -> None:
+    """``stream_chat`` / ``astream_chat`` return before the model is called (the engine's
+    writer reads the stream into memory): the turn holds that call all the same."""
+    tel = li_on
+    with StubServer() as stub:
+        index = li_app.build_index(stub.openai_base_url)
+        engine = index.as_chat_engine(chat_mode="context", similarity_top_k=2,
+                                      memory=ChatMemoryBuffer.from_defaults(token_limit=30))
+        streamed = "".join(engine.stream_chat("When does support answer the phone?")
+                           .response_gen)
+
+        async def astream() -> str:
+            response = await engine.astream_chat("And how long do refunds take?")
+            return "".join([token async for token in response.async_response_gen()])
+
+        astreamed = asyncio.run(astream())
+    assert streamed == astreamed == REPLY
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(  # the writer ends just after the reader
+            b["rebuild"]["status"] == "complete" for b in tel.bundles()):
+        time.sleep(0.02)
+    bundles = tel.bundles()
+    assert [b["context_envelope"]["scope"] for b in bundles] == ["turn", "turn"]
+    for bundle in bundles:  # one envelope each: retrieval, memory, and the model call
+        (selection,) = bundle["context_selections"]
+        (assembly,) = bundle["context_assemblies"]
+        named = [r for b in assembly["ordered_blocks"] for r in b.get("source_item_refs", ())]
+        assert sorted(named) == sorted(selection["selected_item_refs"])
+        assert len(bundle["context_budgets"]) == 2  # the memory's and the model call's
+
+
+class ReverseRerank(BaseNodePostprocessor):
+    """A reranker of the app's own: the last node first, rescored, the top ``top_n`` kept."""
+
+    top_n: int = 1
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore],
+                           query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
+        ranked = [NodeWithScore(node=n.node, score=1.0 - i / 10)
+                  for i, n in enumerate(reversed(nodes))]
+        return ranked[:self.top_n]
+
+
+class Offline(BaseNodePostprocessor):
+    def _postprocess_nodes(self, nodes: list[NodeWithScore],
+                           query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
+        raise RuntimeError("reranker offline")
+
+
+def test_a_reranker_rescores_and_a_failing_postprocessor_fails_the_turn(
+        li_on: CapturedTelemetry) -> None:
+    tel = li_on
+    candidates = dict(_plain_scores())  # (a retrieval of its own)
+    tel.span_exporter.clear()
+    with StubServer() as stub:
+        index = li_app.build_index(stub.openai_base_url)
+        engine = index.as_query_engine(similarity_top_k=3,
+                                       node_postprocessors=[ReverseRerank()])
+        response = engine.query(li_app.QUESTION)
+        (bundle,) = tel.bundles()
+        tel.span_exporter.clear()
+        broken = index.as_query_engine(similarity_top_k=3, node_postprocessors=[Offline()])
+        with pytest.raises(RuntimeError, match="reranker offline"):
+            broken.query(li_app.QUESTION)
+    assert [n.node.node_id for n in response.source_nodes] == ["kb-shipping"]
+    (selection,) = bundle["context_selections"]
+    assert selection["selection_policy"] == (
+        "VectorIndexRetriever(similarity_top_k=3) > ReverseRerank(top_n=1)")
+    assert selection["selected_item_refs"] == ["kb-shipping"]
+    assert selection["omitted_item_refs"] == [  # with the scores they had when dropped
+        {"item_id": i, "reason": "low_relevance", "detail": "ReverseRerank(top_n=1)",
+         "score": candidates[i]} for i in ("kb-refunds", "kb-returns")]
+    (ranked,) = selection["ranking_signals"]  # the retriever's score and the reranker's
+    assert ranked["signals"] == {"retrieval": candidates["kb-shipping"], "ReverseRerank": 1.0}
+    (failed,) = tel.bundles()  # the candidates are recorded, the selection and turn failed
+    assert failed["context_surfaces"][0]["item_refs"] == list(candidates)
+    assert "selected_item_refs" not in failed["context_selections"][0]
+    (envelope,) = [s for s in tel.spans() if s.name == "context.envelope"]
+    assert envelope.status.status_code.name == "ERROR"
+    assert envelope.attributes["error.type"] == "RuntimeError"
