@@ -28,6 +28,7 @@ from typing import Any
 
 from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import (
     ChatMessage,
     ChatResponse,
@@ -80,6 +81,7 @@ class OpenAICompatibleLLM(CustomLLM):
     model: str = "gpt-4o-mini"
     api_base: str = ""
     api_key: str = "sk-offline"
+    _client: OpenAI | None = PrivateAttr(default=None)
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -87,7 +89,9 @@ class OpenAICompatibleLLM(CustomLLM):
 
     @llm_chat_callback()
     def chat(self, messages: Any, **kwargs: Any) -> ChatResponse:
-        client = OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+        if self._client is None:
+            self._client = OpenAI(base_url=self.api_base, api_key=self.api_key, max_retries=0)
+        client = self._client
         body = [{"role": m.role.value, "content": m.content or ""} for m in messages]
         reply = client.chat.completions.create(model=self.model, messages=body)
         text = reply.choices[0].message.content or ""
