@@ -13,7 +13,8 @@ import textwrap
 
 from stub_server import StubServer
 
-LIBRARIES = ("openai", "anthropic", "langchain_core", "langgraph", "agents", "mcp")
+LIBRARIES = ("openai", "anthropic", "langchain_core", "langgraph", "agents", "mcp",
+             "llama_index", "llama_index_instrumentation")
 
 PROGRAM = textwrap.dedent("""
     import json, os, sys, warnings
@@ -59,7 +60,8 @@ def test_instrument_imports_no_client_library_and_wraps_it_on_import() -> None:
     out = _run()
     assert {"OpenAIContextInstrumentor", "AnthropicContextInstrumentor",
             "LangChainContextInstrumentor", "OpenAIAgentsContextInstrumentor",
-            "MCPContextInstrumentor"} <= set(out["done"])  # every framework the suite has
+            "MCPContextInstrumentor", "LlamaIndexContextInstrumentor",
+            } <= set(out["done"])  # every framework the suite has
     assert out["loaded"] == []  # nothing imported by instrument()
     # warnings' frame counting (transparency) only once a client is wrapped
     assert out["warn_kept"] is True and out["warn_after"] is False
