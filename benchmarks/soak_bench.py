@@ -2,6 +2,7 @@
 twice midway. CI does not run it.
 
     python benchmarks/soak_bench.py [--seconds 300] [--kills 2] [--workers 16]
+    python benchmarks/soak_bench.py --seconds 20 --kills 0 --workers 1 --kinds raw-json
 
 Workers, a quarter of each kind, every request ``--envelopes`` complete envelopes of
 ``1 + --stages`` spans with context ids of their own:
@@ -16,8 +17,12 @@ down, UNAVAILABLE/503 under backpressure): at-least-once from the client's side.
 ``serve`` gets SIGTERM (it flushes) and the bundles are counted: an acknowledged context id
 missing from the output is lost, one written twice is duplicated. Reported: acknowledged
 spans/s, p50/p99 of the time from first send to acknowledgement (kill downtime included),
-RSS of ``serve`` every 2 s (across restarts), and each raw-json worker's requests/s on its
-connection. Results: benchmarks/soak.md.
+RSS of ``serve`` every 2 s (across restarts) beside the sum of its
+``context_processor_memory_bytes`` (what ``--max-memory`` counts), and each worker's
+requests/s on its connection (requests over the time spent in its sends).
+``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
+(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
+Results: benchmarks/soak.md.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -102,8 +108,11 @@ def _json(req: Any) -> bytes:
 class Serve:
     """``serve`` on fixed ports, so a restart keeps the exporters' addresses."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], extra: list[str]) -> None:
+        self.extra = extra
         self.grpc_port, self.http_port = _free_port(), _free_port()
+        self.metrics_port = _free_port()
+        self.env = {**os.environ, **env}
         self.out = tmp / "out"
         self.ready = tmp / "ready.json"
         self.log = open(tmp / "serve.log", "ab")  # noqa: SIM115 - open for the whole run
@@ -116,9 +125,10 @@ class Serve:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "otel_agent_context", "serve",
              "--otlp-grpc", f"127.0.0.1:{self.grpc_port}",
-             "--otlp-http", f"127.0.0.1:{self.http_port}", "--metrics", "off",
-             "--out", str(self.out), "--ready-file", str(self.ready)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log)
+             "--otlp-http", f"127.0.0.1:{self.http_port}",
+             "--metrics", f"127.0.0.1:{self.metrics_port}",
+             "--out", str(self.out), "--ready-file", str(self.ready), *self.extra],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log, env=self.env)
         while not self.ready.exists():
             if self.process.poll() is not None:
                 raise SystemExit(f"serve exited {self.process.returncode}: see serve.log")
@@ -134,6 +144,17 @@ class Serve:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(120)
+
+    def held_mib(self) -> float | None:
+        """The sum of ``context_processor_memory_bytes`` (what ``--max-memory`` counts)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                        timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("context_processor_memory_bytes{")) / 2**20
 
     def rss_mib(self) -> float | None:
         try:
@@ -249,18 +270,31 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--envelopes", type=int, default=5, help="envelopes a request")
     parser.add_argument("--stages", type=int, default=4, help="stage spans an envelope")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="worker kinds, taken in turn (e.g. raw-json alone: one "
+                        "connection's rate, nothing else competing)")
+    parser.add_argument("--serve-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for serve (e.g. MALLOC_ARENA_MAX=2)")
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for serve (e.g. --serve-arg=--config=x.yaml)")
     args = parser.parse_args()
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}, aiohttp {version('aiohttp')}, grpcio "
           f"{version('grpcio')}, opentelemetry-sdk {version('opentelemetry-sdk')}, "
           f"load average at start {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp_dir:
-        serve = Serve(Path(tmp_dir))
+        serve = Serve(Path(tmp_dir), dict(v.split("=", 1) for v in args.serve_env),
+                      args.serve_arg)
         serve.start()
         stop = threading.Event()
-        workers = [Worker(i, KINDS[i % len(KINDS)], serve, stop, args.envelopes, args.stages)
+        kinds = args.kinds.split(",")
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            parser.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        workers = [Worker(i, kinds[i % len(kinds)], serve, stop, args.envelopes, args.stages)
                    for i in range(args.workers)]
         rss: list[tuple[float, float]] = []
+        held: list[tuple[float, float | None]] = []
         began = time.monotonic()
         for worker in workers:
             worker.start()
@@ -277,6 +311,7 @@ def main() -> None:
             value = serve.rss_mib()
             if value is not None:
                 rss.append((now - began, value))
+                held.append((now - began, serve.held_mib()))
             time.sleep(2)
         stop.set()
         for worker in workers:
@@ -293,8 +328,8 @@ def main() -> None:
     duplicated = [i for i, n in counts.items() if n > 1]
     latencies = sorted(x for w in workers for x in w.latencies)
     spans = sum(w.spans for w in workers)
-    json_rates = [round(w.requests / w.busy, 1) for w in workers if w.kind == "raw-json"
-                  and w.busy]
+    rates = {k: [round(w.requests / w.busy, 1) for w in workers if w.kind == k and w.busy]
+             for k in KINDS}
     summary = {
         "seconds": round(elapsed, 1), "workers": args.workers, "kills": args.kills,
         "restart_seconds": restarts, "serve_exit_code": code,
@@ -306,9 +341,11 @@ def main() -> None:
         if latencies else None,
         "requests_by_kind": {k: sum(len(w.latencies) for w in workers if w.kind == k)
                              for k in KINDS},
-        "raw_json_requests_per_s_per_connection": json_rates,
+        "requests_per_s_per_worker": {k: v for k, v in rates.items() if v},
         "rss_mib": [(round(t), round(v)) for t, v in rss[:: max(1, len(rss) // 30)]],
         "rss_mib_max": round(max(v for _, v in rss)) if rss else None,
+        "held_mib": [(round(t), None if v is None else round(v, 1))
+                     for t, v in held[:: max(1, len(held) // 30)]],
         "load_average_at_end": load,
     }
     for key, value in summary.items():

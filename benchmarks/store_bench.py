@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,21 @@ def _spread(values: list[float]) -> str:
     return f"{q[0]:,.0f}–{q[2]:,.0f}"
 
 
+def timed_run(directory: Path, store: str, bodies: list[bytes],
+              clock: Callable[[], float] = time.perf_counter) -> tuple[float, int]:
+    """One pass of the pipeline over ``bodies`` with ``store.url`` = ``store``: the time
+    ``clock`` measured from the first request to the last envelope written, and how many."""
+    pipeline = _pipeline(directory, **{"store.url": store})
+    gc.collect()
+    start = clock()
+    for body in bodies:
+        pipeline.ingest(body, "bench")
+    envelopes = pipeline.emit_pending()
+    elapsed = clock() - start
+    pipeline.close(timeout=5)
+    return elapsed, envelopes
+
+
 def throughput(rounds: int, requests: int, tmp: Path) -> list[dict[str, Any]]:
     rows = []
     cases = (("ctx20", ctx20_spans, 512), ("sel100", sel100_spans, 64))
@@ -61,14 +77,7 @@ def throughput(rounds: int, requests: int, tmp: Path) -> list[dict[str, Any]]:
             this_round = {}
             for sink in order:
                 store = "off" if sink == "jsonl" else "sqlite"
-                pipeline = _pipeline(tmp / f"{name}-{r}-{sink}", **{"store.url": store})
-                gc.collect()
-                start = time.perf_counter()
-                for body in bodies:
-                    pipeline.ingest(body, "bench")
-                envelopes = pipeline.emit_pending()
-                elapsed = time.perf_counter() - start
-                pipeline.close(timeout=5)
+                elapsed, envelopes = timed_run(tmp / f"{name}-{r}-{sink}", store, bodies)
                 this_round[sink] = spans / elapsed
                 rates[sink].append(spans / elapsed)
             ratios.append(this_round["sqlite"] / this_round["jsonl"])

@@ -798,7 +798,8 @@ def processor_health() -> dict[str, Any]:
                            f"(increase(context_processor_wal_replayed_spans_total{{{s}}}"
                            f"[{RATE}]))", "replayed spans {{instance}}")], unit="short", w=8),
         timeseries("Memory by part", "Bytes each part of memory.max_bytes (--max-memory) holds, "
-                   "as a share of its limit: buffer, queue, events, forward, decode_cache. "
+                   "as a share of its limit: buffer, queue, events, forward, decode_cache, "
+                   "remembered. "
                    "Buffer and queue share their limits: near 100% together, the receivers "
                    "answer UNAVAILABLE with RetryInfo.",
                    [target(f"sum by (part) (context_processor_memory_bytes{{{s}}}) / "
@@ -831,10 +832,14 @@ def processor_health() -> dict[str, Any]:
                    [per_second("context_processor_bundles_written_total", "sink", "{{sink}}")],
                    unit="ops", w=8),
         timeseries("Sink and rebuild errors", "Failed sink writes (retried; the receivers push "
-                   "back meanwhile) and rebuild errors (spans go to dead-letter.jsonl).",
+                   "back meanwhile), rebuild errors (spans go to dead-letter.jsonl), and "
+                   "envelopes left out of the bundle store by reason (refused for their "
+                   "values, or no room even alone; the JSON Lines file has them).",
                    [per_second("context_processor_sink_errors_total", "sink", "sink {{sink}}"),
                     target(f"sum(rate(context_processor_rebuild_errors_total{{{s}}}[{RATE}]))",
-                           "rebuild")], unit="ops", w=8),
+                           "rebuild"),
+                    per_second("context_processor_store_left_out_total", "reason",
+                               "left out of the store: {{reason}}")], unit="ops", w=8),
         timeseries("Forwarding", "The --forward next hop: requests queued, failed sends, "
                    "requests dropped by reason (a non-retryable code, too_large, shutdown) and "
                    "requests split to fit its limit.",

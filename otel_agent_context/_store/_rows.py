@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _semconv as S
@@ -71,8 +71,10 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _dicts(value: Any) -> Iterable[Mapping[str, Any]]:
-    return (v for v in _list(value) if isinstance(v, Mapping))
+def _dicts(value: Any) -> list[Mapping[str, Any]]:
+    # type() first: isinstance against the Mapping ABC is several times slower for a dict
+    return [v for v in value if type(v) is dict or isinstance(v, Mapping)] if type(
+        value) is list else []
 
 
 def _num(value: Any) -> float | None:

@@ -53,6 +53,8 @@ class EnvelopeFilter:
     overflow: bool | None = None
     blocking: bool | None = None
     limit: int = 200
+    #: envelopes skipped (newest first) before the ``limit`` listed: the next page
+    offset: int = 0
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -86,8 +88,8 @@ def envelopes(store: Store, where: EnvelopeFilter | None = None) -> list[dict[st
     where = where or EnvelopeFilter()
     clause, params = where.where()
     rows = store.rows(f"SELECT {_ENVELOPE_COLUMNS} FROM envelopes e{clause} "
-                      f"ORDER BY e.created_ns DESC, e.context_id LIMIT ?",
-                      [*params, max(1, min(where.limit, 10_000))])
+                      f"ORDER BY e.created_ns DESC, e.context_id, e.trace_id LIMIT ? OFFSET ?",
+                      [*params, max(1, min(where.limit, 10_000)), max(0, where.offset)])
     return [_bools(r, "overflow") for r in rows]
 
 

@@ -13,7 +13,7 @@ import orjson
 
 from ._store import DEFAULT_SQLITE_NAME, Store, StoreError, open_store
 
-__all__ = ["open_source"]
+__all__ = ["bundle_lines", "open_source"]
 
 _SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
@@ -35,7 +35,7 @@ def open_source(source: str, *, warn: Any = None) -> Store:
     store = open_store(":memory:", durable=False)
     bad = 0
     batch: list[dict[str, Any]] = []
-    for name, number, line in _lines(source):
+    for name, number, line in bundle_lines(source):
         if not line.strip():
             continue
         try:
@@ -56,12 +56,17 @@ def open_source(source: str, *, warn: Any = None) -> Store:
     return store
 
 
-def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
+def bundle_lines(source: str) -> Iterator[tuple[str, int, bytes]]:
+    """Each line of a bundles JSON Lines source (a file, a directory of them, or ``-``) with
+    its file name and line number; StoreError for a source that is missing or not a regular
+    file (a FIFO would be waited on for ever) or cannot be read."""
     if source == "-":
         for number, line in enumerate(sys.stdin.buffer, 1):
             yield "<stdin>", number, line
         return
     path = Path(source)
+    if not path.exists():
+        raise StoreError(f"{source}: no such file or directory")
     files = (sorted(path.glob("bundles-*.jsonl")) or sorted(path.glob("*.jsonl"))
              if path.is_dir() else [path])
     for file in files:

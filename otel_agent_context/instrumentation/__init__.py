@@ -31,6 +31,7 @@ _INSTRUMENTORS = (
     ("otel_agent_context.instrumentation.langchain", "LangChainContextInstrumentor"),
     ("otel_agent_context.instrumentation.openai_agents", "OpenAIAgentsContextInstrumentor"),
     ("otel_agent_context.instrumentation.mcp", "MCPContextInstrumentor"),
+    ("otel_agent_context.instrumentation.llama_index", "LlamaIndexContextInstrumentor"),
 )
 
 

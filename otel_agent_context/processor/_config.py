@@ -341,7 +341,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("buffer.dedupe_window", DEFAULT_DEDUPE_WINDOW, _positive_float, None,
             "seconds an emitted envelope is remembered to drop client retries"),
     Setting("buffer.dedupe_max", DEFAULT_DEDUPE_MAX, _positive_int, None,
-            "most emitted envelopes remembered for retries"),
+            "most emitted envelopes remembered for retries (fewer when memory.max_bytes's "
+            "remembered share holds fewer)"),
     Setting("pipeline.queue_size", DEFAULT_QUEUE_SIZE, _positive_int, None,
             "envelopes waiting for the sinks before the receivers push back"),
     Setting("pipeline.retry_after", DEFAULT_RETRY_AFTER, _positive_float, None,

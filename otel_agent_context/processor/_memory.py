@@ -14,9 +14,13 @@ queue           20 %  buffer and queue share their 60 %: a request whose spans w
                       the two beyond it is refused (UNAVAILABLE / 503 with RetryInfo)
 events          10 %  a logs request whose events would take the waiting ones beyond it is
                       refused likewise
-forward         20 %  a request that would take the forward queue beyond it is refused
+forward         10 %  a request that would take the forward queue beyond it is refused
                       likewise
-decode_cache    10 %  the cache is emptied (it only saves work)
+decode_cache     5 %  the cache is emptied (it only saves work)
+remembered      15 %  the keys of written envelopes (two thirds) and of the spans of
+                      written envelopes with log-based events (one third), remembered so
+                      that retries stay duplicates: the oldest is forgotten
+                      (``KEY_COST`` bytes each), before ``buffer.dedupe_window``
 =============  =====  =====================================================================
 
 Every check is made before the request is accepted (before its WAL record), with its own
@@ -28,8 +32,8 @@ RESOURCE_EXHAUSTED without RetryInfo, which clients do not retry).
 Sizes are estimates of what Python holds, measured with ``tracemalloc`` (see
 ``SPAN_OVERHEAD``): a span costs its encoded size plus about a kilobyte of objects, and
 about 256 bytes more per event. Not counted: the requests being decoded (bounded by
-``receivers.max_request_bytes`` times the receivers' threads), the interpreter itself
-(about 50 MB), and the remembered keys of written envelopes (``buffer.dedupe_max``).
+``receivers.max_request_bytes`` times the receivers' threads) and the interpreter itself
+(about 50 MB).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..exceptions import ConfigError
 __all__ = [
     "DEFAULT_MAX_MEMORY",
     "EVENT_COST",
+    "KEY_COST",
     "MIN_MAX_MEMORY",
     "PARTS",
     "SHARES",
@@ -62,13 +67,20 @@ SPAN_OVERHEAD = 1024
 #: of two attributes).
 EVENT_COST = 256
 
+#: Bytes a remembered key costs (measured with tracemalloc: 276 for a 32-hex trace id and a
+#: context id of 17 characters, in the tuple, the list of expiry, mask and time, the ordered
+#: dict's slot and the owner map; the soak's RSS grew about 560 per key, allocator overhead
+#: included). Longer context ids cost their length more.
+KEY_COST = 512
+
 #: part -> share of ``memory.max_bytes`` (they add up to 1).
 SHARES: dict[str, float] = {
     "buffer": 0.40,
     "queue": 0.20,
     "events": 0.10,
-    "forward": 0.20,
-    "decode_cache": 0.10,
+    "forward": 0.10,
+    "decode_cache": 0.05,
+    "remembered": 0.15,
 }
 PARTS = tuple(SHARES)
 
@@ -112,6 +124,7 @@ class MemoryCaps:
     events: int
     forward: int
     decode_cache: int
+    remembered: int
 
     @classmethod
     def split(cls, total: int) -> MemoryCaps:
@@ -121,6 +134,16 @@ class MemoryCaps:
     def envelopes(self) -> int:
         """What the buffer and the queue hold together at most."""
         return self.buffer + self.queue
+
+    @property
+    def remembered_envelopes(self) -> int:
+        """Keys of written envelopes that fit in two thirds of the remembered part."""
+        return max(1, self.remembered * 2 // 3 // KEY_COST)
+
+    @property
+    def remembered_spans(self) -> int:
+        """Keys of spans (of envelopes with log-based events) that fit in the last third."""
+        return max(1, self.remembered // 3 // KEY_COST)
 
     def by_part(self) -> dict[str, int]:
         return {part: getattr(self, part) for part in PARTS}

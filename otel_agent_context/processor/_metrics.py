@@ -222,6 +222,10 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
     SelfMetric("context_processor_sink_errors_total", "counter", ("sink",),
                "Failed sink writes (each is retried; the receivers push back meanwhile).",
                "0"),
+    SelfMetric("context_processor_store_left_out_total", "counter", ("reason",),
+               "Envelopes left out of the bundle store, each logged (the JSON Lines file "
+               "has them): refused (their values, even with NUL characters replaced) or "
+               "full (no room in the database even for that envelope alone).", "0"),
     SelfMetric("context_processor_rebuild_errors_total", "counter", (),
                "Envelopes the rebuild raised on; their spans go to dead-letter.jsonl.", "0"),
     SelfMetric("context_processor_wal_replayed_spans_total", "counter", (),
@@ -261,7 +265,7 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Bytes held (estimated), by part of memory.max_bytes: buffer (envelopes being "
                "assembled), queue (finished, waiting for the sinks), events (log-based "
                "events waiting for their span), forward (requests waiting for the next hop), "
-               "decode_cache.",
+               "decode_cache, remembered (keys of written envelopes, for retries).",
                "below context_processor_memory_limit_bytes; buffer + queue near their limit "
                "means the receivers push back"),
     SelfMetric("context_processor_memory_limit_bytes", "gauge", ("part",),

@@ -6,16 +6,26 @@
     ingest_logs(request) ─ decode ─► WAL append + event store ─┘
                                          │ finished envelopes
                                          ▼
-    sweeper (timeouts) ──────────► queue ──► emitter: rebuild → metrics → sinks → DONE record
-                                                                       └─► WAL compaction
+    sweeper (timeouts) ──────────► queue ──► emitter: rebuild → JSON Lines ─┬─► store's thread ──┐
+                                                                          └─► each other sink's │
+                                                       DONE record + metrics ◄── thread ◄───────┘
+                                                                └─► WAL compaction
 
 Backpressure: a request is refused (UNAVAILABLE / 503, retry after ``retry_after``)
 before anything is done with it when the queue to the sinks, or the forward queue, is
 full, or when what it brings would take one past its cap: the envelopes it may finish,
 its bytes against its part of ``memory.max_bytes`` (``_memory``); checked under the lock
 the buffer changes under, before the WAL append. Everything acknowledged is in the WAL;
-the emitter writes a DONE record only after every sink took the bundle, so a crash at any
-point replays exactly what is not written.
+a DONE record is written only after every sink took the bundle, so a crash at any point
+replays exactly what is not written.
+
+The emitter writes JSON Lines itself; every other sink (the OTLP log sink, a sink passed in)
+has a thread and a queue of its own, so one that stalls does not hold up the file. A batch
+is recorded written (DONE, with the JSON Lines position just after it) when the last sink
+takes it, batches in the order they were written; until then its envelopes still count
+against the queue and memory caps, so a stalled sink ends in backpressure, never in growth.
+Lines past the last recorded position at a crash are recovered from the file and handed to
+the other sinks at the next start (``_catch_up``).
 
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
@@ -60,7 +70,7 @@ from ._decode import (
 )
 from ._decode_logs import DecodedLogs, decode_logs_request, parse_logs_protobuf
 from ._forward import Forwarder
-from ._memory import PARTS, MemoryCaps
+from ._memory import KEY_COST, PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
 from ._store_sink import StoreSink
@@ -163,6 +173,19 @@ def _dead_letter(finished: Finished, exc: BaseException) -> bytes:
         return encode_record({**record, "spans_lost": len(finished.spans),
                               "dead_letter_error": repr(again)})
 
+@dataclass(eq=False)
+class _Flight:
+    """A batch the JSON Lines file has, on its way to the other sinks."""
+
+    batch: list[Finished]
+    entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]
+    partial_reasons: list[str]
+    #: the JSON Lines position just after the batch (recorded in its DONE record)
+    position: tuple[int, int]
+    #: the sink threads, and the emitter's store step, that do not have it yet
+    waiting: int
+
+
 @dataclass
 class _Pending:
     """A batch every other sink has, waiting for the store's thread."""
@@ -171,6 +194,52 @@ class _Pending:
     entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]
     partial_reasons: list[str]
     future: Future[None]
+    flight: _Flight
+
+
+class _SinkThread:
+    """One sink's thread: writes the batches handed to it in order, each retried with
+    backoff until it is taken (or the pipeline stops and gives up: the WAL keeps it)."""
+
+    def __init__(self, pipeline: Pipeline, sink: Sink) -> None:
+        self.pipeline = pipeline
+        self.sink = sink
+        self.queue: collections.deque[_Flight] = collections.deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name=f"otel-ac-sink-{sink.name}",
+                                       daemon=True)
+
+    def put(self, flight: _Flight) -> None:
+        with self.cond:
+            self.queue.append(flight)
+            self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+
+    def _run(self) -> None:
+        pipeline = self.pipeline
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                flight = self.queue[0]
+            try:
+                if not pipeline._write_retrying(self.sink, flight.entries, self.cond):
+                    return  # stopping with the sink still failing: the WAL keeps the rest
+                with self.cond:
+                    self.queue.popleft()
+                if not pipeline._landed(flight):
+                    return
+            except Exception:  # noqa: BLE001 - the thread must outlive any one batch
+                log.exception("sink %s: unexpected error", self.sink.name)
+                with self.cond:
+                    self.cond.wait(1.0)
 
 
 class Pipeline:
@@ -198,7 +267,7 @@ class Pipeline:
             max_events=config.max_events,
             max_bytes=min(config.max_event_bytes, self.memory.events),
             remember_for=config.dedupe_window,
-            remember_max=config.max_spans,
+            remember_max=min(config.max_spans, self.memory.remembered_spans),
             pin=self.wal.pin,
             unpin=self.wal.unpin,
             on_orphaned=self._count_orphaned,
@@ -209,7 +278,7 @@ class Pipeline:
             max_traces=config.max_traces,
             max_spans=config.max_spans,
             dedupe_window=config.dedupe_window,
-            dedupe_max=config.dedupe_max,
+            dedupe_max=min(config.dedupe_max, self.memory.remembered_envelopes),
             on_pin=self.wal.pin,
             max_events=config.max_events,
             on_span=self.events.on_span,
@@ -226,6 +295,12 @@ class Pipeline:
         if config.otlp_logs is not None:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
+        # JSON Lines on the emitter; each other sink on a thread of its own
+        self._sink_threads = [_SinkThread(self, sink) for sink in extra]
+        #: batches written to JSON Lines, not yet recorded written (oldest first)
+        self._flights: collections.deque[_Flight] = collections.deque()
+        self._flights_lock = threading.Lock()
+        self._mark_lock = threading.Lock()
         # The store writes on its own thread, one batch behind the emitter: SQLite runs its
         # statements with the GIL released, so its inserts and fsync overlap the rebuild of
         # the next batch. A batch is recorded written only when the store has it too.
@@ -315,6 +390,8 @@ class Pipeline:
         self._enqueue(finished)
         if self.forwarder is not None:
             self.forwarder.start()
+        for sink_thread in self._sink_threads:
+            sink_thread.thread.start()
         if workers:
             for target, name in ((self._emit_loop, "otel-ac-emit"),
                                  (self._sweep_loop, "otel-ac-sweep")):
@@ -341,6 +418,8 @@ class Pipeline:
             self._emit(batch)
             written += len(batch)
         self.finish_pending()
+        while self._flights:  # the other sinks' threads
+            time.sleep(0.001)
         return written
 
     def _checkpoint(self) -> bytes:
@@ -407,7 +486,13 @@ class Pipeline:
             "events": self.events.held_bytes,
             "forward": forwarder.queued_bytes if forwarder is not None else 0,
             "decode_cache": decode_cache_bytes(),
+            "remembered": self.remembered_keys() * KEY_COST,
         }
+
+    def remembered_keys(self) -> int:
+        """Keys of written envelopes, and of spans with log-based events, remembered so
+        that retries stay duplicates (each part of the remembered share)."""
+        return len(self.buffer._done) + len(self.events._done)
 
     def ingest(self, body: bytes | None, transport: str, request: Any = None) -> IngestResult:
         """Take one export request (protobuf ``body``, or an already parsed ``request``).
@@ -621,7 +706,11 @@ class Pipeline:
 
     @property
     def queue_size(self) -> int:
-        return len(self._queue) + self._in_batch
+        """Finished envelopes not yet recorded written: queued, being rebuilt, or written
+        to some sinks but not all."""
+        with self._flights_lock:
+            flying = sum(len(flight.batch) for flight in self._flights)
+        return len(self._queue) + self._in_batch + flying
 
     def _sweep_loop(self) -> None:
         tick = min(0.25, max(0.01, min(self.config.envelope_timeout,
@@ -692,18 +781,24 @@ class Pipeline:
             entries.append((finished.key, bundle, line))
         if dead:
             self._write_dead_letter(dead)
-        # the previous batch is recorded before this one reaches any file: the WAL's
-        # "written" positions stay in order
+        # the store is one batch behind at most
         if not self.finish_pending():
             return False
-        if entries and not self._write_sinks(entries):
+        if entries and not self._write_retrying(self.jsonl, entries):
             return False
+        others = self._sink_threads if entries else []
+        flight = _Flight(batch, entries, partial_reasons, self.jsonl.position, 1 + len(others))
+        with self._flights_lock:
+            self._flights.append(flight)
+        for sink_thread in others:
+            sink_thread.put(flight)
         if entries and self._store_pool is not None:
             assert self.store is not None
             self._pending = _Pending(batch, entries, partial_reasons,
-                                     self._store_pool.submit(self.store.write, entries))
+                                     self._store_pool.submit(self.store.write, entries),
+                                     flight)
             return True
-        return self._written(batch, entries, partial_reasons)
+        return self._landed(flight)
 
     def finish_pending(self) -> bool:
         """Wait for the store's batch (retrying it while it fails), then record it written;
@@ -732,13 +827,32 @@ class Pipeline:
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
                 pending.future = self._store_pool.submit(self.store.write, pending.entries)
         self._pending = None
-        return self._written(pending.batch, pending.entries, pending.partial_reasons)
+        return self._landed(pending.flight)
+
+    def _landed(self, flight: _Flight) -> bool:
+        """One more sink (or the emitter's store step) has ``flight``: record every batch
+        at the head that all have, in order (a thread that finds the head still waiting
+        leaves it to the one whose sink takes it last). False when stopping with the WAL
+        still failing."""
+        with self._flights_lock:
+            flight.waiting -= 1
+        with self._mark_lock:
+            while True:
+                with self._flights_lock:
+                    if not self._flights or self._flights[0].waiting:
+                        return True
+                    head = self._flights[0]
+                if not self._written(head.batch, head.entries, head.partial_reasons,
+                                     head.position):
+                    return False
+                with self._flights_lock:
+                    self._flights.popleft()
 
     def _written(self, batch: list[Finished],
                  entries: list[tuple[tuple[str, str], dict[str, Any], bytes]],
-                 partial_reasons: list[str]) -> bool:
+                 partial_reasons: list[str], position: tuple[int, int]) -> bool:
         """Every sink has the batch: record it in the WAL, then derive its metrics."""
-        if not self._mark_written(batch):
+        if not self._mark_written(batch, position):
             return False
         try:
             now = time.monotonic()
@@ -753,15 +867,15 @@ class Pipeline:
             log.exception("deriving metrics from a written batch failed")
         return True
 
-    def _mark_written(self, batch: list[Finished]) -> bool:
-        """Record the batch as written in the WAL (retried: the bundles are out already)."""
+    def _mark_written(self, batch: list[Finished], position: tuple[int, int]) -> bool:
+        """Record the batch as written in the WAL, with the JSON Lines position just after
+        it (retried: the bundles are out already)."""
         backoff = 0.05
         spans: list[tuple[tuple[str, str], float]] | None = None
         while True:
             wall = time.time()
             try:
                 with self._lock:
-                    position = self.jsonl.position
                     if spans is None:  # once: the event store hands them over
                         spans = self.events.written([f.key for f in batch], wall)
                     self.wal.append(DONE, encode_done([(f.key, wall) for f in batch], position,
@@ -804,27 +918,31 @@ class Pipeline:
                                   len(entries))
             log.info("recovery: %d bundles handed to sink %s", len(entries), sink.name)
 
-    def _write_sinks(self, entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]) -> bool:
-        for sink in self.sinks:
-            backoff = 0.05
-            while True:
-                try:
-                    sink.write(entries)
-                    self.metrics.self.inc("context_processor_bundles_written_total",
-                                          (sink.name,), len(entries))
-                    break
-                except Exception as exc:  # noqa: BLE001 - any sink failure is retried
-                    self.metrics.self.inc("context_processor_sink_errors_total", (sink.name,))
-                    log.warning("sink %s failed (%s); retrying in %.2fs", sink.name, exc,
-                                backoff)
-                    if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
-                        log.error("sink %s still failing at shutdown: %d bundles stay in the "
-                                  "WAL for the next start", sink.name, len(entries))
-                        return False
-                    with self._cond:
-                        self._cond.wait(backoff)
-                    backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
-        return True
+    def _write_retrying(self, sink: Sink,
+                        entries: list[tuple[tuple[str, str], dict[str, Any], bytes]],
+                        cond: threading.Condition | None = None) -> bool:
+        """``sink.write(entries)``, retried with backoff (waiting on ``cond``, the emitter's
+        by default) while it fails; False when stopping with it still failing (the WAL
+        keeps the batch)."""
+        cond = self._cond if cond is None else cond
+        backoff = 0.05
+        while True:
+            try:
+                sink.write(entries)
+                self.metrics.self.inc("context_processor_bundles_written_total",
+                                      (sink.name,), len(entries))
+                return True
+            except Exception as exc:  # noqa: BLE001 - any sink failure is retried
+                self.metrics.self.inc("context_processor_sink_errors_total", (sink.name,))
+                log.warning("sink %s failed (%s); retrying in %.2fs", sink.name, exc,
+                            backoff)
+                if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                    log.error("sink %s still failing at shutdown: %d bundles stay in the "
+                              "WAL for the next start", sink.name, len(entries))
+                    return False
+                with cond:
+                    cond.wait(backoff)
+                backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
 
     def _write_dead_letter(self, lines: list[bytes]) -> None:
         path = Path(self.config.out_dir) / DEAD_LETTER
@@ -852,6 +970,11 @@ class Pipeline:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout + 5)
+        for sink_thread in self._sink_threads:  # each drains its queue, or gives up
+            sink_thread.stop()
+        for sink_thread in self._sink_threads:
+            if sink_thread.thread.is_alive():
+                sink_thread.thread.join(timeout + 5)
         if self.forwarder is not None:
             self.forwarder.close()
         with self._lock:
@@ -888,6 +1011,11 @@ class Pipeline:
               lambda: [((reason,), float(count)) for reason, count in
                        sorted(forwarder.dropped_by.copy().items())]
               if forwarder is not None else [])
+        sink = self.store
+        gauge("context_processor_store_left_out_total",
+              lambda: [((reason,), float(count)) for reason, count in
+                       sorted(sink.store.left_out.copy().items())]
+              if sink is not None and sink.store is not None else [])
         gauge("context_processor_forward_split_total",
               lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
         gauge("context_processor_memory_bytes",

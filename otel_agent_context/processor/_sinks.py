@@ -2,6 +2,8 @@
 
 A sink's ``write`` either takes the whole batch or raises; the pipeline then retries the
 same batch with backoff while the receivers push back, so a stalled sink loses nothing.
+JSON Lines is written on the pipeline's emitter thread, every other sink on a thread of its
+own (``_pipeline._SinkThread``): a stalled log sink does not hold up the file.
 
 Exactly once across a crash (JSON Lines): the pipeline records in the WAL, after every
 written batch, the file position the batch ended at. On restart, the lines past the last

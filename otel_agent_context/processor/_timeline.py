@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
+from .._store import StoreError
+from .._store._source import bundle_lines
 from ._config import DEFAULT_OUT, DEFAULT_TRACE_URL
 from ._query import run_session
 from ._summary import render_table, summarize, timeline_rows
@@ -41,31 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --session: the link to a turn's trace ({trace_id})")
 
 
-class _Unreadable(Exception):
-    pass
-
-
-def _lines(source: str) -> Iterator[tuple[str, int, bytes]]:
-    if source == "-":
-        for number, line in enumerate(sys.stdin.buffer, 1):
-            yield "<stdin>", number, line
-        return
-    path = Path(source)
-    if path.is_dir():
-        files = sorted(path.glob("bundles-*.jsonl")) or sorted(path.glob("*.jsonl"))
-    elif path.exists():
-        files = [path]
-    else:
-        raise _Unreadable(f"{source}: no such file or directory")
-    for file in files:
-        try:
-            with open(file, "rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    yield str(file), number, line
-        except OSError as exc:
-            raise _Unreadable(f"{file}: {exc.strerror}") from None
-
-
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     if getattr(args, "session", None):
         return run_session(args, out, err)
@@ -73,7 +48,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     seen: list[str] = []
     bad = 0
     try:
-        for name, number, line in _lines(args.file):
+        for name, number, line in bundle_lines(args.file):
             if not line.strip():
                 continue
             try:
@@ -87,7 +62,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             seen.append(context_id)
             if args.context_id is None or context_id == args.context_id:
                 chosen = bundle
-    except _Unreadable as exc:
+    except StoreError as exc:
         print(f"otel-agent-context timeline: {exc}", file=err)
         return 2
     if chosen is None:

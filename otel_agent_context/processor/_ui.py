@@ -10,6 +10,7 @@ cookie a browser gets by opening any page once with ``?token=TOKEN``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -20,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import jinja2
 import orjson
@@ -48,6 +49,11 @@ _KINDS = [k.value for k in ContextKind]
 _REASONS = sorted(r.value for r in OmissionReason)
 #: Ids listed per turn before "N more" (a window can hold hundreds of items).
 _MAX_LISTED = 40
+#: Rows of a turn's long tables (omitted, truncated, never injected) before "N more": the
+#: link opens the page with that turn's tables in full (``?full=TURN``).
+_MAX_ROWS = 50
+#: Envelopes a page of the list shows unless ``?limit=`` says otherwise.
+_PAGE = 200
 
 Reply = tuple[int, bytes, str, tuple[tuple[str, str], ...]]
 
@@ -118,39 +124,65 @@ def _legend(turn: Any) -> Markup:
                           f'{n}</span>' for kind, n in turn.by_kind.items()))
 
 
-def _id_list(ids: list[str], css: str, sign: str) -> Markup:
-    shown = "".join(f'<li class="{css} mono">{sign} {_esc(i)}</li>' for i in ids[:_MAX_LISTED])
-    if len(ids) > _MAX_LISTED:
-        shown += f'<li class="muted">{sign} {len(ids) - _MAX_LISTED} more</li>'
+def _more(hidden: int, href: str) -> str:
+    return f'<a href="{_esc(href)}">{hidden} more</a>'
+
+
+def _id_list(ids: list[str], css: str, sign: str, limit: int | None, href: str) -> Markup:
+    shown = "".join(f'<li class="{css} mono">{sign} {_esc(i)}</li>' for i in ids[:limit])
+    if limit is not None and len(ids) > limit:
+        shown += f'<li class="muted">{sign} {_more(len(ids) - limit, href)}</li>'
     return Markup(shown)
 
 
-def _omitted_rows(omitted: list[dict[str, Any]]) -> Markup:
+def _omitted_rows(omitted: list[dict[str, Any]], limit: int | None, href: str) -> Markup:
     rows = []
-    for o in omitted:
+    for o in omitted[:limit]:
         detail = f' <span class="muted">({_esc(o["detail"])})</span>' if o["detail"] else ""
         tokens = "" if o["tokens"] is None else o["tokens"]
         rows.append(f'<tr><td class="mono">{_esc(o["item_id"])}</td>'
                     f'<td>{_esc(o["context_kind"] or "")}</td>'
                     f'<td>{_esc(o["reason"] or "")}{detail}</td>'
                     f'<td class="num">{_score(o["score"])}</td><td class="num">{tokens}</td></tr>')
+    if limit is not None and len(omitted) > limit:
+        rows.append(f'<tr class="more"><td colspan="5" class="muted">'
+                    f'{_more(len(omitted) - limit, href)}</td></tr>')
     return Markup("".join(rows))
+
+
+def _with_query(path: str, query: str) -> str:
+    """``path`` (which may already carry ``?id=``, see _pathpart) with more of a query."""
+    return path + ("&" if "?" in path else "?") + query
 
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("otel_agent_context.processor", "_ui_templates"),
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
 )
-_ENV.filters["pathpart"] = lambda value: quote(str(value), safe="")  # one path segment
+
+
+def _pathpart(value: Any) -> str:
+    """An id as the last part of a link: one path segment, or ``?id=`` for ``.`` and ``..``,
+    which a browser resolves away as dot segments (even percent-encoded as ``%2E``)."""
+    text = str(value)
+    if text in (".", ".."):
+        return "?id=" + quote(text, safe="")
+    return quote(text, safe="")
+
+
+_ENV.filters["pathpart"] = _pathpart
 _ENV.globals.update(colour=_colour, pct=_pct, tokens=_tokens, score=_score, share=_share,
                     reason_counts=_reason_counts, version=__version__, max_listed=_MAX_LISTED,
-                    id_list=_id_list, omitted_rows=_omitted_rows, chart_columns=_chart_columns,
-                    bar=_bar, legend=_legend)
+                    max_rows=_MAX_ROWS, id_list=_id_list, omitted_rows=_omitted_rows,
+                    chart_columns=_chart_columns, bar=_bar, legend=_legend)
 
 
 def render_session(store: Store, conversation_id: str, *, trace_url_template: str | None = None,
-                   root: str = "") -> str | None:
-    """The session page's HTML, or None when the store holds no such conversation."""
+                   root: str = "", full: int | None = None) -> str | None:
+    """The session page's HTML, or None when the store holds no such conversation.
+
+    A turn's long lists and tables stop after a few dozen entries with a link to "N more":
+    the page again with turn ``full`` shown in full."""
     turns = session(store, conversation_id, trace_url_template=trace_url_template)
     if not turns:
         return None
@@ -160,8 +192,10 @@ def render_session(store: Store, conversation_id: str, *, trace_url_template: st
     limits = [t.envelope["window_max_tokens"] or 0 for t in turns]
     peak_limit = max(limits) if limits else 0
     chart_max = max([*used, peak_limit, 1])
+    page = f"{root}/sessions/{_pathpart(conversation_id)}"
     return _ENV.get_template("session.html").render(
-        root=root, conversation=conversation_id, turns=turns, kinds=kinds,
+        root=root, conversation=conversation_id, turns=turns, kinds=kinds, full=full,
+        more_href=lambda n: _with_query(page, f"full={n}") + f"#turn-{n}",
         agents=sorted({t.envelope["agent_name"] or "unknown" for t in turns}),
         chart_max=chart_max, peak_limit=peak_limit, chart_limit=peak_limit / chart_max,
     )
@@ -175,17 +209,36 @@ def _yes_no(value: str | None) -> bool | None:
     return None
 
 
-def _filter(query: Any) -> EnvelopeFilter:
+def _number(query: Any, name: str, default: int, low: int, high: int) -> int:
     try:
-        limit = int(query.get("limit", 200))
+        return max(low, min(int(query.get(name, default)), high))
     except ValueError:
-        limit = 200
+        return default
+
+
+def _filter(query: Any) -> EnvelopeFilter:
     return EnvelopeFilter(
         conversation=query.get("conversation") or None, agent=query.get("agent") or None,
         status=query.get("status") or None, omission_reason=query.get("reason") or None,
         overflow=_yes_no(query.get("overflow")), blocking=_yes_no(query.get("blocking")),
-        limit=limit,
+        limit=_number(query, "limit", _PAGE, 1, 10_000),
+        offset=_number(query, "offset", 0, 0, 2**62),
     )
+
+
+def _envelope_page(store: Store, where: EnvelopeFilter) -> tuple[list[dict[str, Any]],
+                                                                  int | None]:
+    """A page of the envelope list and the offset of the next page (None: the last)."""
+    rows = envelopes(store, dataclasses.replace(where, limit=where.limit + 1))
+    if len(rows) > where.limit:
+        return rows[:where.limit], where.offset + where.limit
+    return rows, None
+
+
+def _list_href(query: Any, offset: int) -> str:
+    """The envelope list with the same filters, from ``offset``."""
+    kept = [(k, v) for k, v in query.items() if k not in ("offset", "token") and v]
+    return "/?" + urlencode([*kept, *([("offset", offset)] if offset else [])]) + "#envelopes"
 
 
 def _json(document: Any, status: int = 200) -> Reply:
@@ -261,7 +314,7 @@ class UiServer:
                              "?token=TOKEN, or send Authorization: Bearer TOKEN.").encode())
             return web.Response(status=401, body=body, content_type=_JSON if api else "text/html",
                                 headers={"WWW-Authenticate": "Bearer"})
-        route = self._route(request.path)
+        route = self._route(request.path, request.query)
         if route is None:
             status, body, content_type, headers = _page(404, self._message(
                 "Not found", f"Nothing at {request.path}: try the list of conversations."))
@@ -287,7 +340,8 @@ class UiServer:
             response.headers[name] = value
         return response
 
-    def _route(self, path: str) -> tuple[Callable[[str, Any], Reply], str] | None:
+    def _route(self, path: str,
+               query: Any) -> tuple[Callable[[str, Any], Reply], str] | None:
         table: tuple[tuple[str, Callable[[str, Any], Reply]], ...] = (
             ("/api/conversations", self._api_conversations),
             ("/api/envelopes/", self._api_envelope),
@@ -301,8 +355,8 @@ class UiServer:
         for prefix, handler in table:
             if prefix.endswith("/") and path.startswith(prefix) and len(path) > len(prefix):
                 return handler, path[len(prefix):]  # aiohttp has decoded it once
-            if path == prefix:
-                return handler, ""
+            if path == prefix:  # "/sessions/?id=.." (see _pathpart)
+                return handler, query.get("id", "") if prefix.endswith("/") else ""
         return None
 
     @staticmethod
@@ -312,13 +366,18 @@ class UiServer:
     # -- pages -----------------------------------------------------------------------------------
     def _index(self, _: str, query: Any) -> Reply:
         where = _filter(query)
+        rows, next_offset = _envelope_page(self.store, where)
+        previous = max(0, where.offset - where.limit) if where.offset else None
         return _page(200, _ENV.get_template("index.html").render(
             root="", conversations=conversations(self.store, agent=where.agent),
-            envelopes=envelopes(self.store, where), f=where, reasons=_REASONS))
+            envelopes=rows, f=where, reasons=_REASONS,
+            next_href=None if next_offset is None else _list_href(query, next_offset),
+            previous_href=None if previous is None else _list_href(query, previous)))
 
-    def _session_page(self, conversation_id: str, _: Any) -> Reply:
+    def _session_page(self, conversation_id: str, query: Any) -> Reply:
         html = render_session(self.store, conversation_id,
-                              trace_url_template=self.trace_url_template)
+                              trace_url_template=self.trace_url_template,
+                              full=_number(query, "full", 0, 0, 2**31) or None)
         if html is None:
             return _page(404, self._message(
                 "No such conversation", f"The store holds no envelope of {conversation_id!r}."))
@@ -345,7 +404,8 @@ class UiServer:
         return _json({"conversations": conversations(self.store, agent=query.get("agent"))})
 
     def _api_envelopes(self, _: str, query: Any) -> Reply:
-        return _json({"envelopes": envelopes(self.store, _filter(query))})
+        rows, next_offset = _envelope_page(self.store, _filter(query))
+        return _json({"envelopes": rows, "next_offset": next_offset})
 
     def _api_envelope(self, context_id: str, _: Any) -> Reply:
         bundle = envelope(self.store, context_id)
@@ -363,4 +423,4 @@ class UiServer:
 
 
 def session_path(conversation_id: str) -> str:
-    return "/sessions/" + quote(conversation_id, safe="")
+    return "/sessions/" + _pathpart(conversation_id)

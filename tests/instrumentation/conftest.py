@@ -7,13 +7,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from llm_setup import Setup, make_setup
 from stub_server import StubServer
-
-from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
-from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
-from otel_agent_context.testing import CapturedTelemetry
-
-CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
 @pytest.fixture
@@ -22,58 +17,18 @@ def stub() -> Iterator[StubServer]:
         yield server
 
 
-def _official() -> list:
-    from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor
-    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
-
-    return [OpenAIInstrumentor(), AnthropicInstrumentor()]
-
-
-class Setup:
-    """Which instrumentors are on, and where the telemetry goes."""
-
-    def __init__(self, tel: CapturedTelemetry, official: str, capture: bool) -> None:
-        self.tel = tel
-        self.official = official  # "none", "outer" (official wraps ours), "inner"
-        self.capture = capture
-        self.ours = [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]
-        self.theirs = _official() if official != "none" else []
-
-    def start(self) -> None:
-        kw = {"tracer_provider": self.tel.tracer_provider,
-              "meter_provider": self.tel.meter_provider,
-              "logger_provider": self.tel.logger_provider}
-        ours = [(i, {**kw, "agent_context": self.tel.agent_context}) for i in self.ours]
-        theirs = [(i, kw) for i in self.theirs]
-        # the instrumentor wrapped last runs outermost
-        for inst, args in (ours + theirs if self.official == "outer" else theirs + ours):
-            inst.instrument(**args)
-
-    def stop(self) -> None:
-        for inst in self.ours + self.theirs:
-            inst.uninstrument()
-
-
-def make_setup(official: str, capture: bool, monkeypatch: pytest.MonkeyPatch
-               ) -> Iterator[Setup]:
-    if capture:
-        monkeypatch.setenv(CAPTURE_ENV, "SPAN_ONLY")
-    else:
-        monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    tel = CapturedTelemetry(capture_content=capture)
-    setup = Setup(tel, official, capture)
-    setup.start()
-    try:
-        yield setup
-    finally:
-        setup.stop()
-        tel.shutdown()
-
-
 @pytest.fixture(params=["none", "outer", "inner"])
 def setup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     """Ours alone, the official instrumentor outside ours, and inside ours."""
     yield from make_setup(request.param, False, monkeypatch)
+
+
+@pytest.fixture
+def stage_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    """Ours alone, writing contract v0.1's stage spans and events
+    (``OTEL_AGENT_CONTEXT_STAGE_SPANS=true``, read when instrumenting)."""
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_STAGE_SPANS", "true")
+    yield from make_setup("none", False, monkeypatch)
 
 
 @pytest.fixture

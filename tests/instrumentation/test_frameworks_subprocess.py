@@ -1,6 +1,7 @@
 """``opentelemetry-instrument python frameworks_app.py``: an unmodified OpenAI Agents SDK app
-and MCP client session in a subprocess, ours enabled through the entry points alone, spans
-over real OTLP/gRPC to a receiver here, rebuilt into bundles (issue 12's frameworks)."""
+and MCP client session in a subprocess (and ``llama_index/li_app.py``, a LlamaIndex app), ours
+enabled through the entry points alone, spans over real OTLP/gRPC to a receiver here, rebuilt
+into bundles (issue 12's frameworks)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stub_server import REPLY, StubServer
@@ -20,12 +23,12 @@ from otel_agent_context.rebuild import rebuild
 HERE = Path(__file__).parent
 
 
-@pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
-def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bool) -> None:  # noqa: F811
-    rec, port = receiver
+def _launch(app: Path, port: int, capture: bool) -> tuple[Any, list[Any]]:
+    """``opentelemetry-instrument python app`` exporting to the receiver on ``port``, with the
+    stub's URL in ``STUB_URL``: the finished process and the requests the stub got."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({
-        "OTEL_SERVICE_NAME": "frameworks-app", "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_SERVICE_NAME": app.stem, "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
@@ -39,22 +42,34 @@ def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bo
     launcher = Path(sys.executable).with_name("opentelemetry-instrument")
     with StubServer() as stub:
         env["STUB_URL"] = stub.url
-        proc = subprocess.run([str(launcher), sys.executable, str(HERE / "frameworks_app.py")],
+        proc = subprocess.run([str(launcher), sys.executable, str(app)],
                               env=env, capture_output=True, text=True, timeout=120)
-        requests = list(stub.requests)
-    assert proc.returncode == 0, proc.stderr
-    assert f"agents: {REPLY} | {REPLY} | {REPLY}" in proc.stdout
-    assert f"mcp: {REPLY}" in proc.stdout
-    assert [path for path, _ in requests].count("/v1/responses") == 6
+        return proc, list(stub.requests)
+
+
+def _bundles(rec: Any, enough: Callable[[list[dict]], bool]) -> list[dict]:
+    """The bundles rebuilt from what the receiver got, once ``enough`` (or after 15 s)."""
     deadline = time.monotonic() + 15
     bundles: list[dict] = []
     while time.monotonic() < deadline:
         bundles = rebuild([view for _, view in rec.spans])
-        # 3 runs and a handoff; the MCP reads outside any envelope are an implicit turn each
-        # (a resource, a tool result), and so is the model call after them
-        if len(bundles) >= 7:
+        if enough(bundles):
             break
         time.sleep(0.1)
+    return bundles
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
+def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bool) -> None:  # noqa: F811
+    rec, port = receiver
+    proc, requests = _launch(HERE / "frameworks_app.py", port, capture)
+    assert proc.returncode == 0, proc.stderr
+    assert f"agents: {REPLY} | {REPLY} | {REPLY}" in proc.stdout
+    assert f"mcp: {REPLY}" in proc.stdout
+    assert [path for path, _ in requests].count("/v1/responses") == 6
+    # 3 runs and a handoff; the MCP reads outside any envelope are an implicit turn each
+    # (a resource, a tool result), and so is the model call after them
+    bundles = _bundles(rec, lambda bs: len(bs) >= 7)
     envelopes = [b["context_envelope"] for b in bundles]
     runs = [e for e in envelopes
             if (e.get("metadata") or {}).get("gen_ai.agent.name") == "Triage agent"]
@@ -71,3 +86,26 @@ def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bo
                           [e.attributes for _, view in rec.spans for e in view.events])
     assert ("Refunds are accepted" in exported) is capture
     assert ("What is the weather in Paris?" in exported) is capture
+
+
+def test_llama_index_app_under_opentelemetry_instrument(receiver) -> None:  # noqa: F811
+    """The LlamaIndex app (a query with a similarity cutoff, three chat turns over a memory
+    too small for them), unmodified."""
+    rec, port = receiver
+    proc, _ = _launch(HERE / "llama_index" / "li_app.py", port, False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"ask: {REPLY}", "chat: " + " | ".join([REPLY] * 3)]
+    bundles = _bundles(rec, lambda bs: len(bs) >= 4 and all(
+        b.get("context_assemblies") for b in bs))
+    assert [b["context_envelope"]["scope"] for b in bundles] == ["turn"] * 4
+    ask, *turns = sorted(bundles, key=lambda b: b["context_envelope"]["created_at"])
+    (selection,) = ask["context_selections"]
+    assert selection["selected_item_refs"] == ["kb-refunds"]
+    assert [(o["item_id"], o["reason"]) for o in selection["omitted_item_refs"]] == [
+        ("kb-returns", "low_relevance"), ("kb-shipping", "low_relevance")]
+    assert ask["context_assemblies"][0]["ordered_blocks"][-1]["source_item_refs"] == [
+        "kb-refunds"]
+    cut = [r for b in turns for x in b["context_budgets"]
+           for r in x.get("truncation_records", [])]
+    assert [r["tokens_before"] for r in cut] == [6, 11]  # the first exchange, in words
+    assert all(b["rebuild"]["status"] == "complete" for b in bundles)

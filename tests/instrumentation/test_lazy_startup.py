@@ -13,7 +13,8 @@ import textwrap
 
 from stub_server import StubServer
 
-LIBRARIES = ("openai", "anthropic", "langchain_core", "langgraph", "agents", "mcp")
+LIBRARIES = ("openai", "anthropic", "langchain_core", "langgraph", "agents", "mcp",
+             "llama_index", "llama_index_instrumentation")
 
 PROGRAM = textwrap.dedent("""
     import json, os, sys, warnings
@@ -39,7 +40,9 @@ PROGRAM = textwrap.dedent("""
     print(json.dumps({"done": done, "loaded": loaded, "warn_kept": warn_kept,
                       "warn_after": warnings.warn is original_warn,
                       "reply": reply.choices[0].message.content,
-                      "spans": sorted(s.name for s in memory.get_finished_spans())}))
+                      "spans": sorted(s.name for s in memory.get_finished_spans()),
+                      "blocks": [s.attributes.get("context.assembly.block_count")
+                                 for s in memory.get_finished_spans()]}))
 """) % {"libraries": LIBRARIES}
 
 
@@ -57,11 +60,13 @@ def test_instrument_imports_no_client_library_and_wraps_it_on_import() -> None:
     out = _run()
     assert {"OpenAIContextInstrumentor", "AnthropicContextInstrumentor",
             "LangChainContextInstrumentor", "OpenAIAgentsContextInstrumentor",
-            "MCPContextInstrumentor"} <= set(out["done"])  # every framework the suite has
+            "MCPContextInstrumentor", "LlamaIndexContextInstrumentor",
+            } <= set(out["done"])  # every framework the suite has
     assert out["loaded"] == []  # nothing imported by instrument()
     # warnings' frame counting (transparency) only once a client is wrapped
     assert out["warn_kept"] is True and out["warn_after"] is False
-    assert out["spans"] == ["chat gpt-4o-mini", "context.assembly", "context.budget"]
+    assert out["spans"] == ["chat gpt-4o-mini"]  # the folded form: one span a call
+    assert out["blocks"] == [1]  # carrying the call's assembly: its one message
 
 
 def test_uninstrument_before_the_import_leaves_the_library_alone() -> None:

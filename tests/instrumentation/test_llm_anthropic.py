@@ -7,13 +7,16 @@ import asyncio
 import anthropic
 import pytest
 from llm_helpers import (
+    assert_folded,
     assert_genai,
     assert_no_content,
+    block_rows,
     blocks,
     events,
     inference_spans,
     named,
     one_inference,
+    segments,
 )
 from opentelemetry.trace import StatusCode
 from stub_server import REPLY
@@ -63,21 +66,21 @@ def check_message_call(tel: CapturedTelemetry, inf, *, cache_write: bool) -> Non
     assert_genai(inf, "anthropic", MODEL)
     a = inf.attributes
     assert a[S.CONTEXT_SCOPE] == "turn"
-    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    assert a[S.CONTEXT_SPAN_COUNT] == 0  # no stage spans: the budget is on this span
     cached = estimate_tokens(SYSTEM[0]["text"])
     key = (S.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS if cache_write
            else S.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)
     assert a[key] == cached
-    budget = next(s for s in named(spans, S.SPAN_BUDGET)
-                  if s.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID])
-    b = budget.attributes
+    mine = [s for s in spans if s.attributes.get(S.CONTEXT_ID) == a[S.CONTEXT_ID]]
+    assert assert_folded(mine) is inf
+    b = a
     assert b[S.BUDGET_MAX_TOKENS] == 200_000
     assert b[S.BUDGET_RESERVED_TOKENS] == 300
     # all input tokens: uncached + cache read + cache write
     assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
-    segments = {e[S.WINDOW_SEGMENT]: e for e in events(budget, S.EVENT_WINDOW_SEGMENT)}
-    assert segments["cache_prefix_1"][S.WINDOW_USED_TOKENS] == cached
-    assert segments["output"][S.WINDOW_RESERVED_TOKENS] == 300
+    segs = {e[S.WINDOW_SEGMENT]: e for e in segments(inf)}
+    assert segs["cache_prefix_1"][S.WINDOW_USED_TOKENS] == cached
+    assert segs["output"][S.WINDOW_RESERVED_TOKENS] == 300
 
 
 def test_messages_create_and_cache(setup, stub) -> None:
@@ -88,15 +91,13 @@ def test_messages_create_and_cache(setup, stub) -> None:
         assert msg.content[0].text == REPLY
     spans = setup.tel.spans()
     first, second = inference_spans(spans)
-    assert len(spans) == 6
+    assert len(spans) == 2  # one span a call
     check_message_call(setup.tel, first, cache_write=True)
     check_message_call(setup.tel, second, cache_write=False)
     mine = [s for s in spans if s.attributes.get(S.CONTEXT_ID) == first.attributes[S.CONTEXT_ID]]
     kinds = [(k, p) for _, k, p in blocks(mine)]
     assert kinds == EXPECTED
-    asm = next(s for s in named(spans, S.SPAN_ASSEMBLY)
-               if s.attributes[S.CONTEXT_ID] == first.attributes[S.CONTEXT_ID])
-    tool = events(asm, S.EVENT_ASSEMBLY_BLOCK)[4]
+    tool = block_rows(first)[4]
     assert tool[S.ITEM_ID] == "tool_result:toolu_0"
     assert tool[S.GEN_AI_TOOL_CALL_ID] == "toolu_0"
     assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete", "complete"]
@@ -165,8 +166,8 @@ def test_context_management_is_a_compaction(setup, stub, streamed: bool) -> None
     (edit,) = msg.context_management.applied_edits
     assert edit.cleared_tool_uses == 2
     spans = setup.tel.spans()
-    inf = one_inference(spans)
-    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 3
+    inf = assert_folded(spans)
+    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 1  # the compaction span
     (cmp,) = named(spans, S.SPAN_COMPACTION)
     c_attrs = cmp.attributes
     assert c_attrs[S.COMPACTION_METHOD] == "provider_context_editing"
@@ -192,9 +193,8 @@ def test_content_capture(capture_setup, stub) -> None:
     client(stub).messages.create(model=MODEL, max_tokens=300, system=SYSTEM,
                                  messages=conversation())
     spans = capture_setup.tel.spans()
-    inf = one_inference(spans)
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
-    last = events(asm, S.EVENT_ASSEMBLY_BLOCK)[-1]
+    inf = assert_folded(spans)
+    last = block_rows(inf)[-1]
     assert last[S.BLOCK_DIGEST].startswith("hmac-sha256:")
     if capture_setup.capture:
         assert last[S.ITEM_CONTENT] == "When will it arrive?"
@@ -226,10 +226,9 @@ def test_prompt_too_long_is_a_rejected_overflow(stub) -> None:
     assert str(seen) == str(plain)
     assert seen.body == plain.body
     spans = tel.spans()
-    inf = one_inference(spans)
+    inf = assert_folded(spans)
     assert inf.status.status_code == StatusCode.ERROR
-    (budget,) = named(spans, S.SPAN_BUDGET)
-    b = budget.attributes
+    b = inf.attributes
     assert b[S.BUDGET_OVERFLOW] is True
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
     assert b[S.BUDGET_OVERFLOW_TOKENS] == 225_005 - 200_000

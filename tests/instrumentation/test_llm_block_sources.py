@@ -12,7 +12,7 @@ from typing import Any
 
 import anthropic
 import openai
-from llm_helpers import assert_no_content, events, named
+from llm_helpers import assert_folded, assert_no_content, block_rows, inference_spans
 
 from otel_agent_context import ContextItem
 from otel_agent_context import _semconv as S
@@ -35,9 +35,8 @@ def _retrieve(env: Any) -> None:
 
 def _sources(spans: list[Any]) -> list[tuple[str, tuple[str, ...]]]:
     """(block item id, its source refs) of every block that has some."""
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
     return [(b[S.ITEM_ID], b[S.BLOCK_SOURCE_ITEM_REFS])
-            for b in events(asm, S.EVENT_ASSEMBLY_BLOCK) if S.BLOCK_SOURCE_ITEM_REFS in b]
+            for b in block_rows(assert_folded(spans)) if S.BLOCK_SOURCE_ITEM_REFS in b]
 
 
 def _exported(spans: list[Any]) -> str:
@@ -78,8 +77,7 @@ def test_openai_chat_blocks_name_the_documents_they_carry(setup, stub) -> None:
 
 
 def _system_id(spans: list[Any]) -> str:
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
-    first = events(asm, S.EVENT_ASSEMBLY_BLOCK)[0]
+    first = block_rows(assert_folded(spans))[0]
     return str(first[S.ITEM_ID]).removeprefix("system:")
 
 
@@ -117,11 +115,12 @@ def test_openai_stream_in_a_tool_loop_names_each_document_once_per_block(alone, 
             stream = client.chat.completions.create(model=MODEL, messages=history, stream=True)
             for _chunk in stream:
                 pass
-    assemblies = named(tel.spans(), S.SPAN_ASSEMBLY)
-    assert len(assemblies) == 2
-    for asm in assemblies:
+    calls = inference_spans(tel.spans())
+    assert len(calls) == 2
+    for call in calls:
+        assert_folded([call])
         found = [(b[S.ITEM_ID], b[S.BLOCK_SOURCE_ITEM_REFS])
-                 for b in events(asm, S.EVENT_ASSEMBLY_BLOCK) if S.BLOCK_SOURCE_ITEM_REFS in b]
+                 for b in block_rows(call) if S.BLOCK_SOURCE_ITEM_REFS in b]
         assert found == [("tool_result:call_1", ("kb:refunds",))]
     _check_not_injected(tel, ["kb:shipping", "kb:hours"])
 

@@ -10,6 +10,7 @@ import asyncio
 
 import openai
 import pytest
+from llm_helpers import assert_folded, block_rows, inference_spans
 from pydantic import BaseModel
 from stub_server import StubServer
 
@@ -99,8 +100,9 @@ def test_langchain_structured_output_records_the_call(tel) -> None:
     assert result.eta_days == 1
     spans = tel.spans()
     assert [s.name for s in spans if s.name.startswith("chat ")] == ["chat gpt-4o-mini"]
-    (assembly,) = [s for s in spans if s.name == S.SPAN_ASSEMBLY]
-    assert assembly.attributes[S.ASSEMBLY_BLOCK_COUNT] == 1
+    call = assert_folded(spans)
+    assert call.attributes[S.ASSEMBLY_BLOCK_COUNT] == 1
+    assert len(block_rows(call)) == 1
 
 
 def test_the_stub_matches_models_by_name_not_by_prefix() -> None:
@@ -178,8 +180,7 @@ def test_a_context_length_error_states_the_limit_the_budget_keeps(provider) -> N
 
 
 def _block_ids(tel: CapturedTelemetry) -> list[str]:
-    return [e.attributes[S.ITEM_ID] for s in tel.spans() if s.name == S.SPAN_ASSEMBLY
-            for e in s.events if e.name == S.EVENT_ASSEMBLY_BLOCK]
+    return [b[S.ITEM_ID] for s in inference_spans(tel.spans()) for b in block_rows(s)]
 
 
 def test_a_repeated_message_is_a_block_of_its_own(tel) -> None:

@@ -64,3 +64,20 @@ def test_framework_examples_run_offline() -> None:
     assert kinds == ["external_resource", "tool_result", "user_message"]
     assert bundle["model_calls"] == 1 and bundle["rebuild"] == "complete"
     assert "Refunds are accepted" not in mcp.stdout.split("agent:")[-1]  # no content
+
+
+def test_llama_index_example_runs_offline() -> None:
+    """The LlamaIndex example: a query whose cutoff drops two nodes, three chat turns whose
+    memory cuts the first exchange, the prompts naming the nodes they carry."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "llama_index_app.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("The order shipped") == 4
+    query, *turns = _bundles(proc.stdout)
+    assert len(turns) == 3 and all(b["rebuild"] == "complete" for b in [query, *turns])
+    assert [reason for _, reason, _ in query["omitted"]] == ["low_relevance"] * 2
+    assert query["prompt_sources"] == query["selected"]
+    assert [len(b["memory_cut"]) for b in turns] == [0, 0, 2]
+    assert all(sorted(b["prompt_sources"][0]) == sorted(b["selected"][0]) for b in turns)

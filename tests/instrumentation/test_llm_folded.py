@@ -13,8 +13,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from conftest import make_setup
 from llm_helpers import one_inference
+from llm_setup import make_setup
 from stub_server import StubServer
 
 from otel_agent_context import ContextItem

@@ -8,13 +8,16 @@ import json
 import openai
 import pytest
 from llm_helpers import (
+    assert_folded,
     assert_genai,
     assert_no_content,
+    block_rows,
     blocks,
     events,
     inference_spans,
     named,
     one_inference,
+    segments,
 )
 from opentelemetry.trace import StatusCode
 from stub_server import REPLY, stub_tokens
@@ -52,47 +55,44 @@ def aclient(stub) -> openai.AsyncOpenAI:
 
 def check_chat_call(tel: CapturedTelemetry, *, streamed: bool = False) -> None:
     spans = tel.spans()
-    inf = one_inference(spans)
-    assert len(spans) == 3, [s.name for s in spans]  # one inference span, budget, assembly
+    inf = assert_folded(spans)
+    assert len(spans) == 1, [s.name for s in spans]  # the inference span carries it all
     assert_genai(inf, "openai", MODEL)
     a = inf.attributes
-    # the inference span IS the implicit envelope
+    # the inference span IS the implicit envelope, and it holds the budget and assembly
     assert a[S.CONTEXT_SCOPE] == "turn"
     assert a[S.CONTEXT_LIFECYCLE] == "injected"
-    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    assert a[S.CONTEXT_SPAN_COUNT] == 0
+    assert a[S.CONTEXT_ID]
     assert a[S.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] > 0
-    (budget,) = named(spans, S.SPAN_BUDGET)
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
-    for stage in (budget, asm):
-        assert stage.parent.span_id == inf.context.span_id
-        assert stage.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID]
-    b = budget.attributes
+    b = a
     assert b[S.BUDGET_MAX_TOKENS] == 128_000
     assert b[S.BUDGET_RESERVED_TOKENS] == 256
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
     assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
     assert b[S.BUDGET_OVERFLOW] is False
     assert b[S.BUDGET_UTILIZATION] == pytest.approx(b[S.BUDGET_ACTUAL_TOKENS] / 128_000)
-    segments = events(budget, S.EVENT_WINDOW_SEGMENT)
-    assert [s[S.WINDOW_SEGMENT] for s in segments] == [
+    segs = segments(inf)
+    assert [s[S.WINDOW_SEGMENT] for s in segs] == [
         "system_prompt", "tool_definitions", "message_history", "output"]
-    assert segments[0][S.WINDOW_USED_TOKENS] == estimate_tokens(SYSTEM)
-    assert segments[-1][S.WINDOW_RESERVED_TOKENS] == 256
+    assert segs[0][S.WINDOW_USED_TOKENS] == estimate_tokens(SYSTEM)
+    assert segs[-1][S.WINDOW_RESERVED_TOKENS] == 256
     assert [(k, p) for _, k, p in blocks(spans)] == EXPECTED_KINDS
-    block_events = events(asm, S.EVENT_ASSEMBLY_BLOCK)
-    assert block_events[3][S.ITEM_ID] == "tool_result:call_1"
-    assert block_events[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
-    assert all(e[S.BLOCK_DIGEST].startswith("hmac-sha256:") for e in block_events)
-    assert asm.attributes[S.ASSEMBLY_BLOCK_COUNT] == 5
-    (inj,) = events(inf, S.EVENT_INJECTION_APPLIED)
-    assert inj[S.ASSEMBLY_ID] == asm.attributes[S.ASSEMBLY_ID]
-    assert inj[S.INJECTION_HASH] == asm.attributes[S.ASSEMBLY_HASH]
+    rows = block_rows(inf)
+    assert rows[3][S.ITEM_ID] == "tool_result:call_1"
+    assert rows[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
+    assert all(e[S.BLOCK_DIGEST].startswith("hmac-sha256:") for e in rows)
+    assert a[S.ASSEMBLY_BLOCK_COUNT] == 5
+    assert a[S.INJECTION_ID]
+    assert a[S.INJECTION_POINT] == "message_history"
+    assert a[S.INJECTION_HASH] == a[S.ASSEMBLY_HASH]
     (bundle,) = tel.bundles()
     assert bundle["rebuild"]["status"] == "complete"
     assert bundle["context_envelope"]["scope"] == "turn"
     assert bundle["context_budgets"][0]["actual_tokens"] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
     assert len(bundle["context_assemblies"][0]["ordered_blocks"]) == 5
-    assert bundle["context_injections"][0]["assembly_id"] == asm.attributes[S.ASSEMBLY_ID]
+    assert bundle["context_injections"][0]["assembly_id"] == a[S.ASSEMBLY_ID]
+    assert bundle["context_injections"][0]["injection_id"] == a[S.INJECTION_ID]
     assert_no_content(spans)
 
 
@@ -105,6 +105,41 @@ def test_chat_sync(setup, stub) -> None:
         model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS)
     assert result.choices[0].message.content == REPLY
     check_chat_call(setup.tel)
+
+
+def test_chat_sync_stage_spans(stage_spans, stub) -> None:
+    """OTEL_AGENT_CONTEXT_STAGE_SPANS=true: the v0.1 form, a budget span with an event a
+    window segment, an assembly span with an event a block, an injection event; the same
+    facts as the folded form, and the same bundle."""
+    client(stub).chat.completions.create(
+        model=MODEL, messages=CONVERSATION, max_completion_tokens=256, tools=TOOLS)
+    spans = stage_spans.tel.spans()
+    inf = one_inference(spans)
+    a = inf.attributes
+    assert sorted(s.name for s in spans) == sorted([inf.name, S.SPAN_BUDGET, S.SPAN_ASSEMBLY])
+    assert a[S.CONTEXT_SPAN_COUNT] == 2
+    assert S.ASSEMBLY_BLOCK_ITEM_IDS not in a and S.BUDGET_ID not in a
+    (budget,) = named(spans, S.SPAN_BUDGET)
+    (asm,) = named(spans, S.SPAN_ASSEMBLY)
+    for stage in (budget, asm):
+        assert stage.parent.span_id == inf.context.span_id
+        assert stage.attributes[S.CONTEXT_ID] == a[S.CONTEXT_ID]
+    b = budget.attributes
+    assert (b[S.BUDGET_MAX_TOKENS], b[S.BUDGET_RESERVED_TOKENS]) == (128_000, 256)
+    assert b[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
+    segs = events(budget, S.EVENT_WINDOW_SEGMENT)
+    assert [s[S.WINDOW_SEGMENT] for s in segs] == [
+        "system_prompt", "tool_definitions", "message_history", "output"]
+    assert segs[-1][S.WINDOW_RESERVED_TOKENS] == 256
+    rows = events(asm, S.EVENT_ASSEMBLY_BLOCK)
+    assert [(e[S.ITEM_KIND], e[S.INJECTION_POINT]) for e in rows] == EXPECTED_KINDS
+    assert rows[3][S.GEN_AI_TOOL_CALL_ID] == "call_1"
+    (inj,) = events(inf, S.EVENT_INJECTION_APPLIED)
+    assert inj[S.INJECTION_HASH] == asm.attributes[S.ASSEMBLY_HASH]
+    (bundle,) = stage_spans.tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+    assert len(bundle["context_assemblies"][0]["ordered_blocks"]) == 5
+    assert bundle["context_injections"][0]["assembly_id"] == asm.attributes[S.ASSEMBLY_ID]
 
 
 def test_chat_stream(setup, stub) -> None:
@@ -185,8 +220,7 @@ def test_responses_items_refs_and_compaction_input(setup, stub) -> None:
         ("tool_result:call_9", "tool_result", "message_history"),
         (blocks(spans)[5][0], "user_message", "message_history"),
     ]
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
-    ref = events(asm, S.EVENT_ASSEMBLY_BLOCK)[1]
+    ref = block_rows(inf)[1]
     assert ref[S.ITEM_CONTENT_MODE] == "ref"
     assert ref[S.GEN_AI_RESPONSE_ID] == first.id
     (bundle,) = setup.tel.bundles()
@@ -202,7 +236,7 @@ def test_responses_truncation_auto(alone, stub) -> None:
     result = client(stub).responses.create(model="gpt-4", input=history, truncation="auto",
                                            max_output_tokens=500)
     spans = alone.tel.spans()
-    (budget,) = named(spans, S.SPAN_BUDGET)
+    budget = assert_folded(spans)  # the inference span carries the budget and its cut
     b = budget.attributes
     assert b[S.BUDGET_MAX_TOKENS] == 8_192
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "truncate_middle"
@@ -233,7 +267,8 @@ def test_responses_provider_compaction(alone, stub) -> None:
     assert c[S.COMPACTION_TOKENS_AFTER] == result.usage.input_tokens
     assert c[S.SUMMARY_ID] == f"compaction:{result.output[0].id}"
     inf = one_inference(spans)
-    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 3
+    assert_folded(spans)
+    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 1  # the compaction span
     (bundle,) = alone.tel.bundles()
     assert bundle["rebuild"]["status"] == "complete"
     assert bundle["context_compactions"][0]["loss_notes"]
@@ -264,10 +299,11 @@ def test_explicit_envelope(alone, stub) -> None:
     (envelope,) = named(spans, S.SPAN_ENVELOPE)
     assert S.CONTEXT_SCOPE not in inf.attributes
     assert inf.attributes[S.CONTEXT_ID] == env.context_id
-    assert envelope.attributes[S.CONTEXT_SPAN_COUNT] == 3  # budget, assembly, inference
-    (budget,) = named(spans, S.SPAN_BUDGET)
-    assert budget.parent.span_id == envelope.context.span_id
-    assert events(inf, S.EVENT_INJECTION_APPLIED)
+    assert envelope.attributes[S.CONTEXT_SPAN_COUNT] == 1  # the inference span joined it
+    assert inf.parent.span_id == envelope.context.span_id
+    assert_folded(spans)
+    assert inf.attributes[S.BUDGET_MAX_TOKENS] == 128_000
+    assert inf.attributes[S.INJECTION_HASH] == inf.attributes[S.ASSEMBLY_HASH]
     (bundle,) = tel.bundles()
     assert bundle["context_envelope"]["scope"] == "task"
     assert bundle["rebuild"]["status"] == "complete"
@@ -276,9 +312,8 @@ def test_explicit_envelope(alone, stub) -> None:
 def test_content_capture(capture_setup, stub) -> None:
     client(stub).chat.completions.create(model=MODEL, messages=CONVERSATION)
     spans = capture_setup.tel.spans()
-    inf = one_inference(spans)
-    (asm,) = named(spans, S.SPAN_ASSEMBLY)
-    first = events(asm, S.EVENT_ASSEMBLY_BLOCK)[0]
+    inf = assert_folded(spans)
+    first = block_rows(inf)[0]
     assert first[S.BLOCK_DIGEST].startswith("hmac-sha256:")
     if capture_setup.capture:
         assert first[S.ITEM_CONTENT] == SYSTEM
@@ -314,11 +349,10 @@ def test_context_length_error_is_a_rejected_overflow(stub) -> None:
     assert seen.code == plain.code == "context_length_exceeded"
     assert seen.body == plain.body
     spans = tel.spans()
-    inf = one_inference(spans)
+    inf = assert_folded(spans)
     assert inf.status.status_code == StatusCode.ERROR
     assert inf.attributes[S.ERROR_TYPE]
-    (budget,) = named(spans, S.SPAN_BUDGET)
-    b = budget.attributes
+    b = inf.attributes
     assert b[S.BUDGET_OVERFLOW] is True
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
     prompt = stub_tokens("x" * 40_000) + 4 + 3

@@ -12,13 +12,14 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from stub_server import REPLY
 
 import otel_agent_context.instrumentation.openai._extract as OX
+from otel_agent_context import _semconv as S
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
 
 
 @pytest.mark.parametrize(("sampler", "capture", "reads", "spans"), [
     (ALWAYS_OFF, False, 0, 0),
     (ALWAYS_OFF, True, 1, 0),
-    (ALWAYS_ON, False, 1, 3),
+    (ALWAYS_ON, False, 1, 1),  # one span: the call's assembly is folded on it
 ], ids=["sampled_out", "sampled_out_capture", "sampled_in"])
 def test_the_request_is_read_only_when_something_records_it(
         stub, monkeypatch, sampler, capture, reads, spans) -> None:
@@ -44,4 +45,8 @@ def test_the_request_is_read_only_when_something_records_it(
     assert reply.choices[0].message.content == REPLY
     assert reply.usage.prompt_tokens > 3  # the generator reached the provider either way
     assert len(seen) == reads
-    assert len(exporter.get_finished_spans()) == spans
+    finished = exporter.get_finished_spans()
+    assert len(finished) == spans
+    for span in finished:  # the request was read: its one message is the call's one block
+        assert span.attributes[S.ASSEMBLY_BLOCK_COUNT] == 1
+        assert span.attributes[S.ASSEMBLY_BLOCK_KINDS] == ("user_message",)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from llm_helpers import block_rows
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from stub_server import StubServer
 
@@ -99,7 +100,7 @@ def test_opentelemetry_instrument(receiver, official: bool, capture: bool) -> No
     assert "openai: The order shipped" in proc.stdout
     assert "anthropic: The order shipped" in proc.stdout
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(rec.spans) < 7:
+    while time.monotonic() < deadline and len(rec.spans) < 3:
         time.sleep(0.05)
     # the anthropic SDK traces its own HTTP request too ("anthropic.messages.create"), as a
     # child of the one inference span; everything else is ours (or merged into ours)
@@ -108,16 +109,18 @@ def test_opentelemetry_instrument(receiver, official: bool, capture: bool) -> No
     sdk = [v for _, v in rec.spans if v.name.startswith("anthropic.")]
     assert all(s.parent_span_id in {c.span_id for c in clients} for s in sdk)
     assert sorted(s.name for s in clients) == ["chat claude-sonnet-4-6", "chat gpt-4o-mini"]
-    assert len(spans) == 6, [s.name for s in spans]  # 2 x (inference, budget, assembly)
+    assert len(spans) == 2, [s.name for s in spans]  # one inference span a call
     for span in clients:
         a = span.attributes
         assert a[S.CONTEXT_SCOPE] == "turn"
         assert a[S.GEN_AI_PROVIDER_NAME] in ("openai", "anthropic")
         assert a[S.GEN_AI_USAGE_INPUT_TOKENS] > 0
         assert a[S.GEN_AI_RESPONSE_ID]
-        assert [e.name for e in span.events] == [S.EVENT_INJECTION_APPLIED]
+        assert [e.name for e in span.events] == []  # the folded form: no block events
+        assert a[S.INJECTION_HASH] == a[S.ASSEMBLY_HASH]
+        assert a[S.BUDGET_MAX_TOKENS] in (128_000, 200_000)
         assert (S.GEN_AI_INPUT_MESSAGES in a) is capture
-    blocks = [e.attributes for s in spans if s.name == S.SPAN_ASSEMBLY for e in s.events]
+    blocks = [b for s in clients for b in block_rows(s)]
     assert len(blocks) == 4
     assert all((S.ITEM_CONTENT in b) is capture for b in blocks)
     bundles = rebuild(spans)

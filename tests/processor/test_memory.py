@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -303,6 +304,51 @@ def test_the_decode_cache_stays_within_its_share(start_processor) -> None:
         seen = max(seen, held)
         assert held <= cap
     assert seen > cap // 2
+
+
+def _export_retrying(stub: TraceServiceStub, message: Any) -> None:
+    """Export, waiting out backpressure as an OTLP exporter does (1 MiB is a small queue)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            stub.Export(message, timeout=10)
+            return
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(_retry_delay(exc) or 0.1)
+
+
+def test_remembered_keys_of_written_envelopes_stay_within_their_share(start_processor
+                                                                     ) -> None:
+    """A long stream of distinct envelopes: the keys kept for retries stop at what the
+    remembered share holds (before: one per written envelope, up to 100,000, outside the
+    budget: the soak's RSS grew with them), and a recent retry is still a duplicate."""
+    processor = start_processor(memory__max_bytes="1MiB", wal__fsync=False,
+                                output__fsync=False)
+    pipeline = processor.pipeline
+    keep = pipeline.memory.remembered_envelopes
+    assert 100 < keep < 300  # 1 MiB: 15 % for keys, two thirds of it for envelopes' keys
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    sent = 0
+    last: Any = None
+    for batch in range(150):  # 600 envelopes, twice and more what the share holds
+        spans = []
+        for k in range(4):
+            spans.extend(envelope_spans(batch * 4 + k + 1, f"stream-{batch}-{k}", stages=1))
+        last = request(spans)
+        _export_retrying(stub, last)
+        sent += 4
+    out = Path(processor.config.out_dir)
+    wait_for(lambda: len(read_bundles(out)) == sent, timeout=30, message="every bundle")
+    wait_for(lambda: pipeline.queue_size == 0, message="the queue empty")
+    assert len(pipeline.buffer._done) <= keep  # the structure itself, not an estimate
+    held = _held(processor)["remembered"]
+    assert 0 < held <= pipeline.memory.remembered
+    _export_retrying(stub, last)  # a retry of the newest request: still known
+    time.sleep(0.5)
+    contexts = [b["context_envelope"]["context_id"] for b in read_bundles(out)]
+    assert len(contexts) == len(set(contexts)) == sent
 
 
 # -- what it reports -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -149,17 +150,23 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _serve_with_log_sink_down(tmp_path: Path
+                              ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """``serve`` writing to ``tmp_path/out``, its OTLP log sink pointed at a closed port."""
+    config = tmp_path / "c.yaml"
+    config.write_text("sinks:\n  otlp_logs:\n    timeout: 0.3\n")
+    return serve(
+        ["--config", str(config), "--out", str(tmp_path / "out"), "--otlp-grpc",
+         "127.0.0.1:0", "--otlp-http", "off", "--metrics", "off",
+         "--otlp-logs", f"http://127.0.0.1:{_closed_port()}"], tmp_path / "ready.json")
+
+
 def test_crash_between_bundle_written_and_wal_record_writes_nothing_twice(
         tmp_path: Path) -> None:
     """The JSON Lines sink takes the bundle, the OTLP log sink cannot (so the WAL never
     records it written), SIGKILL: the restart must find the bundle in the file."""
     out_dir = tmp_path / "out"
-    config = tmp_path / "c.yaml"
-    config.write_text("sinks:\n  otlp_logs:\n    timeout: 0.3\n")
-    process, addresses = serve(
-        ["--config", str(config), "--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
-         "--otlp-http", "off", "--metrics", "off",
-         "--otlp-logs", f"http://127.0.0.1:{_closed_port()}"], tmp_path / "ready.json")
+    process, addresses = _serve_with_log_sink_down(tmp_path)
     stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
     stub.Export(request(envelope_spans(1, "ctx-window", stages=2)), timeout=10)
     wait_for(lambda: read_bundles(out_dir), message="the JSON Lines bundle")
@@ -191,3 +198,101 @@ def test_crash_between_bundle_written_and_wal_record_writes_nothing_twice(
         "ctx-next", "ctx-window"]
     assert by_context(bundles)["ctx-window"]["rebuild"]["status"] == "complete"
     server.stop(0)
+
+
+class _StallingLogs:
+    """An OTLP log receiver that holds every call while ``flowing`` is clear (a log store
+    that stopped answering); it counts a record only when its caller still waits for the
+    answer, so a call the sink gave up on does not count as delivered."""
+
+    def __init__(self) -> None:
+        self.flowing = threading.Event()
+        self.stalled_calls = 0
+        self.delivered: list[str] = []
+        self.lock = threading.Lock()
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC method name
+        if not self.flowing.is_set():
+            with self.lock:
+                self.stalled_calls += 1
+            self.flowing.wait(30)
+        if context.is_active():
+            with self.lock:
+                self.delivered.extend(_context_ids(request))
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
+def _context_ids(request: Any) -> list[str]:
+    return [{kv.key: _any_value(kv.value) for kv in record.attributes}[S.CONTEXT_ID]
+            for resource in request.resource_logs for scope in resource.scope_logs
+            for record in scope.log_records]
+
+
+@pytest.fixture
+def stalling_logs() -> Any:
+    """(receiver, port): a real OTLP/gRPC log receiver on loopback, stalled until its
+    ``flowing`` is set (let go before it stops)."""
+    receiver = _StallingLogs()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield receiver, port
+    receiver.flowing.set()
+    server.stop(0)
+
+
+def test_a_stalled_log_sink_does_not_hold_up_json_lines(start_processor,
+                                                        stalling_logs) -> None:
+    """The log store stops answering: bundles keep reaching the JSON Lines file, none is
+    recorded written (the log sink does not have it), and once the store answers again it
+    gets every one of them; the file has each once."""
+    receiver, port = stalling_logs
+    processor = start_processor(sinks__otlp_logs__endpoint=f"http://127.0.0.1:{port}",
+                                sinks__otlp_logs__timeout=0.5)
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    out = processor.config.out_dir
+    sent = [f"ctx-stall-{n}" for n in range(8)]
+    for n, context_id in enumerate(sent):
+        stub.Export(request(envelope_spans(100 + n, context_id, stages=1)), timeout=10)
+        # one batch at a time: each the next after the log sink stalled on the first
+        wait_for(lambda n=n: len(read_bundles(out)) == n + 1, timeout=10,
+                 message=f"bundle {n + 1} in JSON Lines while the log sink stalls")
+    assert receiver.stalled_calls >= 1 and receiver.delivered == []
+    pipeline = processor.pipeline
+    assert pipeline.buffer.finished_envelopes == len(sent)  # none recorded written
+    assert pipeline.queue_size == len(sent)
+    receiver.flowing.set()
+    wait_for(lambda: set(receiver.delivered) == set(sent), timeout=20,
+             message="every bundle at the log sink after it recovers")
+    wait_for(lambda: pipeline.queue_size == 0, message="every batch recorded written")
+    assert pipeline.buffer.finished_envelopes == 0
+    assert sorted(b["context_envelope"]["context_id"] for b in read_bundles(out)) == sent
+
+
+def test_bundles_the_log_sink_never_took_reach_it_after_a_sigkill(tmp_path: Path,
+                                                                  stalling_logs) -> None:
+    """Several batches reach JSON Lines while the log sink is down, then SIGKILL: at the
+    restart every one of them goes to the log sink (at least once), none to the file
+    twice."""
+    out_dir = tmp_path / "out"
+    process, addresses = _serve_with_log_sink_down(tmp_path)
+    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
+    sent = [f"ctx-down-{n}" for n in range(5)]
+    for n, context_id in enumerate(sent):
+        stub.Export(request(envelope_spans(200 + n, context_id, stages=1)), timeout=10)
+        wait_for(lambda n=n: len(read_bundles(out_dir)) == n + 1, timeout=10,
+                 message=f"bundle {n + 1} in JSON Lines while the log sink is down")
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    receiver, port = stalling_logs
+    receiver.flowing.set()  # the log store is back
+    process, addresses = serve(["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
+                                "--otlp-http", "off", "--metrics", "off",
+                                "--otlp-logs", f"http://127.0.0.1:{port}"],
+                               tmp_path / "ready.json")
+    wait_for(lambda: set(receiver.delivered) == set(sent), timeout=20,
+             message="every bundle at the log sink after the restart")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    assert sorted(b["context_envelope"]["context_id"] for b in read_bundles(out_dir)) == sent

@@ -32,7 +32,10 @@ def test_a_fifo_is_refused_rather_than_waited_on(tmp_path: Path) -> None:
     junk.mkdir()
     os.mkfifo(junk / "bundles-1.jsonl")
     for args in (("timeline", str(tmp_path / "store.db"), "--session", "x"),
-                 ("query", "--store", str(junk), "conversations")):
+                 ("query", "--store", str(junk), "conversations"),
+                 # one envelope's timeline reads JSON Lines with the store's reader too
+                 ("timeline", str(junk), "--context-id", "x"),
+                 ("timeline", str(tmp_path / "store.db"))):
         try:
             result = run_cli(*args, check=False, timeout=20)
         except subprocess.TimeoutExpired:

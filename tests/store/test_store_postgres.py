@@ -4,9 +4,11 @@ idempotent writes, concurrent start-up, and every SQL query of the Grafana dashb
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ import store_expect as X
 from conftest import DEMO_TURNS, REPO, read_jsonl, run_cli
 
 from otel_agent_context._store import StoreError, open_store
+from otel_agent_context._store._rows import bundle_rows
 from otel_agent_context._store._session import conversations, envelopes, session
+from otel_agent_context.processor._store_sink import StoreSink
 
 DASHBOARD = REPO / "dashboards" / "grafana" / "dashboards" / "session-timeline.json"
 TABLES = ("envelopes", "items", "blocks", "budgets", "window_segments", "compactions",
@@ -89,6 +93,35 @@ def test_postgresql_writes_are_idempotent_and_types_are_native(postgres_url: str
             "SELECT COUNT(*) FROM envelopes WHERE bundle->'rebuild'->>'status' = 'complete'"
         ).fetchall()
         assert count == len(demo_bundles)
+
+
+def test_retention_prunes_every_table_in_postgresql(postgres_url: str,
+                                                    demo_bundles: list) -> None:
+    old = copy.deepcopy(demo_bundles[0])
+    old["context_envelope"]["context_id"] = "ctx_old"
+    old["context_envelope"]["created_at"] = "2020-01-01T00:00:00Z"
+    future = copy.deepcopy(demo_bundles[1])
+    future["context_envelope"]["context_id"] = "ctx_future"  # a sender's clock far ahead
+    future["context_envelope"]["created_at"] = "2200-01-01T00:00:00Z"
+    old_rows = {t: len(rows) for t, rows in bundle_rows(old).items()}
+    assert old_rows["items"] and old_rows["blocks"]
+    with open_store(postgres_url) as store:
+        store.write([*demo_bundles, old, future])
+        before = _counts(store)
+        assert store.prune(1_600_000_000 * 10**9) == 1  # 2020-09-13: only the old one
+        after = _counts(store)
+        assert {t: before[t] - after[t] for t in TABLES} == old_rows
+        for table in TABLES:
+            assert not store.rows(f"SELECT 1 FROM {table} WHERE context_id = 'ctx_old'"), table
+    time.sleep(0.01)
+    # the sink prunes at start: a retention of a millisecond keeps nothing stored before now,
+    # the future-dated envelope included (pruned by when it was stored)
+    sink = StoreSink(postgres_url, retention=0.001)
+    sink.open()
+    try:
+        assert _counts(sink.opened) == dict.fromkeys(TABLES, 0)
+    finally:
+        sink.close()
 
 
 def test_processors_starting_together_migrate_once(postgres_url: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..._api import Envelope
 from ..._enums import OmissionReason, Scope
+from .._omissions import describe_component
 from ._auxiliary import JUDGES, auxiliary
 from ._items import DocIndex, doc_item, doc_scores
 from ._state import ACTIVE_RETRIEVAL, active_retrieval, guarded, recording, stage_envelope
@@ -73,17 +74,7 @@ PIPELINES: tuple[tuple[str, str, str, str], ...] = tuple(
 
 def describe_filter(component: Any) -> tuple[OmissionReason, str]:
     """The omission reason and detail for documents ``component`` dropped."""
-    name = type(component).__name__
-    params = []
-    for attr in _PARAMS:
-        value = getattr(component, attr, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            params.append(f"{attr}={value}")
-    detail = f"{name}({', '.join(params)})" if params else name
-    why = _WHY.get(name)
-    if why:
-        detail = f"{detail}: {why}"
-    return (_DUP if name in _DUPLICATE_FILTERS else _LOW), detail
+    return describe_component(component, _PARAMS, _WHY, _DUPLICATE_FILTERS)
 
 
 class Retrieval:

@@ -21,8 +21,10 @@ replaced, or disabled): nothing here depends on it.
 
 A handoff is an envelope of scope ``handoff`` (:mod:`._handoff`): the history that went
 across as selected items, what the handoff's ``input_filter`` removed as omitted items.
-Not yet recorded (see ``docs/frameworks.md``): guardrail tripwires, session history items
-with one identity across turns.
+A guardrail tripwire that ends a run (:mod:`._guardrails`) is a policy ref of the run's
+envelope and a missing-context record of severity ``blocking`` naming what it blocked.
+Not yet recorded (see ``docs/frameworks.md``): session history items with one identity
+across turns.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
+from ._guardrails import record_tripwire
 from ._handoff import filter_name, record_handoff
 
 __all__ = ["OpenAIAgentsContextInstrumentor"]
@@ -82,6 +85,8 @@ def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
 
 def _close(env: Envelope, error: BaseException | None) -> None:
     try:
+        if error is not None:
+            record_tripwire(env, error)
         if error is None:
             env.stop()
         else:

@@ -1,5 +1,6 @@
 """With the OpenAI instrumentor too: ``ChatOpenAI`` calls inside a LangGraph run record their
-inference span, assembly and budget into the run's envelope (one envelope, one bundle)."""
+inference span, with its assembly and budget folded on it, into the run's envelope (one
+envelope, one bundle)."""
 
 from __future__ import annotations
 
@@ -57,18 +58,24 @@ def test_openai_calls_in_a_graph_join_the_run_envelope(both) -> None:
 
     assert tree(both) == [
         ("context.envelope", None), ("context.surface", "context.envelope"),
-        ("context.selection", "context.envelope"), ("chat gpt-4o-mini", "context.envelope"),
-        ("context.budget", "context.envelope"), ("context.assembly", "context.envelope")]
+        ("context.selection", "context.envelope"), ("chat gpt-4o-mini", "context.envelope")]
     inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
-    assert inference.attributes[S.CONTEXT_ID] == "ctx_1"
-    assert S.CONTEXT_SCOPE not in inference.attributes  # it joined, it is not an envelope
+    a = inference.attributes
+    assert a[S.CONTEXT_ID] == "ctx_1"
+    assert S.CONTEXT_SCOPE not in a  # it joined, it is not an envelope
+    assert a[S.ASSEMBLY_BLOCK_COUNT] == 2  # the notes and the question, folded on the span
+    assert a[S.INJECTION_HASH] == a[S.ASSEMBLY_HASH]
+    envelope = next(s for s in both.spans() if s.name == "context.envelope")
+    assert envelope.attributes[S.CONTEXT_SPAN_COUNT] == 3  # surface, selection, inference
     (bundle,) = both.bundles()
     assert bundle["context_envelope"]["metadata"]["gen_ai.agent.name"] == "openai_agent"
     assert bundle["context_selections"][0]["selected_item_refs"] == ["refunds"]
-    assert len(bundle["context_assemblies"]) == 1
+    (assembly,) = bundle["context_assemblies"]
+    assert assembly["assembly_id"] == a[S.ASSEMBLY_ID]
+    assert bundle["context_budgets"][0]["budget_id"] == a[S.BUDGET_ID]
     assert len(bundle["context_injections"]) == 1
     assert bundle["rebuild"]["status"] == "complete"
-    assert bundle["rebuild"]["expected_spans"] == 5
+    assert bundle["rebuild"]["expected_spans"] == 3
 
 
 def test_chat_model_outside_any_run_is_an_implicit_envelope(both) -> None:

@@ -5,6 +5,7 @@ inside it, the handoff as an envelope of scope ``handoff``, and the app unchange
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,18 @@ from typing import Any
 
 import agents_app
 import pytest
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
+    OpenAIResponsesModel,
+    OutputGuardrailTripwireTriggered,
+    Runner,
+    input_guardrail,
+    output_guardrail,
+)
 from framework_helpers import framework_on
+from openai import AsyncOpenAI
 from stub_server import REPLY, StubServer
 
 from otel_agent_context.instrumentation.openai_agents import OpenAIAgentsContextInstrumentor
@@ -130,3 +142,76 @@ def test_instrumenting_imports_nothing_and_wraps_on_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split("\n")
     assert out[:2] == ["False False", "FunctionWrapper"]
+
+
+@input_guardrail
+async def no_homework(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info={"topic": "school assignment"},
+                                   tripwire_triggered="homework" in str(given))
+
+
+@output_guardrail
+async def no_delivery_promises(ctx: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered="arrive" in str(output))
+
+
+def _guarded_runs(base_url: str) -> list[str]:
+    """Three runs of an agent with an input and an output guardrail (as the SDK's docs write
+    them): one trips the input guardrail, one the output guardrail, one streamed trips it too.
+    Returns what the application saw."""
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    agent = Agent(name="Support agent", instructions="Help with orders.",
+                  input_guardrails=[no_homework], output_guardrails=[no_delivery_promises],
+                  model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+
+    async def streamed() -> None:
+        result = Runner.run_streamed(agent, "When will it come?")
+        async for _ in result.stream_events():
+            pass
+
+    async def runs() -> list[str]:  # one event loop: the client's connections live in it
+        seen = []
+        for run in (lambda: Runner.run(agent, "Do my homework"),
+                    lambda: Runner.run(agent, "Where is my order?"), streamed):
+            try:
+                await run()
+                seen.append("no tripwire")
+            except (InputGuardrailTripwireTriggered,
+                    OutputGuardrailTripwireTriggered) as error:
+                seen.append(f"{type(error).__name__}: {error}")
+        return seen
+
+    return asyncio.run(runs())
+
+
+def test_guardrail_tripwires_are_policy_refs_and_blocking_missing_context(
+        capture_setup: Any) -> None:
+    with StubServer() as stub:
+        plain = _guarded_runs(stub.openai_base_url)  # before the SDK is instrumented
+        plain_requests = stub.requests
+    capture_setup.tel.span_exporter.clear()
+    with _agents_on(capture_setup) as tel, StubServer() as stub:
+        seen = _guarded_runs(stub.openai_base_url)
+        requests = stub.requests
+    assert seen == plain
+    assert [s.split(":")[0] for s in seen] == [
+        "InputGuardrailTripwireTriggered", "OutputGuardrailTripwireTriggered",
+        "OutputGuardrailTripwireTriggered"]
+    assert len(requests) == len(plain_requests)
+    bundles = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+    refs = ["openai_agents.guardrail:input:no_homework",
+            "openai_agents.guardrail:output:no_delivery_promises",
+            "openai_agents.guardrail:output:no_delivery_promises"]
+    assert [b["context_envelope"]["policy_refs"] for b in bundles] == [[r] for r in refs]
+    assert [b["missing_context"] for b in bundles] == [
+        [{"missing_id": ref, "needed_for": action, "severity": "blocking",
+          "blocked_actions": [action], "status": "open",
+          "created_at": b["missing_context"][0]["created_at"]}]
+        for ref, action, b in zip(refs, ["agent_run", "final_output", "final_output"],
+                                  bundles, strict=True)]
+    envelopes = [s for s in tel.spans() if s.name == "context.envelope"]
+    assert [s.status.status_code.name for s in envelopes] == ["ERROR"] * 3
+    assert "school assignment" not in json.dumps(tel.bundles())  # output_info: never
+    metric = {(labels["severity"]): value
+              for labels, value in tel.metrics()["context.missing.detected"]}
+    assert metric == {"blocking": 3}

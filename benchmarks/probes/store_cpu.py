@@ -1,0 +1,93 @@
+"""Probe: the store's cost in CPU time rather than wall time, which a machine shared with
+other work distorts far less (a loaded machine makes store_bench.py's wall-clock rounds spread
+from 0.5x to 1.0x).
+
+    python benchmarks/probes/store_cpu.py [--rounds 3] [--requests 8]
+
+The pipeline of ``store_bench.py`` (``processor_bench``'s ctx20 and sel100 requests, fsync on),
+without and with the SQLite store, alternating; for each: the process's CPU time per envelope,
+and with the store, the CPU time of the store's thread (``Store.write``), of which turning
+bundles into rows (``bundle_rows``) and SQLite's own statements and commits (CPU, and wall time
+including the fsyncs). Medians of the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from processor_bench import _request, ctx20_spans, sel100_spans  # noqa: E402
+from store_bench import timed_run  # noqa: E402
+
+import otel_agent_context._store._store as S  # noqa: E402
+from otel_agent_context.processor._server import tune_gc  # noqa: E402
+
+SPENT = {"store": 0.0, "rows": 0.0, "sql_cpu": 0.0, "sql_wall": 0.0}
+
+
+def _timed(function: Any, key: str) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SPENT[key] += time.thread_time() - started
+    return timed
+
+
+def _timed_sql(function: Any) -> Any:
+    def timed(*args: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return function(*args)
+        finally:
+            SPENT["sql_wall"] += time.perf_counter() - wall
+            SPENT["sql_cpu"] += time.thread_time() - cpu
+    return timed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=8)
+    args = parser.parse_args(argv)
+    S.Store.write = _timed(S.Store.write, "store")  # type: ignore[method-assign]
+    S.bundle_rows = _timed(S.bundle_rows, "rows")
+    S._SqliteConnection.executemany = _timed_sql(  # type: ignore[method-assign]
+        S._SqliteConnection.executemany)
+    S._SqliteConnection.commit = _timed_sql(S._SqliteConnection.commit)  # type: ignore[method-assign]
+    tune_gc()
+    tmp = Path(tempfile.mkdtemp(prefix="store-cpu-"))
+    print("| case | CPU µs/envelope, JSON Lines alone | with the store | ratio (alone/with) | "
+          "store thread | of which bundle_rows | SQLite CPU | SQLite wall (with fsync) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, make, per_request in (("ctx20", ctx20_spans, 512), ("sel100", sel100_spans, 64)):
+        cpu: dict[str, list[float]] = {"off": [], "sqlite": []}
+        parts: list[dict[str, float]] = []
+        for r in range(args.rounds):
+            bodies = [_request(r * args.requests + i + 1, make, per_request)
+                      for i in range(args.requests)]
+            for store in (("off", "sqlite") if r % 2 == 0 else ("sqlite", "off")):
+                for key in SPENT:
+                    SPENT[key] = 0.0
+                spent, envelopes = timed_run(tmp / f"{name}-{r}-{store}", store, bodies,
+                                             time.process_time)
+                cpu[store].append(spent / envelopes * 1e6)
+                if store == "sqlite":
+                    parts.append({k: v / envelopes * 1e6 for k, v in SPENT.items()})
+        alone, with_store = statistics.median(cpu["off"]), statistics.median(cpu["sqlite"])
+        part = {k: statistics.median(p[k] for p in parts) for k in SPENT}
+        print(f"| {name} | {alone:,.0f} | {with_store:,.0f} | {alone / with_store:.3f}x | "
+              f"{part['store']:,.0f} | {part['rows']:,.0f} | {part['sql_cpu']:,.0f} | "
+              f"{part['sql_wall']:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

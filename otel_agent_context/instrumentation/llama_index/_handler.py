@@ -1,0 +1,208 @@
+"""The span handler on LlamaIndex's root dispatcher.
+
+LlamaIndex calls ``span_enter`` / ``span_exit`` / ``span_drop`` of every span handler around
+each ``dispatcher.span`` method (query and chat engines, retrievers, node postprocessors,
+synthesizers...), with the instance, the bound arguments and the result, in the context the
+method runs in. This module is imported only once ``llama_index_instrumentation`` is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from typing import Any
+
+from llama_index_instrumentation.span_handlers import BaseSpanHandler
+
+from ..._api import current_envelope
+from ..._enums import Scope
+from ._state import STATE, TURN, failed
+from ._turn import Turn
+
+__all__ = ["make_handler"]
+
+_ENGINE, _RETRIEVE, _POST, _SYNTH = "engine", "retrieve", "postprocess", "synthesize"
+_STREAM = "stream"  # a streamed chat answer written to the memory: the turn's real end
+_METHODS = {
+    "BaseQueryEngine": (_ENGINE, frozenset({"query", "aquery"})),
+    "BaseChatEngine": (_ENGINE, frozenset({"chat", "achat", "stream_chat", "astream_chat"})),
+    "BaseRetriever": (_RETRIEVE, frozenset({"retrieve", "aretrieve"})),
+    "BaseNodePostprocessor": (_POST, frozenset({"_postprocess_nodes",
+                                                 "_apostprocess_nodes"})),
+    "BaseSynthesizer": (_SYNTH, frozenset({"synthesize", "asynthesize"})),
+    "StreamingAgentChatResponse": (_STREAM, frozenset({"write_response_to_history",
+                                                       "awrite_response_to_history"})),
+}
+_BASES: dict[type, tuple[str, frozenset[str]] | None] = {}
+#: A postprocessor span is open in this context (the async default runs the sync one).
+_IN_POST: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "otel_agent_context.llama_index.in_postprocessor", default=False)
+_MAX_OPEN = 4096
+
+
+def _role(instance: Any, id_: str) -> str | None:
+    if instance is None:
+        return None
+    cls = type(instance)
+    if cls in _BASES:
+        found = _BASES[cls]
+    else:
+        found = next((_METHODS[c.__name__] for c in cls.__mro__ if c.__name__ in _METHODS),
+                     None)
+        _BASES[cls] = found
+    if found is None:
+        return None
+    role, methods = found
+    method = id_.split("-", 1)[0].rpartition(".")[2]
+    return role if method in methods else None
+
+
+def _query_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    text = getattr(value, "query_str", None)
+    return text if isinstance(text, str) else None
+
+
+def _open_turn(instance: Any, id_: str) -> Turn | None:
+    env = current_envelope()
+    if env is not None:  # the application's own envelope: joined, never doubled
+        turn = Turn(env, False, id_)
+    else:
+        name = getattr(instance, "name", None)
+        env = STATE.ctx.envelope(scope=Scope.TURN,
+                                 agent_name=name if isinstance(name, str) and name else None)
+        turn = Turn(env, True, id_)
+    turn.enter()
+    return turn
+
+
+class _Open:
+    """The spans of ours that are open, by LlamaIndex span id."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[str, Turn, Any, Any]] = {}
+        self.lock = threading.Lock()
+
+    def put(self, id_: str, entry: tuple[str, Turn, Any, Any]) -> None:
+        with self.lock:
+            if len(self.spans) >= _MAX_OPEN:  # spans never closed (a dropped future)
+                self.spans.clear()
+            self.spans[id_] = entry
+
+    def pop(self, id_: str) -> tuple[str, Turn, Any, Any] | None:
+        with self.lock:
+            return self.spans.pop(id_, None)
+
+
+_OPEN = _Open()
+
+
+def _enter(id_: str, bound_args: Any, instance: Any) -> None:
+    role = _role(instance, id_)
+    if role is None:
+        return
+    args = getattr(bound_args, "arguments", {})
+    turn = TURN.get()
+    if role == _ENGINE:
+        if turn is None:
+            turn = _open_turn(instance, id_)
+            if turn is not None:
+                _OPEN.put(id_, (role, turn, None, None))
+    elif role == _RETRIEVE:
+        root = turn is None
+        if root:
+            turn = _open_turn(instance, id_)
+        if turn is None or turn.open_retrievals:  # a retriever inside a retriever
+            return
+        turn.open_retrievals.add(id_)
+        _OPEN.put(id_, (role, turn, _query_text(args.get("str_or_query_bundle")), root))
+    elif role == _POST:
+        nodes = args.get("nodes")
+        if turn is None or _IN_POST.get() or not isinstance(nodes, list):
+            return
+        _OPEN.put(id_, (role, turn, list(nodes), _IN_POST.set(True)))
+    elif role == _SYNTH and turn is not None:
+        nodes = args.get("nodes")
+        turn.flush(list(nodes) if isinstance(nodes, list) else None)
+    elif role == _STREAM and turn is not None:
+        # in the thread (task) the chat engine started, in a copy of the turn's context;
+        # it may start before the engine's span ends
+        _OPEN.put(id_, (role, turn, None, None))
+
+
+def _streams(result: Any) -> bool:
+    """A streamed chat answer whose writer (a thread or task the engine started) is on its
+    way: the turn ends when it has written the answer to the memory."""
+    return (getattr(result, "write_response_to_history_thread", None) is not None
+            or getattr(result, "awrite_response_to_history_task", None) is not None)
+
+
+def _exit(id_: str, instance: Any, result: Any, error: BaseException | None) -> None:
+    entry = _OPEN.pop(id_)
+    if entry is None:
+        return
+    role, turn, data, extra = entry
+    if role == _ENGINE:
+        if error is None and _streams(result):
+            turn.stream()  # the answer (and its model call) comes while the stream is read
+        else:
+            turn.finish(error)
+    elif role == _STREAM:
+        turn.written(error)
+    elif role == _RETRIEVE:
+        turn.open_retrievals.discard(id_)
+        if error is None:
+            turn.retrieved(instance, data, result)
+        if extra:  # the retriever was the root: an implicit turn
+            turn.finish(error)
+    elif role == _POST:
+        with contextlib.suppress(ValueError):  # reset from another context: leave it
+            _IN_POST.reset(extra)
+        if error is None:
+            turn.filtered(instance, data, result)
+
+
+class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]
+    """Records LlamaIndex queries, retrievals and chat turns (see the package doc)."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "OtelAgentContextSpanHandler"
+
+    def span_enter(self, id_: str, bound_args: Any, instance: Any = None,
+                   parent_id: str | None = None, tags: Any = None, **kwargs: Any) -> None:
+        if STATE.ctx is None:
+            return
+        try:
+            _enter(id_, bound_args, instance)
+        except Exception:
+            failed("span start")
+
+    def span_exit(self, id_: str, bound_args: Any, instance: Any = None,
+                  result: Any = None, **kwargs: Any) -> None:
+        try:
+            _exit(id_, instance, result, None)
+        except Exception:
+            failed("span end")
+
+    def span_drop(self, id_: str, bound_args: Any, instance: Any = None,
+                  err: BaseException | None = None, **kwargs: Any) -> None:
+        try:
+            _exit(id_, instance, None, err)
+        except Exception:
+            failed("span drop")
+
+    def new_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_exit_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def prepare_to_drop_span(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def make_handler() -> Any:
+    return ContextSpanHandler()

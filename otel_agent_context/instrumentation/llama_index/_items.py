@@ -1,0 +1,76 @@
+"""LlamaIndex nodes and chat messages as context items."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..._digest import short_digest
+from ..._enums import ContentMode, ContextKind
+from ..._records import ContextItem, ContextSourceRef
+from .._tokens import estimate_tokens
+
+__all__ = ["message_id", "message_text", "node_id", "node_item", "node_score"]
+
+_URI_KEYS = ("file_path", "url", "source", "file_name")
+
+
+def _node(nws: Any) -> Any:
+    """The node of a ``NodeWithScore`` (or the node itself)."""
+    return getattr(nws, "node", nws)
+
+
+def node_id(nws: Any) -> str | None:
+    nid = getattr(_node(nws), "node_id", None)
+    return nid if isinstance(nid, str) and nid else None
+
+
+def node_score(nws: Any) -> float | None:
+    score = getattr(nws, "score", None)
+    if isinstance(score, (int, float)) and not isinstance(score, bool):
+        return float(score)
+    return None
+
+
+def node_text(nws: Any) -> str:
+    """The node's text without its metadata (what every prompt of it contains)."""
+    node = _node(nws)
+    try:
+        text = node.get_content(metadata_mode="none")
+    except Exception:  # noqa: BLE001 - a node type of its own: its text attribute
+        text = getattr(node, "text", None)
+    return text if isinstance(text, str) else ""
+
+
+def node_item(nws: Any, item_id: str) -> ContextItem:
+    """A retrieved node as a ``retrieval_result`` item (its text exported only under capture)."""
+    node = _node(nws)
+    text = node_text(nws)
+    md = getattr(node, "metadata", None)
+    md = md if isinstance(md, Mapping) else {}
+    uri = next((str(md[k]) for k in _URI_KEYS if md.get(k) is not None), None)
+    ref_doc = getattr(node, "ref_doc_id", None)
+    title = md.get("title")
+    refs = []
+    if uri is not None or isinstance(ref_doc, str):
+        refs.append(ContextSourceRef(source_id=ref_doc if isinstance(ref_doc, str) else None,
+                                     uri=uri, source_kind="document"))
+    return ContextItem(
+        item_id=item_id, context_kind=ContextKind.RETRIEVAL_RESULT,
+        content_mode=ContentMode.INLINE, content=text,
+        title=title if isinstance(title, str) else None,
+        token_estimate=estimate_tokens(text),
+        byte_size=len(text.encode("utf-8", "surrogatepass")), source_refs=refs)
+
+
+def message_text(message: Any) -> str:
+    content = getattr(message, "content", None)
+    return content if isinstance(content, str) else ""
+
+
+def message_id(message: Any) -> str:
+    """A chat message's id: LlamaIndex messages have none, so a keyed short digest of its
+    role and text (the same message is the same item in every turn)."""
+    role = getattr(message, "role", "")
+    return "llama_index_msg:" + short_digest(str(getattr(role, "value", role)),
+                                             message_text(message), length=16)

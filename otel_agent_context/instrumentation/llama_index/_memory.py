@@ -1,0 +1,95 @@
+"""``ChatMemoryBuffer.get`` as a token budget with truncation records.
+
+The buffer keeps the newest messages whose tokens (its own ``tokenizer_fn``, plus
+``initial_token_count``) fit ``token_limit`` and leaves the oldest out; the chat engine puts
+what is left after its system prompt and context, before the new message: a cut in the middle
+of the prompt (``truncate_middle``). The history the buffer read is taken from its own
+``get_all`` call (watched for the duration of ``get``), never read a second time from the
+chat store; the token counts are the buffer's tokenizer's, so the budget is in its units.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..._api import current_envelope
+from ..._enums import OverflowStrategy, Scope
+from ._items import message_id
+from ._state import STATE, failed
+
+__all__ = ["wrap_get", "wrap_get_all"]
+
+_STRATEGY = OverflowStrategy.TRUNCATE_MIDDLE
+#: Set while a watched ``get`` runs: its ``get_all`` result goes here.
+_READ: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "otel_agent_context.llama_index.memory_read", default=None)
+
+
+def wrap_get_all(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    result = wrapped(*args, **kwargs)
+    read = _READ.get()
+    if read is not None and not read and isinstance(result, list):
+        read.append(result)
+    return result
+
+
+def _count(memory: Any, messages: Sequence[Any]) -> int | None:
+    try:
+        count = memory._token_count_for_messages(list(messages))
+    except Exception:  # noqa: BLE001 - a buffer without it: no counts
+        return None
+    return count if isinstance(count, int) else None
+
+
+def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
+            start: int) -> None:
+    limit = getattr(memory, "token_limit", None)
+    if not isinstance(limit, int):
+        return
+    kept = {id(m) for m in result}
+    dropped = [m for m in history if id(m) not in kept]
+    env = current_envelope()
+    implicit = None
+    if env is None:
+        implicit = env = STATE.ctx.envelope(scope=Scope.TURN)
+    try:
+        budget = env.budget(max_tokens=limit, overflow_strategy=_STRATEGY, start_time=start)
+        for message in dropped:
+            budget.truncated(item_id=message_id(message), strategy=_STRATEGY,
+                             tokens_before=_count(memory, [message]), tokens_after=0)
+        after = _count(memory, result)
+        if after is not None:
+            budget.actual(tokens=after + initial, items=len(result))
+        if dropped:
+            before = _count(memory, history)
+            over = before + initial - limit if before is not None else None
+            budget.overflowed(overflow_tokens=over if over and over > 0 else None)
+        budget.stop()
+    finally:
+        if implicit is not None:
+            implicit.stop()
+
+
+def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+    if STATE.ctx is None or _READ.get() is not None:
+        return wrapped(*args, **kwargs)
+    read: list[Any] = []
+    start = time.time_ns()
+    token = _READ.set(read)
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        _READ.reset(token)
+    if read and isinstance(result, list) and STATE.ctx is not None:
+        try:
+            initial = kwargs.get("initial_token_count", 0)
+            _record(instance, read[0], result, initial if isinstance(initial, int) else 0,
+                    start)
+        except Exception:
+            failed("chat memory")
+    return result
