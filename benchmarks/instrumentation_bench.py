@@ -43,12 +43,10 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -68,6 +66,19 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rounds import (  # noqa: E402 - shared with frameworks_bench.py
+    _CORES,
+    NO_CONTENT,
+    _machine,
+    _Remote,
+    _time,
+    _version,
+    summarize,
+    tables,
+    time_phase,
+)
 
 
 class _Drop(SpanExporter):
@@ -98,33 +109,6 @@ HISTORY.append({"role": "user", "content": "And when will it arrive?"})
 ANTHROPIC_MESSAGES = HISTORY[1:]
 ANTHROPIC_SYSTEM = [{"type": "text", "text": HISTORY[0]["content"],
                      "cache_control": {"type": "ephemeral"}}]
-
-
-#: the benchmark runs on the first allowed core, the stub on the others: the two never
-#: compete for a core, which on a 2-core machine is most of the run-to-run scatter
-_CORES = sorted(os.sched_getaffinity(0))
-
-
-class _Remote:
-    """The stub in its own process, so its serving thread does not share our GIL."""
-
-    def __init__(self) -> None:
-        pin = _CORES[1:] if len(_CORES) > 1 else None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_agent_context.instrumentation._stub"],
-            stdout=subprocess.PIPE, text=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        self.openai_base_url = f"{self.url}/v1"
-        self.anthropic_base_url = self.url
-
-    def __enter__(self) -> _Remote:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 class _BareSpan:
@@ -240,19 +224,6 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             "anthropic messages": messages, "anthropic messages.stream": messages_stream}
 
 
-def _time(fn: Callable[[], Any], n: int) -> tuple[list[int], list[int]]:
-    """Wall and calling-thread CPU nanoseconds of ``n`` calls."""
-    wall, cpu = [], []
-    clock, thread_clock = time.perf_counter_ns, time.thread_time_ns
-    for _ in range(n):
-        w, c = clock(), thread_clock()
-        fn()
-        c2, w2 = thread_clock(), clock()
-        wall.append(w2 - w)
-        cpu.append(c2 - c)
-    return wall, cpu
-
-
 def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],
                rounds: int, per_block: int) -> dict[str, tuple[list[int], list[int]]]:
     """Wall and CPU nanoseconds of ``fn`` per mode (a list of instrumentors to turn on):
@@ -336,23 +307,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "ours + official": ("opentelemetry-instrumentation-genai-openai",
                         "opentelemetry-instrumentation-genai-anthropic"),
 }
-#: content capture off in every configuration (each peer's own switch)
-NO_CONTENT = {
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",
-    "TRACELOOP_TRACE_CONTENT": "false",
-    "OPENINFERENCE_HIDE_INPUTS": "true",
-    "OPENINFERENCE_HIDE_OUTPUTS": "true",
-    "OPENINFERENCE_HIDE_INPUT_MESSAGES": "true",
-    "OPENINFERENCE_HIDE_OUTPUT_MESSAGES": "true",
-}
 COMPARED = "compared checkout"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
 
 
 def missing(config: str) -> list[str]:
@@ -387,17 +342,7 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
             for inst in instrumentors:
                 inst.instrument(**settings)
         for name, fn in wanted.items():
-            _time(fn, warmup)
-            exporter.clear()
-            wall, cpu = _time(fn, calls)
-            out[name][phase] = {"wall": wall, "cpu": cpu}
-            spans = exporter.get_finished_spans()
-            events = [e for span in spans for e in span.events]
-            out[name]["spans"] = len(spans) / calls
-            out[name]["events"] = len(events) / calls
-            out[name]["attributes"] = (sum(len(span.attributes or {}) for span in spans)
-                                       + sum(len(e.attributes or {}) for e in events)) / calls
-            exporter.clear()
+            time_phase(fn, warmup, calls, exporter, out[name], phase)
     for inst in instrumentors:
         inst.uninstrument()
     provider.shutdown()
@@ -426,73 +371,9 @@ def _spawn(config: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
 # -- the summary -------------------------------------------------------------------------
 
 
-def _quantiles(values: Sequence[float], scale: float = 1e3) -> tuple[float, float, float]:
-    """p25, median, p75 (nanoseconds to microseconds by default)."""
-    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else \
-        [values[0]] * 3
-    return q[0] / scale, q[1] / scale, q[2] / scale
-
-
-def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """scenario -> configuration -> p25, median, p75 (µs) of CPU and wall per call (all
-    rounds' calls pooled; ``uninstrumented``: every process's baseline pooled), and the
-    added CPU and wall: each round's difference of medians within the process, then their
-    median, p25 and p75 over rounds; spans a call."""
-    summary: dict[str, dict[str, dict[str, Any]]] = {}
-    med = statistics.median
-    for scenario, per_round in rounds.items():
-        configs = list(dict.fromkeys(c for r in per_round for c in r))
-        base_all: dict[str, list[int]] = {"cpu": [], "wall": []}
-        summary[scenario] = {}
-        for config in configs:
-            runs = [r[config] for r in per_round if config in r]
-            entry: dict[str, Any] = {
-                f"{what}_per_call": statistics.mean(t[what] for t in runs)
-                for what in ("spans", "events", "attributes")}
-            entry["calls"] = sum(len(t["instrumented"]["cpu"]) for t in runs)
-            for key in ("cpu", "wall"):
-                pooled = [x for t in runs for x in t["instrumented"][key]]
-                entry[key] = _quantiles(pooled)
-                added = [(med(t["instrumented"][key]) - med(t["base"][key])) / 1e3
-                         for t in runs]
-                entry[f"{key}_added"] = _quantiles(added, scale=1.0)
-                entry[f"{key}_added_per_round"] = added
-                base_all[key] += [x for t in runs for x in t["base"][key]]
-            summary[scenario][config] = entry
-        summary[scenario] = {"uninstrumented": {
-            "cpu": _quantiles(base_all["cpu"]), "wall": _quantiles(base_all["wall"]),
-            "calls": len(base_all["cpu"])}, **summary[scenario]}
-    return summary
-
-
-def _cell(q: tuple[float, float, float]) -> str:
-    return f"{q[1]:.0f} ({q[0]:.0f}–{q[2]:.0f})"
-
-
 def report(summary: dict[str, dict[str, dict[str, Any]]], configs: list[str]) -> str:
     others = [c for c in configs if c != "uninstrumented"]
-    lines = []
-    for title, key, base_key, unit in (
-            ("Added caller-thread CPU per call, µs: median (p25–p75 over rounds)",
-             "cpu_added", "cpu", "uninstrumented CPU µs, median (p25–p75 over calls)"),
-            ("Added wall time per call, µs: median (p25–p75 over rounds)", "wall_added",
-             "wall", "uninstrumented wall µs, median (p25–p75 over calls)")):
-        lines += [f"### {title}", "",
-                  f"| scenario | {unit} | " + " | ".join(others) + " |",
-                  "|---|---:|" + "---:|" * len(others)]
-        for scenario, by_config in summary.items():
-            base = by_config["uninstrumented"][base_key]
-            lines.append(f"| {scenario} | {_cell(base)} | "
-                         + " | ".join(_cell(by_config[c][key]) if c in by_config else "–"
-                                      for c in others) + " |")
-        lines.append("")
-    lines += ["### Recorded per call: spans / events / attributes (span and event ones)", "",
-              "| scenario | " + " | ".join(others) + " |", "|---|" + "---:|" * len(others)]
-    for scenario, by_config in summary.items():
-        lines.append(f"| {scenario} | " + " | ".join(
-            "{spans_per_call:.0f} / {events_per_call:.0f} / {attributes_per_call:.0f}".format(
-                **by_config[c]) if c in by_config else "–" for c in others) + " |")
-    lines.append("")
+    lines = tables(summary, others)
     lines += goals(summary)
     return "\n".join(lines)
 
@@ -531,19 +412,6 @@ def goals(summary: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             + ratio(ours, official, 1.5) + " | " + ratio(both, official, 1.5) + " |")
     lines.append("")
     return lines
-
-
-def _machine() -> str:
-    model = platform.processor() or "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
-            f"load average {os.getloadavg()[0]:.1f}")
 
 
 VERSIONED = ("openai", "anthropic", "opentelemetry-sdk", "opentelemetry-util-genai",

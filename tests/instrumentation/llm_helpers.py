@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -141,3 +143,32 @@ def assert_genai(span: Any, provider: str, model: str) -> None:
     assert a[S.GEN_AI_RESPONSE_MODEL]
     assert a[S.GEN_AI_USAGE_INPUT_TOKENS] > 0
     assert a[S.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+
+
+def markdown_table(lines: list[str], title: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header cells and the rows (first cell -> the others) of the Markdown table under
+    the heading that starts with ``### {title}`` in a benchmark's report."""
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"### {title}"))
+    header = [c.strip() for c in lines[at + 2].strip("|").split("|")]
+    rows = {}
+    for line in lines[at + 4:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return header, rows
+
+
+def assert_added_tables(lines: list[str], scenarios: Sequence[str], timed: list[str]) -> None:
+    """A benchmark report's added CPU and wall tables: one row a scenario, the
+    uninstrumented median (p25–p75, positive) then one added cell a timed configuration."""
+    cell = re.compile(r"-?\d+ \(-?\d+–-?\d+\)")
+    for title in ("Added caller-thread CPU", "Added wall time"):
+        header, rows = markdown_table(lines, title)
+        assert header[2:] == timed
+        assert list(rows) == list(scenarios)
+        for cells in rows.values():
+            assert len(cells) == 1 + len(timed)
+            assert all(cell.fullmatch(c) for c in cells)
+            low, high = (float(n) for n in re.findall(r"\d+", cells[0].split("(")[1]))
+            assert 0 < low <= float(cells[0].split()[0]) <= high

@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from llm_helpers import assert_added_tables
+from llm_helpers import markdown_table as _table
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation_bench.py"
 
 SCENARIOS = ("openai chat.completions", "openai chat.completions stream",
@@ -21,18 +24,6 @@ CONFIGS = ("official GenAI", "OpenInference", "OpenLLMetry", "ours", "ours + off
 #: ours and the official instrumentors are always installed with the test extra; the
 #: peers come with the bench extra, and a peer that is not installed is named, not timed
 ALWAYS = ("official GenAI", "ours", "ours + official", "bare span")
-
-
-def _table(lines: list[str], title: str) -> tuple[list[str], dict[str, list[str]]]:
-    at = next(i for i, line in enumerate(lines) if line.startswith(f"### {title}"))
-    header = [c.strip() for c in lines[at + 2].strip("|").split("|")]
-    rows = {}
-    for line in lines[at + 4:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[cells[0]] = cells[1:]
-    return header, rows
 
 
 def test_benchmark_reports_every_scenario_and_configuration(tmp_path: Path) -> None:
@@ -48,15 +39,7 @@ def test_benchmark_reports_every_scenario_and_configuration(tmp_path: Path) -> N
                if line.startswith("Not installed, not timed: ")}
     assert not missing & set(ALWAYS)
     timed = [c for c in CONFIGS if c not in missing]
-    for title in ("Added caller-thread CPU", "Added wall time"):
-        header, rows = _table(lines, title)
-        assert header[2:] == timed
-        assert list(rows) == list(SCENARIOS)
-        for cells in rows.values():
-            # the uninstrumented call's median (p25–p75), then one added cell a configuration
-            assert len(cells) == 1 + len(timed)
-            assert all(re.fullmatch(r"-?\d+ \(-?\d+–-?\d+\)", c) for c in cells)
-            assert float(cells[0].split()[0]) > 0
+    assert_added_tables(lines, SCENARIOS, timed)
     _, recorded = _table(lines, "Recorded per call")
     assert list(recorded) == list(SCENARIOS)
     ours, official = timed.index("ours"), timed.index("official GenAI")
