@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.util.genai.handler import TelemetryHandler
+from opentelemetry.trace import SpanContext
+from opentelemetry.util.genai.handler import SuppressedInferenceInvocation, TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
 from .._api import AgentContext, Budget, Envelope, current_envelope
@@ -344,6 +345,33 @@ class ClientTelemetry:
         return Call(self, api, args, kwargs, server_address, server_port)
 
 
+class _ToRootSpan:
+    """The one inference span of a call that util-genai merged into an outer invocation
+    whose span is not the current one: attributes go into the call's invocation, which
+    publishes them to the outer one, which writes them on its span when it ends. Events
+    cannot travel that way: a truncation event of such a call is not recorded."""
+
+    def __init__(self, inv: Any) -> None:
+        self._attributes: dict[str, Any] = inv.attributes
+        self._context = SpanContext(trace_id=1, span_id=(id(self) & 0xFFFF_FFFF_FFFF) or 1,
+                                    is_remote=False)
+
+    def is_recording(self) -> bool:
+        return True
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self._attributes[key] = value
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        self._attributes.update(attributes)
+
+    def add_event(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+
 class Call:
     """One model call: the inference invocation and its context stages."""
 
@@ -354,6 +382,7 @@ class Call:
         self.env: Envelope | None = None
         self.budget: Budget | None = None
         self.own_env = False
+        self.target: Any = None
         model = kwargs.get("model")
         inv = tel.handler.inference(api.provider,
                                     request_model=model if isinstance(model, str) else None,
@@ -402,6 +431,12 @@ class Call:
         self.own_env = env is None
         if env is None:
             env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
+        elif span is env.span and isinstance(inv, SuppressedInferenceInvocation):
+            # util-genai merged this call into an outer inference (a framework's GenAI
+            # instrumentor) that did not make its span current: the current span is the
+            # envelope's, and a second call would overwrite the first's records on it
+            span = _ToRootSpan(inv)
+        self.target = span
         self.env = env
         distinct_ids(req.blocks)
         segments = _segments(req)
@@ -504,7 +539,7 @@ class Call:
             inv.thinking_tokens = out.reasoning_tokens
         if out.output_messages is not None and self.tel.genai_capture:
             inv.output_messages = mask_messages(out.output_messages)
-        span = inv.span
+        span = self.target if self.target is not None else inv.span
         if out.attributes and span.is_recording():
             span.set_attributes(out.attributes)
         budget, env, req = self.budget, self.env, self.req
