@@ -44,8 +44,7 @@ class FoldedBudget(Budget):
         raise TypeError("a folded budget's segments are given to fold_call")
 
     def _item_event(self, name: str, attrs: dict[str, Any], ts: int | None) -> None:
-        if isinstance(self._span, Span):  # not a stand-in that only carries attributes
-            self._env._emit(self._span, name, attrs, ts)
+        self._env._emit(self._span, name, attrs, ts)
 
     def _end(self, attrs: dict[str, Any], end_time: int | str | None) -> None:
         attrs.update(self._overrides)

@@ -35,8 +35,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.trace import SpanContext
-from opentelemetry.util.genai.handler import SuppressedInferenceInvocation, TelemetryHandler
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
 from .._api import AgentContext, Budget, Envelope, current_envelope
@@ -345,31 +347,21 @@ class ClientTelemetry:
         return Call(self, api, args, kwargs, server_address, server_port)
 
 
-class _ToRootSpan:
-    """The one inference span of a call that util-genai merged into an outer invocation
-    whose span is not the current one: attributes go into the call's invocation, which
-    publishes them to the outer one, which writes them on its span when it ends. Events
-    cannot travel that way: a truncation event of such a call is not recorded."""
-
-    def __init__(self, inv: Any) -> None:
-        self._attributes: dict[str, Any] = inv.attributes
-        self._context = SpanContext(trace_id=1, span_id=(id(self) & 0xFFFF_FFFF_FFFF) or 1,
-                                    is_remote=False)
-
-    def is_recording(self) -> bool:
-        return True
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self._attributes[key] = value
-
-    def set_attributes(self, attributes: dict[str, Any]) -> None:
-        self._attributes.update(attributes)
-
-    def add_event(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def get_span_context(self) -> SpanContext:
-        return self._context
+def _parent_context() -> Context | None:
+    """The context our inference invocation starts from. When an outer inference is under
+    way whose span is not the current one, and the current span is our envelope's (the
+    official LangChain GenAI instrumentor opens its chat invocation from a callback, without
+    making it current), util-genai would merge this call into that outer one, whose span is
+    in another trace than the envelope; the call then gets its own inference span, a child of
+    the envelope, so its records stay in the envelope's trace."""
+    parent = _run_envelope_parent()
+    ctx = parent if parent is not None else otel_context.get_current()
+    if otel_context.get_value(CLIENT_INFERENCE_CONTEXT_KEY, ctx) is None:
+        return parent  # no outer inference: the common case
+    env = current_envelope()
+    if env is None or trace.get_current_span(ctx) is not env.span:
+        return parent  # the outer inference is current: one span for both, as intended
+    return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx)
 
 
 class Call:
@@ -387,7 +379,7 @@ class Call:
         inv = tel.handler.inference(api.provider,
                                     request_model=model if isinstance(model, str) else None,
                                     server_address=address, server_port=port,
-                                    operation_name="chat", context=_run_envelope_parent())
+                                    operation_name="chat", context=_parent_context())
         self.invocation = inv
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).
@@ -431,11 +423,6 @@ class Call:
         self.own_env = env is None
         if env is None:
             env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
-        elif span is env.span and isinstance(inv, SuppressedInferenceInvocation):
-            # util-genai merged this call into an outer inference (a framework's GenAI
-            # instrumentor) that did not make its span current: the current span is the
-            # envelope's, and a second call would overwrite the first's records on it
-            span = _ToRootSpan(inv)
         self.target = span
         self.env = env
         distinct_ids(req.blocks)
