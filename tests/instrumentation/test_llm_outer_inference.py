@@ -7,8 +7,9 @@ envelope's). Our OpenAI instrumentor's invocation is then a suppressed one whose
 that current span. The folded records of two such calls used to land on the envelope span,
 the second overwriting the first; put on the outer span instead they would sit in another
 trace than the envelope (the framework instrumentor's), which an envelope does not cross.
-Such a call now gets its own inference span, a child of the envelope. That instrumentor is not installed by the test extras (its
-entry point would also join every ``opentelemetry-instrument`` run of the suite), so the test
+Such a call now gets its own inference span, a child of the envelope. That instrumentor is
+not installed by the test extras (its entry point would also join every
+``opentelemetry-instrument`` run of the suite), so the test
 opens the outer invocation the way it does, through util-genai's handler; everything else is
 real: the ``openai`` client on the stub, our instrumentor, the SDK."""
 
