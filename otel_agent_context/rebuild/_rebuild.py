@@ -397,16 +397,7 @@ class _Builder:
                     sources[self.item(ea)] = None
                 for ref in block.get("source_item_refs", ()):
                     sources[ref] = None
-        if blocks:
-            rec["ordered_blocks"] = blocks
-        if sources:
-            rec["source_item_refs"] = list(sources)
-        if S.ASSEMBLY_BLOCK_COUNT in a and a[S.ASSEMBLY_BLOCK_COUNT] > len(blocks):
-            self.notes.append(f"assembly {aid}: {a[S.ASSEMBLY_BLOCK_COUNT]} blocks counted, "
-                              f"{len(blocks)} recorded")
-        rec["created_at"] = _t(span.end_time_unix_nano)
-        self.assemblies.append(rec)
-        self.event(span.end_time_unix_nano, "context.assembly.created", f"assembly:{aid}", span)
+        self._assembled(span, rec, blocks, sources, span.end_time_unix_nano)
 
     def compaction(self, span: SpanView, events: Sequence[EventView]) -> None:
         a = span.attributes
@@ -520,17 +511,23 @@ class _Builder:
             sources[self.item(item)] = None
             for ref in block.get("source_item_refs", ()):
                 sources[ref] = None
+        self._assembled(span, rec, blocks, sources, start)
+
+    def _assembled(self, span: SpanView, rec: dict[str, Any], blocks: list[dict[str, Any]],
+                   sources: dict[str, None], at: int) -> None:
+        """An assembly's record completed (from its span and events, or folded) and kept."""
+        aid = rec["assembly_id"]
         if blocks:
             rec["ordered_blocks"] = blocks
         if sources:
             rec["source_item_refs"] = list(sources)
-        counted = a.get(S.ASSEMBLY_BLOCK_COUNT)
+        counted = span.attributes.get(S.ASSEMBLY_BLOCK_COUNT)
         if counted is not None and counted > len(blocks):
             self.notes.append(f"assembly {aid}: {counted} blocks counted, "
                               f"{len(blocks)} recorded")
-        rec["created_at"] = _t(start)
+        rec["created_at"] = _t(at)
         self.assemblies.append(rec)
-        self.event(start, "context.assembly.created", f"assembly:{aid}", span)
+        self.event(at, "context.assembly.created", f"assembly:{aid}", span)
 
     # -- events that may sit on any span of the envelope ---------------------------------
 
