@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import _semconv as S
-from ._digest import digest_bytes, ordered_digest
+from ._digest import digest_bytes, digest_str, ordered_digest
 from ._masking import has_masker, mask
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
 from ._table import ATTRIBUTES, EVENTS, SPANS
@@ -24,8 +24,7 @@ __all__ = ["digest_text", "fields_to_attributes", "item_attributes", "source_att
 def digest_text(text: str | bytes) -> str:
     """The digest of text (UTF-8) or bytes, recorded with or without content: keyed
     (``hmac-sha256:<hex>``) unless plain ones were asked for (see ``_digest``)."""
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return digest_bytes(data)
+    return digest_str(text) if isinstance(text, str) else digest_bytes(text)
 
 
 def _value(v: Any) -> Any:

@@ -36,8 +36,8 @@ from typing import Any
 
 from . import _env
 
-__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "digest_chunks", "ordered_digest",
-           "short_digest"]
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "digest_chunks", "digest_str",
+           "ordered_digest", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -142,6 +142,33 @@ def reset() -> None:
     global _key, _resolved
     with _lock:
         _key, _resolved = None, False
+        _forget()
+
+
+#: Digests of texts digested lately, by text. An agent sends its whole history again with
+#: every model call, so most messages of a call were digested by the call before: a lookup
+#: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
+#: entries and by the characters the keys hold; forgotten whole when full, or with the key.
+_MEMO: dict[Any, str] = {}
+_MEMO_MAX_ENTRIES = 4096
+_MEMO_MAX_CHARS = 8 * 2**20
+_memo_chars = 0
+
+
+def _forget() -> None:
+    global _memo_chars
+    _MEMO.clear()
+    _memo_chars = 0
+
+
+def _remember(key: Any, chars: int, value: str) -> None:
+    global _memo_chars
+    if chars > _MEMO_MAX_CHARS // 8:
+        return  # one huge text would evict everything else
+    if len(_MEMO) >= _MEMO_MAX_ENTRIES or _memo_chars + chars > _MEMO_MAX_CHARS:
+        _forget()
+    _MEMO[key] = value
+    _memo_chars += chars
 
 
 def _keyed(inner: Any) -> str:
@@ -178,12 +205,29 @@ def ordered_digest(parts: Iterable[str]) -> str:
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 
+def digest_str(text: str) -> str:
+    """:func:`digest_bytes` of ``text`` in UTF-8, remembered for the texts seen lately."""
+    found = _MEMO.get(text)
+    if found is not None and _resolved:
+        return found
+    value = digest_bytes(text.encode("utf-8", "surrogatepass"))
+    _remember(text, len(text), value)
+    return value
+
+
 def short_digest(*parts: str, length: int = 12) -> str:
     """``length`` hex characters naming content in an id (a message's, a document's): keyed
     like the digests, so an id does not reveal a guessable text either."""
+    memo_key = (length, parts)
+    found = _MEMO.get(memo_key)
+    if found is not None and _resolved:
+        return found
     data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
     if _current_key():
         inner = _inner.copy()
         inner.update(data)
-        return _keyed(inner)[:length]
-    return hashlib.sha256(data).hexdigest()[:length]
+        value = _keyed(inner)[:length]
+    else:
+        value = hashlib.sha256(data).hexdigest()[:length]
+    _remember(memo_key, sum(map(len, parts)), value)
+    return value

@@ -105,3 +105,31 @@ def test_the_precomputed_hmac_is_the_standard_one(monkeypatch) -> None:
                 key.encode(), b"a\nb\n", "sha256").hexdigest()
         finally:
             _digest.reset()
+
+
+def test_remembered_digests_follow_the_key_and_stay_bounded(monkeypatch) -> None:
+    """Texts seen lately are not digested again (an agent resends its history every call),
+    but a new key is never answered from memory, and the memory has a bound."""
+    text = "the refund policy " * 50
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
+    _digest.reset()
+    try:
+        first = (digest_text(text), _digest.short_digest("user", text))
+        assert (digest_text(text), _digest.short_digest("user", text)) == first
+        assert first[0] == "hmac-sha256:" + hmac.new(b"first", text.encode(),
+                                                     "sha256").hexdigest()
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+        _digest.reset()
+        second = (digest_text(text), _digest.short_digest("user", text))
+        assert second[0] == "hmac-sha256:" + hmac.new(b"second", text.encode(),
+                                                      "sha256").hexdigest()
+        assert second[1] != first[1]
+        assert _digest.short_digest("user", text, length=16)[:12] == second[1]
+        for i in range(_digest._MEMO_MAX_ENTRIES + 10):
+            digest_text(f"message {i}")
+        assert len(_digest._MEMO) <= _digest._MEMO_MAX_ENTRIES
+        huge = "x" * (_digest._MEMO_MAX_CHARS // 8 + 1)
+        digest_text(huge)
+        assert huge not in _digest._MEMO
+    finally:
+        _digest.reset()

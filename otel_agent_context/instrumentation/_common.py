@@ -788,10 +788,30 @@ def _materialize(kwargs: dict[str, Any]) -> bool:
 _SETTLE_DEPTH = 6
 _PLAIN_KEYS = frozenset({"parameters", "input_schema", "schema", "json_schema", "metadata"})
 _LEAVES = (str, bytes, int, float, bool)
+_PLAIN_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
-    if value is None or isinstance(value, _LEAVES) or depth > _SETTLE_DEPTH:
+    kind = type(value)
+    if kind in _PLAIN_TYPES or depth > _SETTLE_DEPTH:
+        return value  # the usual request: plain dicts, lists and strings, no ABC check
+    if kind is dict:
+        for key, item in value.items():
+            if key in _PLAIN_KEYS or type(item) in _PLAIN_TYPES:
+                continue
+            settled = _settle(item, depth + 1, failed)
+            if settled is not item:
+                value[key] = settled
+        return value
+    if kind is list:
+        for i, item in enumerate(value):
+            if type(item) in _PLAIN_TYPES:
+                continue
+            settled = _settle(item, depth + 1, failed)
+            if settled is not item:
+                value[i] = settled
+        return value
+    if value is None or isinstance(value, _LEAVES):
         return value
     if isinstance(value, Iterator):
         items: list[Any] = []
