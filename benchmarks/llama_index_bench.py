@@ -45,7 +45,18 @@ from otel_agent_context.instrumentation.llama_index import (  # noqa: E402
 )
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor  # noqa: E402
 
-CONFIGS = ("uninstrumented", "openai only", "openai + llama_index")
+CONFIGS = ("uninstrumented", "openai only", "openai + llama_index", "official GenAI")
+
+
+def _official() -> list[Any]:
+    """The official GenAI instrumentors for LlamaIndex and OpenAI (the ``bench`` extra), or
+    none when they are not installed (the configuration is then reported missing)."""
+    try:
+        from opentelemetry.instrumentation.genai.llama_index import LlamaIndexInstrumentor
+        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+    except ImportError:
+        return []
+    return [LlamaIndexInstrumentor(), OpenAIInstrumentor()]
 
 
 def _turns(base_url: str) -> dict[str, Callable[[], Any]]:
@@ -87,13 +98,20 @@ def main() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     ctx = AgentContext(tracer_provider=provider, capture_content=False)
     openai_inst, li_inst = OpenAIContextInstrumentor(), LlamaIndexContextInstrumentor()
+    official = _official()
+    configs = CONFIGS if official else CONFIGS[:3]
+    if not official:
+        print("official GenAI: not installed, not timed (pip install -e '.[bench]')")
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with StubServer() as stub:
         turns = _turns(stub.openai_base_url)
         for r in range(args.rounds):
-            order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
             for config in order:
-                if config != "uninstrumented":
+                if config == "official GenAI":
+                    for inst in official:
+                        inst.instrument(tracer_provider=provider)
+                elif config != "uninstrumented":
                     openai_inst.instrument(agent_context=ctx, tracer_provider=provider)
                 if config == "openai + llama_index":
                     li_inst.instrument(agent_context=ctx)
@@ -102,6 +120,8 @@ def main() -> None:
                         fn()
                     results.setdefault((config, name), []).append(_time(fn, args.turns))
                     exporter.clear()
+                for inst in official if config == "official GenAI" else ():
+                    inst.uninstrument()
                 li_inst.uninstrument() if li_inst.is_instrumented_by_opentelemetry else None
                 if openai_inst.is_instrumented_by_opentelemetry:
                     openai_inst.uninstrument()
@@ -110,12 +130,23 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name in turns:
         base = statistics.median(c for _, c in results[("uninstrumented", name)])
-        for config in CONFIGS:
+        for config in configs:
             rows = results[(config, name)]
             wall = statistics.median(w for w, _ in rows)
             cpu = statistics.median(c for _, c in rows)
             added = "" if config == "uninstrumented" else f"+{cpu - base:.0f}"
             print(f"| {name} | {config} | {wall:.0f} | {cpu:.0f} | {added} |")
+    if official:
+        print()
+        print("| turn | ours (openai + llama_index) added | official GenAI added | ours ÷ official "
+              "(goal ≤ 1.5) |")
+        print("|---|---:|---:|---:|")
+        for name in turns:
+            base = statistics.median(c for _, c in results[("uninstrumented", name)])
+            ours = statistics.median(c for _, c in results[("openai + llama_index", name)]) - base
+            theirs = statistics.median(c for _, c in results[("official GenAI", name)]) - base
+            ratio = f"{ours / theirs:.2f}" if theirs > 0 else "–"
+            print(f"| {name} | {ours:.0f} | {theirs:.0f} | {ratio} |")
 
 
 if __name__ == "__main__":
