@@ -208,6 +208,9 @@ def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
                 continue
             element, repair = str(element), (TYPE, "non-string elements: converted to text")
         elif not isinstance(element, str):
+            if element is None and not parallel:  # an element with no value: it alone goes
+                repair = (TYPE, "an element with no value: dropped")
+                continue
             if not parallel:
                 return _wrong(spec, value)
             repair = (TYPE, "a non-string element: emptied")

@@ -1,0 +1,190 @@
+"""Contract v0.2's folded form as an outside emitter gets it slightly wrong, sent with the
+plain OpenTelemetry SDK through the real OTLP exporters (gRPC and HTTP/protobuf) or as
+hand-built OTLP/JSON to the real processor on loopback, and through the in-process
+``BundleSpanProcessor``: each case checks the bundle, its repairs, and that both paths agree.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jsonschema
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind
+from processor_testkit import post_json_document, wait_for
+from test_boundary import SCHEMA, bundles, repairs
+
+from otel_agent_context.rebuild import BundleSpanProcessor
+
+KINDS = "context.assembly.block_kinds"
+TOKENS = "context.assembly.block_tokens"
+ITEM_IDS = "context.assembly.block_item_ids"
+DIGESTS = "context.assembly.block_digests"
+USED = "context.window.segment_used_tokens"
+POINTS = "context.assembly.block_injection_points"
+COUNTS = "context.assembly.block_source_counts"
+REFS = "context.assembly.block_source_item_refs"
+
+
+def folded(cid: str, **overrides: Any) -> dict[str, Any]:
+    """One folded chat call outside any envelope, the attributes as docs/contract.md says."""
+    attributes: dict[str, Any] = {
+        "context.id": cid, "context.scope": "turn", "context.span_count": 0,
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "context.budget.id": "bud_1", "context.budget.target": "model",
+        "context.budget.max_tokens": 1000, "context.budget.actual_tokens": 60,
+        "context.window.segment_names": ["system_prompt", "message_history", "output"],
+        "context.window.segment_orders": [0, 1, 2],
+        USED: [10, 50, -1],
+        "context.assembly.id": "asm_1", "context.assembly.target": "model",
+        "context.assembly.block_count": 3,
+        ITEM_IDS: ["system:1", "user:1", "user:2"],
+        KINDS: ["system_prompt", "session_history", "user_message"],
+        TOKENS: [10, 30, 20],
+        POINTS: ["system_prompt", "message_history", "message_history"],
+        DIGESTS: ["sha256:" + "a" * 64, "", "sha256:" + "b" * 64],
+        "context.injection.id": "inj_1", "context.injection.target": "model",
+        "context.injection.point": "message_history",
+    }
+    attributes.update(overrides)
+    return attributes
+
+
+def _exporter(protocol: str, processor: Any) -> Any:
+    if protocol == "grpc":
+        return GrpcExporter(endpoint=processor.addresses["otlp_grpc"], insecure=True)
+    return HttpExporter(endpoint=f"http://{processor.addresses['otlp_http']}/v1/traces")
+
+
+def send_sdk(protocol: str, processor: Any, attributes: dict[str, Any]) -> None:
+    """One inference span through the plain SDK and a real OTLP exporter."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "offspec-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(_exporter(protocol, processor)))
+    with provider.get_tracer("offspec").start_as_current_span(
+            "chat gpt-4o-mini", kind=SpanKind.CLIENT, attributes=attributes):
+        pass
+    provider.shutdown()
+
+
+def in_process(attributes: dict[str, Any]) -> dict[str, Any]:
+    """The same span through the in-process BundleSpanProcessor."""
+    found: list[dict[str, Any]] = []
+    provider = TracerProvider()
+    provider.add_span_processor(BundleSpanProcessor(found.append))
+    with provider.get_tracer("offspec").start_as_current_span(
+            "chat gpt-4o-mini", kind=SpanKind.CLIENT, attributes=attributes):
+        pass
+    provider.force_flush()
+    wait_for(lambda: found, message="the in-process bundle")
+    provider.shutdown()
+    (bundle,) = found
+    jsonschema.validate(bundle, SCHEMA)
+    return bundle
+
+
+def blocks(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    return bundle["context_assemblies"][0]["ordered_blocks"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_none_elements_keep_their_positions(start_processor, protocol: str) -> None:
+    """The SDK takes None inside an attribute sequence and the exporters send it as an
+    empty AnyValue: the element has no value, and its position still counts."""
+    processor = start_processor()
+    attributes = folded("ctx_none", **{
+        TOKENS: [10, None, 20], KINDS: ["system_prompt", None, "user_message"],
+        DIGESTS: [None, None, "sha256:" + "b" * 64], USED: [None, 50, None],
+        ITEM_IDS: ["system:1", None, "user:2"]})
+    send_sdk(protocol, processor, attributes)
+    (bundle,) = bundles(processor)
+    # the block without an id is dropped from every array; the others keep their own values
+    assert blocks(bundle) == [
+        {"index": 0, "item_id": "system:1", "context_kind": "system_prompt", "tokens": 10,
+         "injection_point": "system_prompt"},
+        {"index": 1, "item_id": "user:2", "context_kind": "user_message", "tokens": 20,
+         "injection_point": "message_history", "digest": "sha256:" + "b" * 64}]
+    assert [s.get("used_tokens") for s in bundle["context_budgets"][0]["window_segments"]] == [
+        None, 50, None]
+    said = repairs(bundle)
+    assert ("event_dropped", ITEM_IDS) in said
+    assert {field for kind, field in said if kind == "type"} >= {TOKENS, KINDS, DIGESTS, USED}
+    assert not any(kind == "array_length" for kind, _ in said), said
+    local = in_process(attributes)
+    assert blocks(local) == blocks(bundle)
+    assert local["context_budgets"][0]["window_segments"] == \
+        bundle["context_budgets"][0]["window_segments"]
+
+
+# -- hand-built OTLP/JSON ------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dict):  # already an AnyValue
+        return value
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    return {"arrayValue": {"values": [_json_value(v) for v in value]}}
+
+
+def post_otlp_json(processor: Any, trace: int, attributes: dict[str, Any]) -> dict[str, Any]:
+    """One span as an emitter writing OTLP/JSON by hand sends it (hex ids, ints as strings)."""
+    start = time.time_ns()
+    document = {"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name",
+                                     "value": {"stringValue": "offspec-json"}}]},
+        "scopeSpans": [{"scope": {"name": "hand-built"}, "spans": [{
+            "traceId": f"{trace:032x}", "spanId": f"{trace:016x}", "name": "chat gpt-4o-mini",
+            "kind": 3, "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 5000),
+            "attributes": [{"key": k, "value": _json_value(v)} for k, v in attributes.items()],
+        }]}]}]}
+    return post_json_document(processor.addresses["otlp_http"], document)  # type: ignore[no-any-return]
+
+
+def test_json_elements_without_a_value_keep_their_positions(start_processor) -> None:
+    processor = start_processor()
+    post_otlp_json(processor, 0xA1, folded("ctx_json_empty", **{
+        TOKENS: [10, {}, 20], KINDS: ["system_prompt", {}, "user_message"]}))
+    (bundle,) = bundles(processor)
+    assert [(b["item_id"], b.get("context_kind"), b.get("tokens")) for b in blocks(bundle)] == [
+        ("system:1", "system_prompt", 10), ("user:1", None, None), ("user:2", "user_message", 20)]
+    assert not any(kind == "array_length" for kind, _ in repairs(bundle))
+
+
+@pytest.mark.parametrize("opaque", [
+    {"bytesValue": "AAA="},
+    {"kvlistValue": {"values": [{"key": "x", "value": {"stringValue": "y"}}]}}])
+def test_an_opaque_element_empties_its_position_not_the_whole_array(start_processor,
+                                                                     opaque: Any) -> None:
+    """A bytes or kvlist element is no contract type: that element goes, as any element
+    that cannot be kept, and the blocks beside it stay."""
+    processor = start_processor()
+    post_otlp_json(processor, 0xA2, folded("ctx_opaque", **{
+        ITEM_IDS: ["system:1", opaque, "user:2"], TOKENS: [10, opaque, 20]}))
+    (bundle,) = bundles(processor)
+    assert [(b["item_id"], b["context_kind"], b.get("tokens")) for b in blocks(bundle)] == [
+        ("system:1", "system_prompt", 10), ("user:2", "user_message", 20)]
+    said = repairs(bundle)
+    assert ("event_dropped", ITEM_IDS) in said and ("type", TOKENS) in said
+    assert not any(kind == "array_length" for kind, _ in said), said
+
+
+def test_an_opaque_element_of_another_array_still_drops_that_array(start_processor) -> None:
+    """Outside the folded form's parallel arrays nothing counts positions: the array goes."""
+    processor = start_processor()
+    post_otlp_json(processor, 0xA3, folded("ctx_opaque_plain", **{
+        "context.assembly.visibility": ["model", {"bytesValue": "AAA="}]}))
+    (bundle,) = bundles(processor)
+    assert "visibility" not in bundle["context_assemblies"][0]
+    assert ("type", "context.assembly.visibility") in repairs(bundle)
