@@ -31,6 +31,7 @@ by the attribute's encoding.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -492,7 +493,7 @@ def _drop_unnamed(attributes: dict[str, Any], anchor: str, repairs: list[Repair]
     counts = attributes.get(_SOURCE_COUNTS) if anchor == _ANCHOR[_SOURCE_COUNTS] else None
     if counts is not None:
         refs = attributes[_SOURCE_REFS]
-        starts = [sum(counts[:i]) for i in range(len(counts))]
+        starts = [0, *itertools.accumulate(counts)]  # linear: 10k blocks once took seconds
         attributes[_SOURCE_REFS] = [r for i in keep
                                     for r in refs[starts[i]:starts[i] + counts[i]]]
     for key, parallel_to in _ANCHOR.items():
