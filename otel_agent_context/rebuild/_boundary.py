@@ -486,10 +486,13 @@ def _drop_unnamed(attributes: dict[str, Any], anchor: str, repairs: list[Repair]
     dropped from every array, as a block or segment event lacking it is dropped."""
     names = attributes[anchor]
     keep = [i for i, name in enumerate(names) if name != ""]
-    for i, name in enumerate(names):
-        if name == "":
-            repairs.append(Repair(EVENT_DROPPED, anchor, "", f"position {i} has no id: dropped "
-                                  "from every parallel array", span_id))
+    # one repair for the array, however many positions (one each made a bundle 50 times
+    # the size of the request that carried 40,000 empty ids)
+    unnamed = [i for i, name in enumerate(names) if name == ""]
+    where = (f"position {unnamed[0]} has" if len(unnamed) == 1
+             else f"{len(unnamed)} positions have")
+    repairs.append(Repair(EVENT_DROPPED, anchor, _shown(unnamed),
+                          f"{where} no id: dropped from every parallel array", span_id))
     counts = attributes.get(_SOURCE_COUNTS) if anchor == _ANCHOR[_SOURCE_COUNTS] else None
     if counts is not None:
         refs = attributes[_SOURCE_REFS]
