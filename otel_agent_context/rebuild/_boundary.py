@@ -186,46 +186,91 @@ def _number(spec: AttributeSpec, value: Any) -> Checked:
     return value, converted
 
 
+#: how much an array's repair says: the worst change names its kind (a value lost, then
+#: one recorded as custom, then a conversion, then a case folded)
+_RANK = {NON_FINITE: 0, ENUM_DROPPED: 0, ENUM_CUSTOM: 1, TYPE: 2, ENUM_CASE: 3}
+_LOST = ("dropped", "emptied")
+_SHOWN_CHANGES = 4
+_SHOWN_POSITIONS = 8
+
+
+def _said(whole: tuple[str, str] | None,
+          changes: list[tuple[int, str, str]]) -> tuple[str, str] | None:
+    """One repair for an array, from what was done to the whole and to each element
+    (position, kind, action): every distinct change with the positions it touched, and the
+    kind of the worst (a repair saying only its last element's change hid the others: a
+    value made ``custom`` behind a case folded, a fraction dropped behind ints taken)."""
+    if not changes:
+        return whole
+    groups: dict[str, tuple[str, list[int]]] = {}
+    for position, kind, action in changes:
+        groups.setdefault(action, (kind, []))[1].append(position)
+
+    def rank(kind: str, action: str) -> int:
+        return 0 if action.endswith(_LOST) else _RANK.get(kind, 2)
+
+    candidates = [(k, a) for a, (k, _) in groups.items()]
+    if whole is not None:
+        candidates.insert(0, whole)
+    kind = min(candidates, key=lambda ka: rank(ka[0], ka[1]))[0]
+    parts = [whole[1]] if whole is not None else []
+    for action, (_, positions) in list(groups.items())[:_SHOWN_CHANGES]:
+        shown = ", ".join(map(str, positions[:_SHOWN_POSITIONS]))
+        if len(positions) > _SHOWN_POSITIONS:
+            shown += f", … ({len(positions)} in all)"
+        parts.append(f"element{'s' if len(positions) > 1 else ''} {shown}: {action}")
+    if len(groups) > _SHOWN_CHANGES:
+        parts.append(f"and {len(groups) - _SHOWN_CHANGES} other changes")
+    return kind, "; ".join(parts)
+
+
 def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
     """A string[] attribute (its elements checked against the enum, if it has one)."""
-    repair: tuple[str, str] | None = None
+    whole: tuple[str, str] | None = None
     if isinstance(value, str):
-        value, repair = [value], (TYPE, "one string where an array is due: made a list")
+        value, whole = [value], (TYPE, "one string where an array is due: made a list")
     elif not isinstance(value, (list, tuple)):
         return _wrong(spec, value)
     parallel = key in _PARALLEL
     out = []
-    for element in value:
+    changes: list[tuple[int, str, str]] = []
+    for position, element in enumerate(value):
+        change: tuple[str, str] | None = None
         if isinstance(element, (bool, int, float)) and not isinstance(element, str):
             if isinstance(element, float) and not math.isfinite(element):
-                repair = (NON_FINITE, "a non-finite element: dropped")
+                changes.append((position, NON_FINITE, "a non-finite element: dropped"))
                 if parallel:
                     out.append("")
                 continue
             if isinstance(element, int) and not _INT64[0] <= element <= _INT64[1]:
-                repair = (TYPE, "an element beyond 64 bits: dropped")
+                changes.append((position, TYPE, "an element beyond 64 bits: dropped"))
                 if parallel:
                     out.append("")
                 continue
-            element, repair = str(element), (TYPE, "non-string elements: converted to text")
+            element, change = str(element), (TYPE, "non-string elements: converted to text")
         elif not isinstance(element, str):
             if element is None and not parallel:  # an element with no value: it alone goes
-                repair = (TYPE, "an element with no value: dropped")
+                changes.append((position, TYPE, "an element with no value: dropped"))
                 continue
             if not parallel:
                 return _wrong(spec, value)
-            repair = (TYPE, "a non-string element: emptied")
+            change = (TYPE, "a non-string element: emptied")
             element = ""
         if spec.members and not (parallel and element == ""):
             checked, element_repair = _enum(key, spec, element)
             if element_repair is not None:
-                repair = element_repair
+                change = element_repair
             if checked is DROP:
+                if change is not None:
+                    changes.append((position, *change))
                 if parallel:
                     out.append("")
                 continue
             element = checked
+        if change is not None:
+            changes.append((position, *change))
         out.append(element)
+    repair = _said(whole, changes)
     if repair is None and isinstance(value, list):
         return value, None
     return (out if out or not value else DROP), repair
@@ -234,24 +279,26 @@ def _strings(key: str, spec: AttributeSpec, value: Any) -> Checked:
 def _ints(key: str, spec: AttributeSpec, value: Any) -> Checked:
     """An int[] attribute: each element an int of 64 bits (a whole double or a numeric
     string taken as one); an element that is none becomes -1 in a parallel array."""
-    repair: tuple[str, str] | None = None
+    whole: tuple[str, str] | None = None
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        value, repair = [value], (TYPE, "one value where an array is due: made a list")
+        value, whole = [value], (TYPE, "one value where an array is due: made a list")
     elif not isinstance(value, (list, tuple)):
         return _wrong(spec, value)
     parallel = key in _PARALLEL
     out: list[int] = []
-    for element in value:
+    changes: list[tuple[int, str, str]] = []
+    for position, element in enumerate(value):
         if type(element) is int and _INT64[0] <= element <= _INT64[1]:
             out.append(element)
             continue
         checked, element_repair = _number(_INT_SPEC, element)
-        repair = element_repair or (TYPE, "an element taken as an int")
+        changes.append((position, *(element_repair or (TYPE, "an element taken as an int"))))
         if checked is DROP:
             if parallel:
                 out.append(-1)
             continue
         out.append(checked)
+    repair = _said(whole, changes)
     if repair is None and isinstance(value, list):
         return value, None
     return (out if out or not value else DROP), repair

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from processor_testkit import post_json_document, read_bundles, wait_for
-from test_boundary import SCHEMA, bundles, post, repairs
+from test_boundary import SCHEMA, bundles, metrics, post, repairs
 from test_folded_boundary import call
 
 from otel_agent_context.rebuild import BundleSpanProcessor
@@ -229,3 +229,41 @@ def test_many_blocks_without_an_id_are_one_repair(start_processor) -> None:
     assert len(dropped) == 1 and dropped[0]["field"] == ITEM_IDS
     assert dropped[0]["action"].startswith(f"{n - 1} positions have no id")
     assert len(response.partial_success.error_message) < 2_000
+
+
+def _repair(bundle: dict[str, Any], field: str) -> dict[str, str]:
+    (found,) = [r for r in bundle["rebuild"]["repairs"] if r["field"] == field]
+    return found  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_array_repair_says_every_change_and_the_worst_kind(start_processor,
+                                                             protocol: str) -> None:
+    """One repair per array said only what was done to its last changed element: a kind
+    made ``custom`` hid behind a case folded (counted as ``enum_case``), a fraction dropped
+    behind whole doubles taken as ints."""
+    processor = start_processor()
+    attributes = folded("ctx_said", **{
+        KINDS: ["SYSTEM_PROMPT", "web_page", "User_Message"],
+        TOKENS: [10.0, 30.5, 20.0],
+        POINTS: ["System_Prompt", "header", "MESSAGE_HISTORY"]})
+    send_sdk(protocol, processor, attributes)
+    (bundle,) = bundles(processor)
+    assert [(b["context_kind"], b.get("tokens"), b["injection_point"])
+            for b in blocks(bundle)] == [("system_prompt", 10, "system_prompt"),
+                                         ("custom", None, "custom"),
+                                         ("user_message", 20, "message_history")]
+    kinds = _repair(bundle, KINDS)
+    assert kinds["kind"] == "enum_custom"
+    assert "element 1: not a value of the enum: recorded as custom" in kinds["action"]
+    assert "element 0: matched ignoring case: system_prompt" in kinds["action"]
+    assert _repair(bundle, POINTS)["kind"] == "enum_custom"
+    tokens = _repair(bundle, TOKENS)
+    assert "element 1: must be an int, got a fraction: dropped" in tokens["action"]
+    assert "elements 0, 2: an element taken as an int" in tokens["action"]
+    text, _ = metrics(processor)
+    assert 'context_processor_repairs_total{kind="enum_custom"} 2.0' in text
+    assert 'kind="enum_case"' not in text
+    local = in_process(attributes)
+    assert [(r["kind"], r["action"]) for r in local["rebuild"]["repairs"]] == [
+        (r["kind"], r["action"]) for r in bundle["rebuild"]["repairs"]]
