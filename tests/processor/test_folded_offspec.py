@@ -18,7 +18,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from processor_testkit import post_json_document, read_bundles, wait_for
-from test_boundary import SCHEMA, bundles, metrics, post, repairs
+from test_boundary import (
+    AGENT,
+    SCHEMA,
+    bundles,
+    envelope,
+    metrics,
+    post,
+    repairs,
+    samples,
+    stage,
+)
 from test_folded_boundary import call
 
 from otel_agent_context.rebuild import BundleSpanProcessor
@@ -267,3 +277,24 @@ def test_an_array_repair_says_every_change_and_the_worst_kind(start_processor,
     local = in_process(attributes)
     assert [(r["kind"], r["action"]) for r in local["rebuild"]["repairs"]] == [
         (r["kind"], r["action"]) for r in bundle["rebuild"]["repairs"]]
+
+
+def test_negative_token_figures_never_make_a_counter_go_down(start_processor) -> None:
+    """The contract gives token counts no minimum and the boundary keeps a negative one in
+    the bundle, as sent; a Prometheus counter must still never decrease (rate() reads a
+    decrease as a reset): an omitted item of -5000 tokens took 5000 off the counter."""
+    processor = start_processor()
+    post(processor, [envelope("ctx-negative", 1), stage(2, "context.selection", "ctx-negative", {
+        "context.selection.id": "s1", "context.selection.candidate_count": 2}, events=[
+        ("context.item.omitted", {"context.item.id": "i1", "context.omission.reason": "budget",
+                                  "context.item.token_estimate": -5000}),
+        ("context.item.omitted", {"context.item.id": "i2", "context.omission.reason": "budget",
+                                  "context.item.token_estimate": 300})])])
+    (bundle,) = bundles(processor)
+    assert {i["item_id"]: i["token_estimate"] for i in bundle["context_items"]} == {
+        "i1": -5000, "i2": 300}
+    wait_for(lambda: processor.metrics.contract.value(
+        "context.envelopes", ("turn", AGENT, "complete")), message="the envelope counted")
+    _, families = metrics(processor)
+    assert [s.value for s in samples(families, "context_omitted_tokens",
+                                     "context_omitted_tokens_total")] == [300.0]
