@@ -298,3 +298,22 @@ def test_negative_token_figures_never_make_a_counter_go_down(start_processor) ->
     _, families = metrics(processor)
     assert [s.value for s in samples(families, "context_omitted_tokens",
                                      "context_omitted_tokens_total")] == [300.0]
+
+
+@pytest.mark.parametrize("name", ["context.envelope", "invoke_agent support"])
+def test_a_folded_call_that_is_its_own_envelope_is_rebuilt_whatever_the_span_name(
+        start_processor, name: str) -> None:
+    """The span that carries context.scope is the envelope span whatever its name, and a
+    folded call outside any envelope is its own envelope: named ``context.envelope``, its
+    budget, assembly and injection were silently left out of a bundle said ``complete``."""
+    processor = start_processor()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_exporter("grpc", processor)))
+    with provider.get_tracer("offspec").start_as_current_span(
+            name, attributes=folded(f"ctx_named_{len(name)}")):
+        pass
+    provider.shutdown()
+    (bundle,) = bundles(processor)
+    assert [b["item_id"] for b in blocks(bundle)] == ["system:1", "user:1", "user:2"]
+    assert [r["budget_id"] for r in bundle["context_budgets"]] == ["bud_1"]
+    assert [r["injection_id"] for r in bundle["context_injections"]] == ["inj_1"]
