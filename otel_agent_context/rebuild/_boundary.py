@@ -132,6 +132,11 @@ _PARALLEL = frozenset(FOLDED)
 #: parallel array -> the array that sets its length
 _ANCHOR = {name: spec.parallel_to for name, spec in FOLDED.items() if spec.parallel_to}
 _ANCHORS = tuple(name for name, spec in FOLDED.items() if not spec.parallel_to)
+#: the id of each folded record -> the array of its folded positions ("" for none)
+_BUDGET_ID, _ASSEMBLY_ID, _INJECTION_ID = ("context.budget.id", "context.assembly.id",
+                                           "context.injection.id")
+_MARKS = {_BUDGET_ID: "context.window.segment_names",
+          _ASSEMBLY_ID: "context.assembly.block_item_ids", _INJECTION_ID: ""}
 _SOURCE_COUNTS = "context.assembly.block_source_counts"
 _SOURCE_REFS = "context.assembly.block_source_item_refs"
 
@@ -481,9 +486,29 @@ def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
     """The folded form's arrays made to agree: each as long as the array it runs parallel
     to (cut, or padded with ``""`` / -1), dropped without it; the blocks' source counts
     and source ids dropped together unless the counts add up to the ids."""
-    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes):
-        return attributes  # not the folded form: the common case, one set operation
+    get = attributes.get
+    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes) and "" not in (
+            get(_BUDGET_ID), get(_ASSEMBLY_ID), get(_INJECTION_ID)):
+        return attributes  # not the folded form: the common case
     out: dict[str, Any] | None = None
+    for mark, anchor in _MARKS.items():
+        # a folded record without its id is dropped, as an event lacking its id is: an
+        # empty id made a budget, assembly or injection with id "" in a bundle said
+        # complete, and arrays without their record's id vanished without a word
+        if get(mark) == "":
+            if out is None:
+                out = dict(attributes)
+            del out[mark]
+            repairs.append(Repair(EVENT_DROPPED, mark, "", "empty: the span's folded record "
+                                  "of it dropped (no made-up id)", span_id))
+        current = attributes if out is None else out
+        if anchor and anchor in current and current.get(mark) is None:
+            if out is None:
+                out = dict(attributes)
+            repairs.append(Repair(EVENT_DROPPED, anchor, _shown(out.pop(anchor)),
+                                  f"without {mark}: dropped", span_id))
+    if out is not None:
+        attributes = out
     for key, anchor in _ANCHOR.items():
         value = attributes.get(key)
         if value is None:

@@ -237,6 +237,8 @@ def off_span(draw: Any, span_id: int, parents: list[int]) -> Sp:
     keys = sorted((set(_fields(SPANS[name].records) if name in SPANS else ())
                    | set(EXTRA_KEYS)) - {"context.id"})
     attrs, bad = draw(attributes(keys))
+    # on a span, an empty id of a folded record (a budget, assembly or injection) is dropped
+    bad = bad or any(key in FOLDED_MARKS and v == "" for key, v in attrs)
     start = BASE + draw(st.integers(-2_000, 5_000))
     events = draw(st.lists(event(start), max_size=4))
     if events and draw(st.booleans()):
@@ -265,8 +267,17 @@ def element_ok(key: str, element: Any) -> bool:
                                          or element == "")
 
 
+#: the id of each folded record -> the array of its positions ("" for none)
+FOLDED_MARKS = {"context.budget.id": "context.window.segment_names",
+                "context.assembly.id": "context.assembly.block_item_ids",
+                "context.injection.id": ""}
+
+
 def folded_bad(attrs: dict[str, Any]) -> bool:
     """Whether the boundary must repair a folded span's arrays (contract v0.2's rules)."""
+    for mark, anchor in FOLDED_MARKS.items():
+        if attrs.get(mark) == "" or anchor and anchor in attrs and mark not in attrs:
+            return True  # a folded record without its id
     for key, value in attrs.items():
         if key in FOLDED:
             if not all(element_ok(key, e) for e in value):

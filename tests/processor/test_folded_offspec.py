@@ -317,3 +317,32 @@ def test_a_folded_call_that_is_its_own_envelope_is_rebuilt_whatever_the_span_nam
     assert [b["item_id"] for b in blocks(bundle)] == ["system:1", "user:1", "user:2"]
     assert [r["budget_id"] for r in bundle["context_budgets"]] == ["bud_1"]
     assert [r["injection_id"] for r in bundle["context_injections"]] == ["inj_1"]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_folded_record_without_its_id_is_dropped_and_said(start_processor,
+                                                            protocol: str) -> None:
+    """As an event lacking its id is dropped alone (never under a made-up id): an empty
+    ``context.*.id`` made records with id "" in a bundle said complete, and block arrays
+    without ``context.assembly.id`` vanished without a word."""
+    processor = start_processor()
+    send_sdk(protocol, processor, folded("ctx_empty_ids", **{
+        "context.budget.id": "", "context.injection.id": ""}))
+    attributes = folded("ctx_no_assembly_id")
+    del attributes["context.assembly.id"]
+    send_sdk(protocol, processor, attributes)
+    found = {b["context_envelope"]["context_id"]: b for b in bundles(processor, 2)}
+    empty = found["ctx_empty_ids"]
+    assert "context_budgets" not in empty and "context_injections" not in empty
+    assert [a["assembly_id"] for a in empty["context_assemblies"]] == ["asm_1"]
+    assert {("event_dropped", "context.budget.id"), ("event_dropped", "context.injection.id"),
+            ("event_dropped", "context.window.segment_names")} <= set(repairs(empty))
+    assert empty["rebuild"]["status"] == "partial"
+    unnamed = found["ctx_no_assembly_id"]
+    assert "context_assemblies" not in unnamed
+    assert ("event_dropped", ITEM_IDS) in repairs(unnamed)
+    assert unnamed["rebuild"]["status"] == "partial"
+    assert [b["budget_id"] for b in unnamed["context_budgets"]] == ["bud_1"]
+    local = in_process(folded("ctx_empty_ids", **{"context.budget.id": "",
+                                                  "context.injection.id": ""}))
+    assert repairs(local) == repairs(empty)
