@@ -329,6 +329,9 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
     kind = spec.type
     if kind == "string":
         if isinstance(value, str):
+            if not value and key in _MARKS:  # a record under id "" is no record
+                return DROP, (EVENT_DROPPED, "empty: dropped, and the record it names with "
+                                             "it (no made-up id)")
             return _enum(key, spec, value) if spec.members else (value, None)
         if not isinstance(value, (int, float)):  # a list, a mapping, bytes, None: no text
             return _wrong(spec, value)
@@ -380,6 +383,9 @@ def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *
             break
         if members is not None:
             if number not in members:
+                break
+        elif kind is str:
+            if not number and key in _MARKS:
                 break
         elif kind is float:
             if number - number != 0.0:  # type: ignore[operator]  # nan/inf: x - x is nan
@@ -486,23 +492,13 @@ def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
     """The folded form's arrays made to agree: each as long as the array it runs parallel
     to (cut, or padded with ``""`` / -1), dropped without it; the blocks' source counts
     and source ids dropped together unless the counts add up to the ids."""
-    get = attributes.get
-    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes) and "" not in (
-            get(_BUDGET_ID), get(_ASSEMBLY_ID), get(_INJECTION_ID)):
-        return attributes  # not the folded form: the common case
+    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes):
+        return attributes  # not the folded form: the common case, one set operation
     out: dict[str, Any] | None = None
     for mark, anchor in _MARKS.items():
-        # a folded record without its id is dropped, as an event lacking its id is: an
-        # empty id made a budget, assembly or injection with id "" in a bundle said
-        # complete, and arrays without their record's id vanished without a word
-        if get(mark) == "":
-            if out is None:
-                out = dict(attributes)
-            del out[mark]
-            repairs.append(Repair(EVENT_DROPPED, mark, "", "empty: the span's folded record "
-                                  "of it dropped (no made-up id)", span_id))
-        current = attributes if out is None else out
-        if anchor and anchor in current and current.get(mark) is None:
+        # the positions of a folded record without its id (none, or an empty one the check
+        # dropped) go with it: they vanished without a word
+        if anchor and anchor in attributes and mark not in attributes:
             if out is None:
                 out = dict(attributes)
             repairs.append(Repair(EVENT_DROPPED, anchor, _shown(out.pop(anchor)),

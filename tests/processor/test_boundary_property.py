@@ -77,6 +77,12 @@ class KvList(dict):  # type: ignore[type-arg]
 # -- the oracle ----------------------------------------------------------------------------------
 
 
+#: the id of each folded record -> the array of its positions ("" for none)
+FOLDED_MARKS = {"context.budget.id": "context.window.segment_names",
+                "context.assembly.id": "context.assembly.block_item_ids",
+                "context.injection.id": ""}
+
+
 def needs_repair(spec: AttributeSpec, value: Any) -> bool:
     """Whether the boundary must change ``value`` of an attribute of type ``spec`` (contract:
     whole doubles for ints and ints for doubles are taken as they are)."""
@@ -84,6 +90,8 @@ def needs_repair(spec: AttributeSpec, value: Any) -> bool:
         return True
     kind = spec.type
     if kind == "string":
+        if value == "" and spec.name in FOLDED_MARKS:
+            return True  # a record under id "" is no record
         return not isinstance(value, str) or bool(spec.members) and value not in spec.members
     if kind in ("int", "double"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -237,8 +245,6 @@ def off_span(draw: Any, span_id: int, parents: list[int]) -> Sp:
     keys = sorted((set(_fields(SPANS[name].records) if name in SPANS else ())
                    | set(EXTRA_KEYS)) - {"context.id"})
     attrs, bad = draw(attributes(keys))
-    # on a span, an empty id of a folded record (a budget, assembly or injection) is dropped
-    bad = bad or any(key in FOLDED_MARKS and v == "" for key, v in attrs)
     start = BASE + draw(st.integers(-2_000, 5_000))
     events = draw(st.lists(event(start), max_size=4))
     if events and draw(st.booleans()):
@@ -265,12 +271,6 @@ def element_ok(key: str, element: Any) -> bool:
         return type(element) is int and INT64[0] <= element <= INT64[1]
     return isinstance(element, str) and (not spec.members or element in spec.members
                                          or element == "")
-
-
-#: the id of each folded record -> the array of its positions ("" for none)
-FOLDED_MARKS = {"context.budget.id": "context.window.segment_names",
-                "context.assembly.id": "context.assembly.block_item_ids",
-                "context.injection.id": ""}
 
 
 def folded_bad(attrs: dict[str, Any]) -> bool:
