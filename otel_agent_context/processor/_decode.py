@@ -44,6 +44,7 @@ from ..rebuild._boundary import (
     dropped_event,
     duplicate_keys,
     parallel_arrays,
+    shown,
     span_times,
     undated_event,
 )
@@ -465,7 +466,7 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
                           for element, v in zip(elements, value, strict=True))
             kind = "array_value"
     checked, repair = check_attribute(key, value, kind)
-    noted = None if repair is None else (repair[0], repair[1], _shown(received))
+    noted = None if repair is None else (repair[0], repair[1], shown(key, received))
     return (None if checked is DROP else key), checked, noted
 
 
@@ -478,11 +479,6 @@ def _array_kind(buf: bytes) -> str:
         if kind in _OPAQUE:
             return kind  # type: ignore[no-any-return]
     return "array_value"
-
-
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 120 else text[:120] + "…"
 
 
 def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str = "",

@@ -51,6 +51,7 @@ __all__ = [
     "parallel_arrays",
     "repair_json",
     "same_span",
+    "shown",
 ]
 
 #: Kinds of repair: the ``kind`` label of ``context_processor_repairs_total``.
@@ -111,6 +112,19 @@ def _shown(value: Any) -> str:
     except ValueError:  # an int of more than 4,300 digits (in process) has no repr
         text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
+
+
+def shown(key: str, value: Any) -> str:
+    """A received value as a repair says it: never the text of a content attribute (the
+    repair goes to serve's log and back to the sender, where content has no place), only
+    its size."""
+    spec = _spec(key)
+    if spec is None or not spec.content:
+        return _shown(value)
+    if isinstance(value, (list, tuple)):
+        return f"<content not shown: {len(value)} elements>"
+    size = len(value) if isinstance(value, str) else len(_shown(value))
+    return f"<content not shown: {size} characters>"
 
 
 def _spec(key: str) -> AttributeSpec | None:
@@ -400,7 +414,7 @@ def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *
     for key, value in attributes.items():
         checked, repair = check_attribute(key, value)
         if repair is not None:
-            repairs.append(Repair(repair[0], key, _shown(value), repair[1], span_id, event))
+            repairs.append(Repair(repair[0], key, shown(key, value), repair[1], span_id, event))
         if checked is not DROP:
             out[key] = checked
     return out
@@ -526,7 +540,7 @@ def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
             del out[key]
         else:
             out[key] = fixed
-        repairs.append(Repair(ARRAY_LENGTH, key, _shown(value), action, span_id))
+        repairs.append(Repair(ARRAY_LENGTH, key, shown(key, value), action, span_id))
     current = attributes if out is None else out
     counts, refs = current.get(_SOURCE_COUNTS), current.get(_SOURCE_REFS)
     if (counts is None) != (refs is None) or (

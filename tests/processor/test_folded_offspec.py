@@ -346,3 +346,27 @@ def test_a_folded_record_without_its_id_is_dropped_and_said(start_processor,
     local = in_process(folded("ctx_empty_ids", **{"context.budget.id": "",
                                                   "context.injection.id": ""}))
     assert repairs(local) == repairs(empty)
+
+
+def test_a_repair_never_copies_content_into_the_log_or_the_repair_list(start_processor,
+                                                                       caplog) -> None:
+    """Content attributes (registry ``content: true``) are only ever in the bundle, where
+    the sender's capture put them: a repair of one copied its text into serve's WARNING log
+    (and the repair list and the sender's partial success)."""
+    canary = "CANARY-7f3a private words"
+    processor = start_processor()
+    caplog.set_level("DEBUG")
+    response = post(processor, [call("ctx_content", **{
+        "context.assembly.block_contents": [canary, canary],  # one short
+        "context.selection.query": 42})])  # converted to text: not content-free either
+    (bundle,) = bundles(processor)
+    said = {r["field"]: r for r in bundle["rebuild"]["repairs"]}
+    assert said["context.assembly.block_contents"]["kind"] == "array_length"
+    assert canary not in said["context.assembly.block_contents"]["received"]
+    assert "2 elements" in said["context.assembly.block_contents"]["received"]
+    wait_for(lambda: "off-spec telemetry" in caplog.text, message="the warning")
+    assert canary not in caplog.text
+    assert canary not in response.partial_success.error_message
+    assert "context.assembly.block_contents" in response.partial_success.error_message
+    # the bundle keeps what the sender captured, where it belongs
+    assert {i.get("content") for i in bundle["context_items"]} >= {canary}
