@@ -204,24 +204,26 @@ def test_an_opaque_element_of_another_array_still_drops_that_array(start_process
 def test_a_large_call_with_an_unnamed_block_costs_linear_time(start_processor) -> None:
     """Dropping a block without its id from 40,000 blocks took over 8 s of the receiver's
     CPU (a sum over every prefix of the source counts); the whole call now takes about one.
-    (The bundle's schema check is left to the smaller cases: in pure Python it alone would
-    take longer than the rebuild.)"""
+    CPU time of this process (the processor runs in it), not wall time: a loaded machine
+    stretches the one, not the other. (The bundle's schema check is left to the smaller
+    cases: in pure Python it alone would take longer than the rebuild.)"""
     n = 40_000
     ids = [f"m:{i}" for i in range(n)]
     ids[5] = ""
     processor = start_processor()
-    began = time.monotonic()
-    post(processor, [call("ctx_large", **{
+    spans = [call("ctx_large", **{
         ITEM_IDS: ids, KINDS: ["user_message"] * n, TOKENS: [1] * n,
         POINTS: ["message_history"] * n, DIGESTS: [""] * n, COUNTS: [1] * n,
-        REFS: [f"kb:{i}" for i in range(n)], "context.assembly.block_count": n})])
+        REFS: [f"kb:{i}" for i in range(n)], "context.assembly.block_count": n})]
+    began = time.process_time()
+    post(processor, spans)
     (bundle,) = wait_for(lambda: read_bundles(processor.config.out_dir), 60, 0.05, "the bundle")
-    took = time.monotonic() - began
+    took = time.process_time() - began
     got = blocks(bundle)
     assert len(got) == n - 1
     assert [b["source_item_refs"] for b in got[4:6]] == [["kb:4"], ["kb:6"]]
     assert got[5]["item_id"] == "m:6"
-    assert took < 5, f"{took:.1f}s for one call of {n} blocks"
+    assert took < 4, f"{took:.1f} s of CPU for one call of {n} blocks"
 
 
 def test_many_blocks_without_an_id_are_one_repair(start_processor) -> None:
