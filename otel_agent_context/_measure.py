@@ -168,7 +168,7 @@ def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
             labels = (_kind(item.get("context_kind")), reason)
             omitted[labels] = omitted.get(labels, 0) + 1
             tokens = _number(item.get("token_estimate"))
-            if tokens:
+            if tokens is not None and tokens > 0:  # a counter never goes down
                 omitted_tokens[reason] = omitted_tokens.get(reason, 0.0) + tokens
     for kind, count in selected.items():
         yield Measurement(S.METRIC_ITEMS_SELECTED, (agent, kind), float(count))

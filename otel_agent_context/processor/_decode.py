@@ -35,7 +35,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .. import _semconv as S
-from .._table import ATTRIBUTES
+from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
     DROP,
     Repair,
@@ -44,6 +44,7 @@ from ..rebuild._boundary import (
     dropped_event,
     duplicate_keys,
     parallel_arrays,
+    shown,
     span_times,
     undated_event,
 )
@@ -455,10 +456,17 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
+    received = value
     if kind == "array_value":
         kind = _array_kind(buf)
+        if kind != "array_value" and key in FOLDED:
+            # a parallel array keeps its positions: the opaque element alone has no value
+            elements = KeyValue.FromString(buf).value.array_value.values
+            value = tuple(None if element.WhichOneof("value") in _OPAQUE else v
+                          for element, v in zip(elements, value, strict=True))
+            kind = "array_value"
     checked, repair = check_attribute(key, value, kind)
-    noted = None if repair is None else (repair[0], repair[1], _shown(value))
+    noted = None if repair is None else (repair[0], repair[1], shown(key, received))
     return (None if checked is DROP else key), checked, noted
 
 
@@ -471,11 +479,6 @@ def _array_kind(buf: bytes) -> str:
         if kind in _OPAQUE:
             return kind  # type: ignore[no-any-return]
     return "array_value"
-
-
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 120 else text[:120] + "…"
 
 
 def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str = "",

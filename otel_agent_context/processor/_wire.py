@@ -134,11 +134,12 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 def any_value(value: Any, kind: str) -> Any:
     """A generated ``AnyValue`` (of oneof ``kind``) as a Python attribute value."""
     if kind == "array_value":
+        # An element with no value (the SDK sends None in a sequence so) stays None: in the
+        # folded form's parallel arrays a position counts, and the boundary says what it did.
         out = []
         for element in value.array_value.values:
             element_kind = element.WhichOneof("value")
-            if element_kind is not None:
-                out.append(any_value(element, element_kind))
+            out.append(None if element_kind is None else any_value(element, element_kind))
         return tuple(out)
     if kind == "kvlist_value":
         import orjson  # kvlists are rare: not an SDK attribute type; kept as JSON text

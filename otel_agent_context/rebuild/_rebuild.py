@@ -96,7 +96,9 @@ _FOLDED_BLOCK = tuple((attr, spec.field) for attr, spec in FOLDED.items()
 _FOLDED_SEGMENT = tuple((attr, spec.field) for attr, spec in FOLDED.items()
                         if spec.record == "WindowSegment")
 _FOLDED_MARKS = (S.BUDGET_ID, S.ASSEMBLY_ID, S.INJECTION_ID)
-_NOT_FOLDED = frozenset({*_STAGE_SPANS, S.SPAN_ENVELOPE, S.SPAN_ITEMS})
+#: spans whose name says they are not a model call (an envelope span is one whatever its
+#: name: a folded call outside any envelope is its own envelope)
+_NOT_FOLDED = frozenset({*_STAGE_SPANS, S.SPAN_ITEMS})
 
 #: missing-context event -> (its fields, the record's time field it sets)
 _MISSING_EVENTS = {S.EVENT_MISSING_DETECTED: (_MISSING_FIELDS, "created_at"),

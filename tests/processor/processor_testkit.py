@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,15 @@ def span(trace: int, span_id: int, name: str, attributes: Mapping[str, Any],
         event.time_unix_nano = start + index + 1
         event.attributes.extend(key_values(event_attributes))
     return s
+
+
+def post_json_document(address: str, document: Any, path: str = "/v1/traces") -> Any:
+    """POST an OTLP/JSON document to the processor's HTTP receiver; its JSON response."""
+    req = urllib.request.Request(f"http://{address}{path}", data=orjson.dumps(document),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as response:
+        assert response.status == 200
+        return orjson.loads(response.read() or b"{}")
 
 
 def request(spans: Iterable[Span], service: str = "third-party-agent") -> ExportTraceServiceRequest:

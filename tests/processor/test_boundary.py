@@ -28,7 +28,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from processor_testkit import SPAWNED, read_bundles, request, serve, span, wait_for
+from processor_testkit import (
+    SPAWNED,
+    post_json_document,
+    read_bundles,
+    request,
+    serve,
+    span,
+    wait_for,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_agent_context import bundle_json_schema
@@ -93,12 +101,7 @@ def post_json(processor: Any, spans: list[Span]) -> dict[str, Any]:
                 for key in ("traceId", "spanId", "parentSpanId"):
                     if key in s:
                         s[key] = base64.b64decode(s[key]).hex()
-    req = urllib.request.Request(
-        f"http://{processor.addresses['otlp_http']}/v1/traces", data=orjson.dumps(document),
-        method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as response:
-        assert response.status == 200
-        return orjson.loads(response.read() or b"{}")  # type: ignore[no-any-return]
+    return post_json_document(processor.addresses["otlp_http"], document)  # type: ignore[no-any-return]
 
 
 def bundles(processor: Any, count: int = 1) -> list[dict[str, Any]]:

@@ -77,6 +77,12 @@ class KvList(dict):  # type: ignore[type-arg]
 # -- the oracle ----------------------------------------------------------------------------------
 
 
+#: the id of each folded record -> the array of its positions ("" for none)
+FOLDED_MARKS = {"context.budget.id": "context.window.segment_names",
+                "context.assembly.id": "context.assembly.block_item_ids",
+                "context.injection.id": ""}
+
+
 def needs_repair(spec: AttributeSpec, value: Any) -> bool:
     """Whether the boundary must change ``value`` of an attribute of type ``spec`` (contract:
     whole doubles for ints and ints for doubles are taken as they are)."""
@@ -84,6 +90,8 @@ def needs_repair(spec: AttributeSpec, value: Any) -> bool:
         return True
     kind = spec.type
     if kind == "string":
+        if value == "" and spec.name in FOLDED_MARKS:
+            return True  # a record under id "" is no record
         return not isinstance(value, str) or bool(spec.members) and value not in spec.members
     if kind in ("int", "double"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -267,6 +275,9 @@ def element_ok(key: str, element: Any) -> bool:
 
 def folded_bad(attrs: dict[str, Any]) -> bool:
     """Whether the boundary must repair a folded span's arrays (contract v0.2's rules)."""
+    for mark, anchor in FOLDED_MARKS.items():
+        if attrs.get(mark) == "" or anchor and anchor in attrs and mark not in attrs:
+            return True  # a folded record without its id
     for key, value in attrs.items():
         if key in FOLDED:
             if not all(element_ok(key, e) for e in value):
