@@ -165,6 +165,9 @@ def fmt_type(attr: dict[str, Any]) -> str:
         return "string (enum)"
     if annotations(attr).get("array_members"):
         return f"{t} (enum values)"
+    minimum = annotations(attr).get("minimum")
+    if minimum is not None:  # a count: the boundary drops what is below
+        return f"{t} (≥ {minimum})"
     return str(t)
 
 

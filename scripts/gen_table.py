@@ -47,8 +47,9 @@ def _type(attr: dict[str, Any]) -> str:
 
 def _attribute(name: str, attr: dict[str, Any]) -> str:
     members = tuple(DOCS.enum_values(attr) or ())
+    minimum = DOCS.annotations(attr).get("minimum")
     return (f"AttributeSpec({name!r}, {_type(attr)!r}, {members!r}, {'custom' in members!r}, "
-            f"{DOCS.is_content(attr)!r})")
+            f"{DOCS.is_content(attr)!r}" + (f", {minimum!r})" if minimum is not None else ")"))
 
 
 def _fields(rows: list[tuple[str, str, str]]) -> str:

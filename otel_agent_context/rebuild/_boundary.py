@@ -81,7 +81,9 @@ DROP: Any = object()
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _MAX_SHOWN = 120
 _CONTEXT = "context."
-_COUNTS = frozenset({"context.span_count", "context.event_count"})
+#: counts, token figures and ratios: a value below the table's minimum (0) is dropped (an
+#: element of a folded array becomes -1, "not given")
+_COUNTS = frozenset(name for name, spec in ATTRIBUTES.items() if spec.minimum is not None)
 
 
 class Repair(NamedTuple):
@@ -306,11 +308,15 @@ def _ints(key: str, spec: AttributeSpec, value: Any) -> Checked:
     parallel = key in _PARALLEL
     out: list[int] = []
     changes: list[tuple[int, str, str]] = []
+    counts = spec.minimum is not None  # -1 is "not given"; below it, nothing is
     for position, element in enumerate(value):
-        if type(element) is int and _INT64[0] <= element <= _INT64[1]:
+        if type(element) is int and _INT64[0] <= element <= _INT64[1] and (
+                not counts or element >= -1):
             out.append(element)
             continue
         checked, element_repair = _number(_INT_SPEC, element)
+        if checked is not DROP and counts and checked < -1:
+            checked, element_repair = DROP, (TYPE, "a negative count: dropped")
         changes.append((position, *(element_repair or (TYPE, "an element taken as an int"))))
         if checked is DROP:
             if parallel:
@@ -359,7 +365,7 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return text, converted
     if kind in ("int", "double"):
         checked = _number(spec, value)
-        if key in _COUNTS and checked[0] is not DROP and checked[0] < 0:
+        if spec.minimum is not None and checked[0] is not DROP and checked[0] < spec.minimum:
             return DROP, (TYPE, "a negative count: dropped")
         return checked
     if kind == "boolean":
@@ -402,7 +408,8 @@ def normalize_attributes(attributes: Mapping[str, Any], repairs: list[Repair], *
             if not number and key in _MARKS:
                 break
         elif kind is float:
-            if number - number != 0.0:  # type: ignore[operator]  # nan/inf: x - x is nan
+            real: float = number  # type: ignore[assignment]
+            if real - real != 0.0 or (real < 0.0 and key in _COUNTS):  # nan/inf: x - x is nan
                 break
         elif kind is int:
             whole: int = number  # type: ignore[assignment]

@@ -98,13 +98,14 @@ def needs_repair(spec: AttributeSpec, value: Any) -> bool:
             return True
         if isinstance(value, float) and not math.isfinite(value):
             return True
+        below = spec.minimum is not None and value < spec.minimum  # a count: never negative
         if kind == "double":
-            return False
+            return below
         if isinstance(value, float) and not value.is_integer():
             return True
         if not INT64[0] <= value <= INT64[1]:
             return True
-        return spec.name == "context.span_count" and value < 0
+        return below
     if kind == "boolean":
         return not isinstance(value, bool)
     if not isinstance(value, (list, tuple)):
@@ -159,14 +160,16 @@ ANY_VALUE = st.one_of(SCALAR, st.lists(SCALAR | OPAQUE, max_size=3), OPAQUE)
 def valid_value(spec: AttributeSpec) -> st.SearchStrategy[Any]:
     if spec.type == "string":
         return st.sampled_from(spec.members) if spec.members else TEXT
+    counts = spec.minimum is not None
     if spec.type == "int":
-        ints = st.integers(0, INT64[1]) if spec.name == "context.span_count" else ANY_INT
+        ints = st.integers(0, INT64[1]) if counts else ANY_INT
         whole = st.integers(-(1 << 53), 1 << 53).map(float)  # JavaScript encoders
-        if spec.name == "context.span_count":
+        if counts:
             whole = whole.map(abs)
         return ints | whole
     if spec.type == "double":
-        return FINITE | st.integers(-(1 << 53), 1 << 53)
+        numbers = FINITE | st.integers(-(1 << 53), 1 << 53)
+        return numbers.map(abs) if counts else numbers
     if spec.type == "boolean":
         return st.booleans()
     return st.lists(st.sampled_from(spec.members) if spec.members else TEXT, max_size=3)
@@ -183,7 +186,7 @@ def off_value(spec: AttributeSpec) -> st.SearchStrategy[Any]:
                     st.integers(1 << 64, 1 << 70).map(str)]
     if spec.type == "string[]":
         options += [TEXT, st.lists(ANY_INT, min_size=1, max_size=2)]
-    if spec.name == "context.span_count":
+    if spec.minimum is not None:
         options.append(st.integers(-5, -1))
     return st.one_of(options)
 
@@ -267,8 +270,9 @@ ANCHORS = sorted({spec.parallel_to or key for key, spec in FOLDED.items()})
 def element_ok(key: str, element: Any) -> bool:
     """A well-formed element of a folded array ("" and -1 say: none for this position)."""
     spec = ATTRIBUTES[key]
-    if spec.type == "int[]":
-        return type(element) is int and INT64[0] <= element <= INT64[1]
+    if spec.type == "int[]":  # a count's element is -1 ("not given") or more
+        return type(element) is int and INT64[0] <= element <= INT64[1] and (
+            spec.minimum is None or element >= -1)
     return isinstance(element, str) and (not spec.members or element in spec.members
                                          or element == "")
 
@@ -300,6 +304,8 @@ def folded_element(key: str) -> st.SearchStrategy[Any]:
     spec = ATTRIBUTES[key]
     if spec.type == "int[]":
         good: st.SearchStrategy[Any] = st.integers(-1, 5) | st.just(-1)
+        if spec.minimum is not None:
+            good = good | st.integers(-3, -2)  # below "not given": repaired
     elif spec.members:
         good = st.sampled_from([*spec.members, ""])
     else:

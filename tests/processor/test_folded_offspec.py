@@ -282,9 +282,9 @@ def test_an_array_repair_says_every_change_and_the_worst_kind(start_processor,
 
 
 def test_negative_token_figures_never_make_a_counter_go_down(start_processor) -> None:
-    """The contract gives token counts no minimum and the boundary keeps a negative one in
-    the bundle, as sent; a Prometheus counter must still never decrease (rate() reads a
-    decrease as a reset): an omitted item of -5000 tokens took 5000 off the counter."""
+    """Token counts are never negative (the contract's "(≥ 0)"): an omitted item of -5000
+    tokens took 5000 off a Prometheus counter (rate() reads a decrease as a reset). The
+    boundary drops the figure and says so; the counter only ever grows."""
     processor = start_processor()
     post(processor, [envelope("ctx-negative", 1), stage(2, "context.selection", "ctx-negative", {
         "context.selection.id": "s1", "context.selection.candidate_count": 2}, events=[
@@ -293,13 +293,42 @@ def test_negative_token_figures_never_make_a_counter_go_down(start_processor) ->
         ("context.item.omitted", {"context.item.id": "i2", "context.omission.reason": "budget",
                                   "context.item.token_estimate": 300})])])
     (bundle,) = bundles(processor)
-    assert {i["item_id"]: i["token_estimate"] for i in bundle["context_items"]} == {
-        "i1": -5000, "i2": 300}
+    assert {i["item_id"]: i.get("token_estimate") for i in bundle["context_items"]} == {
+        "i1": None, "i2": 300}
+    assert ("type", "context.item.token_estimate") in repairs(bundle)
+    assert bundle["rebuild"]["status"] == "partial"
     wait_for(lambda: processor.metrics.contract.value(
-        "context.envelopes", ("turn", AGENT, "complete")), message="the envelope counted")
+        "context.envelopes", ("turn", AGENT, "complete")) or processor.metrics.contract.value(
+        "context.envelopes", ("turn", AGENT, "partial")), message="the envelope counted")
     _, families = metrics(processor)
     assert [s.value for s in samples(families, "context_omitted_tokens",
                                      "context_omitted_tokens_total")] == [300.0]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_negative_counts_are_dropped_in_both_forms(start_processor, protocol: str) -> None:
+    """A budget of -100 tokens, a negative utilization and block tokens below -1 ("not
+    given") were kept as sent and observed by the histograms; now each is dropped (a folded
+    array's element becomes -1), one repair each, the same in process."""
+    processor = start_processor()
+    attributes = folded("ctx_negative_" + protocol, **{
+        "context.budget.max_tokens": -100, "context.budget.utilization": -0.5,
+        "context.assembly.block_count": -3, TOKENS: [-5, 30, -1], USED: [10, -50, -1]})
+    send_sdk(protocol, processor, attributes)
+    (bundle,) = bundles(processor)
+    (budget,) = bundle["context_budgets"]
+    assert "max_tokens" not in budget and "utilization" not in budget
+    assert [b.get("tokens") for b in blocks(bundle)] == [None, 30, None]
+    assert [s.get("used_tokens") for s in budget["window_segments"]] == [10, None, None]
+    said = repairs(bundle)
+    for field in ("context.budget.max_tokens", "context.budget.utilization",
+                  "context.assembly.block_count", TOKENS, USED):
+        assert ("type", field) in said, (field, said)
+    assert bundle["rebuild"]["status"] == "partial"
+    local = in_process(attributes)
+    assert blocks(local) == blocks(bundle)
+    assert local["context_budgets"][0].get("max_tokens") is None
+    assert sorted(repairs(local)) == sorted(said)
 
 
 @pytest.mark.parametrize("name", ["context.envelope", "invoke_agent support"])
