@@ -48,6 +48,7 @@ from google.protobuf.internal import api_implementation
 
 from .._measure import measure
 from .._version import __version__
+from ..rebuild._boundary import DUPLICATE_ID
 from ..rebuild._completion import (
     CONFLICT,
     DUPLICATE,
@@ -774,6 +775,10 @@ class Pipeline:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
                             "could write it twice", bundle_key(bundle), finished.key)
             rebuild_info = bundle.get("rebuild") or {}
+            twice = sum(1 for r in rebuild_info.get("repairs", ())
+                        if r.get("kind") == DUPLICATE_ID)
+            if twice:  # found by the rebuild, not at the receiver: counted here
+                self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), twice)
             if rebuild_info.get("status") == "partial":
                 partial_reasons.extend(
                     rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)

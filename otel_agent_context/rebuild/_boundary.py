@@ -66,11 +66,12 @@ SPAN_TIME = "span_time"
 FOREIGN_TRACE = "foreign_trace"
 DUPLICATE_KEY = "duplicate_key"
 DUPLICATE_SPAN = "duplicate_span"
+DUPLICATE_ID = "duplicate_id"
 TEXT = "text"
 ARRAY_LENGTH = "array_length"
 REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
-                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, TEXT,
-                ARRAY_LENGTH)
+                EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, DUPLICATE_ID,
+                TEXT, ARRAY_LENGTH)
 
 #: The partial reason of a bundle the boundary changed anything of.
 REPAIRED = "repaired"
@@ -616,6 +617,14 @@ def duplicate_span(span: SpanView) -> Repair:
     return Repair(DUPLICATE_SPAN, "span_id", span.span_id,
                   "the span id was sent again with other content: the first kept",
                   span.span_id)
+
+
+def duplicate_id(field: str, value: str, span_id: str) -> Repair:
+    """A second record of the envelope under an id already recorded (two spans, or a span
+    and an event, each recording it): the first is kept."""
+    return Repair(DUPLICATE_ID, field, value,
+                  "a record with this id was already recorded in the envelope: the first kept",
+                  span_id)
 
 
 def duplicate_keys(keys: Sequence[str], span_id: str, event: str) -> list[Repair]:

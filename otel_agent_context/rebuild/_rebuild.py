@@ -17,6 +17,7 @@ from ._boundary import (
     REPAIRED,
     Repair,
     collect,
+    duplicate_id,
     duplicate_span,
     foreign_trace,
     normalize_view,
@@ -609,6 +610,33 @@ def _not_injected(b: _Builder, reasons: Sequence[str]) -> None:
             sel["not_injected_item_refs"] = missing
 
 
+def _one_record_per_id(b: _Builder, spans: Sequence[SpanView]) -> list[Repair]:
+    """Ids are unique within an envelope: a later record under an id already recorded (an
+    injection both folded and sent as an event, two calls reusing an id) is left out, the
+    first kept, and said (on the last span naming the id: the later record's)."""
+    said: list[Repair] = []
+    for records, field in ((b.surfaces, "surface_id"), (b.selections, "selection_id"),
+                           (b.budgets, "budget_id"), (b.assemblies, "assembly_id"),
+                           (b.injections, "injection_id"), (b.compactions, "compaction_id"),
+                           (b.summaries, "summary_id")):
+        if len(records) < 2:
+            continue
+        seen: set[Any] = set()
+        kept = []
+        for rec in records:
+            ident = rec.get(field)
+            if ident not in seen:
+                seen.add(ident)
+                kept.append(rec)
+                continue
+            where = next((s.span_id for s in reversed(spans)
+                          if ident in s.attributes.values()
+                          or any(ident in e.attributes.values() for e in s.events)), "")
+            said.append(duplicate_id(field, str(ident), where))
+        records[:] = kept
+    return said
+
+
 def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str] = (),
                      repairs: Sequence[Repair] = ()) -> dict[str, Any]:
     """One envelope's bundle from the spans that carry its ``context.id``.
@@ -679,6 +707,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
         elif name not in _NOT_FOLDED and any(m in span.attributes for m in _FOLDED_MARKS):
             b.folded(span)
         b.span_events(span)
+    duplicates.extend(_one_record_per_id(b, ordered))
 
     # -- the envelope record --------------------------------------------------------------
     env: dict[str, Any] = {"context_id": context_id}

@@ -320,8 +320,9 @@ def folded_span(draw: Any, span_id: int) -> Sp:
     length or not, their elements well-formed or not."""
     sizes = {anchor: draw(st.integers(0, 4)) for anchor in ANCHORS}
     attrs: dict[str, Any] = {}
-    for key, value in (("context.budget.id", "bud-f"), ("context.assembly.id", "asm-f"),
-                       ("context.injection.id", "inj-f")):
+    for key, value in (("context.budget.id", f"bud-f{span_id}"),  # ids unique in the envelope
+                       ("context.assembly.id", f"asm-f{span_id}"),
+                       ("context.injection.id", f"inj-f{span_id}")):
         if draw(st.integers(0, 3)):
             attrs[key] = value
     for key, spec in FOLDED.items():

@@ -401,3 +401,74 @@ def test_a_repair_never_copies_content_into_the_log_or_the_repair_list(start_pro
     assert "context.assembly.block_contents" in response.partial_success.error_message
     # the bundle keeps what the sender captured, where it belongs
     assert {i.get("content") for i in bundle["context_items"]} >= {canary}
+
+
+def test_an_injection_in_both_forms_is_one_record_counted_once(start_processor) -> None:
+    """A sender that folds the injection onto its inference span and also sends the
+    ``context.injection.applied`` event under the same id made two injection records with
+    one id and counted the injection twice; ids are unique within an envelope: the first
+    record is kept and a ``duplicate_id`` repair says so, in both paths."""
+    processor = start_processor()
+    attributes = folded("ctx_injected_twice")
+
+    def send(provider: TracerProvider) -> None:
+        with provider.get_tracer("offspec").start_as_current_span(
+                "chat gpt-4o-mini", kind=SpanKind.CLIENT, attributes=attributes) as span:
+            span.add_event("context.injection.applied", {
+                "context.injection.id": "inj_1", "context.injection.target": "model",
+                "context.injection.point": "message_history"})
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_exporter("grpc", processor)))
+    send(provider)
+    provider.shutdown()
+    (bundle,) = bundles(processor)
+    assert [r["injection_id"] for r in bundle["context_injections"]] == ["inj_1"]
+    assert bundle["context_envelope"]["injection_refs"] == ["inj_1"]
+    assert ("duplicate_id", "injection_id") in repairs(bundle)
+    families = wait_for(lambda: (f := metrics(processor)[1]) and samples(
+        f, "context_injections", "context_injections_total") and f,
+        message="the injection counted")
+    assert [s.value for s in samples(families, "context_injections",
+                                     "context_injections_total")] == [1.0]
+    assert [s.value for s in samples(families, "context_processor_repairs",
+                                     "context_processor_repairs_total")
+            if s.labels.get("kind") == "duplicate_id"] == [1.0]
+    local: list[dict[str, Any]] = []
+    in_proc = TracerProvider()
+    in_proc.add_span_processor(BundleSpanProcessor(local.append))
+    send(in_proc)
+    in_proc.force_flush()
+    wait_for(lambda: local, message="the in-process bundle")
+    in_proc.shutdown()
+    assert [{k: v for k, v in r.items() if k != "created_at"}
+            for r in local[0]["context_injections"]] == [
+        {k: v for k, v in r.items() if k != "created_at"} for r in bundle["context_injections"]]
+    assert ("duplicate_id", "injection_id") in repairs(local[0])
+
+
+def test_two_calls_reusing_an_assembly_id_keep_the_first(start_processor) -> None:
+    """Two folded calls in one envelope under one assembly id (a sender's id generator
+    reset) were two assemblies with one id in a bundle said complete."""
+    processor = start_processor()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_exporter("http", processor)))
+    tracer = provider.get_tracer("offspec")
+    with tracer.start_as_current_span("invoke_agent support", attributes={
+            "context.id": "ctx_reused", "context.scope": "turn", "context.span_count": 2}):
+        for call_number, tokens in ((1, [10, 30, 20]), (2, [11, 31, 21])):
+            call = folded("ctx_reused", **{TOKENS: tokens,
+                                           "context.budget.id": f"bud_{call_number}",
+                                           "context.injection.id": f"inj_{call_number}"})
+            for key in ("context.scope", "context.span_count"):
+                del call[key]
+            with tracer.start_as_current_span("chat gpt-4o-mini", kind=SpanKind.CLIENT,
+                                              attributes=call):
+                pass
+    provider.shutdown()
+    (bundle,) = bundles(processor)
+    (assembly,) = bundle["context_assemblies"]
+    assert [b["tokens"] for b in assembly["ordered_blocks"]] == [10, 30, 20]
+    assert [r["budget_id"] for r in bundle["context_budgets"]] == ["bud_1", "bud_2"]
+    assert repairs(bundle) == [("duplicate_id", "assembly_id")]
+    assert bundle["rebuild"]["status"] == "partial"
