@@ -116,3 +116,4 @@ if __name__ == "__main__":
     url = os.environ["STUB_URL"] + "/v1"
     print("ask:", ask(url)[0])
     print("chat:", " | ".join(chat(url)))
+    print("memory:", " | ".join(memory_chat(url, notes=True)))
