@@ -11,7 +11,9 @@ What it records (``docs/frameworks.md`` has the table):
 * a query (``query`` / ``aquery`` of a query engine) or a chat turn (``chat``, ``achat``,
   ``stream_chat``, ``astream_chat`` of a chat engine) is one envelope, scope ``turn``; the
   model calls made inside it (through the ``openai`` client, recorded by the OpenAI context
-  instrumentor) join it; a retriever called on its own gets an implicit one;
+  instrumentor) join it; a retriever called on its own gets an implicit one; so is an
+  agent's run (``FunctionAgent.run``, ``AgentWorkflow.run``: the workflow run's span), with
+  the agent's name;
 * the retrieval is a ``context.surface`` of every node the retriever returned and a
   ``context.selection`` of the nodes handed to the response synthesizer (rank, score, the
   retriever's score as a signal when a reranker changed it); what each node postprocessor

@@ -82,25 +82,26 @@ def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
 
 
 def name_messages(messages: Sequence[Any], new_input: Any = None) -> None:
-    """The next model call's blocks carrying these messages (and the new user message
-    ``new_input``, a string or a message) take their ``message_id``; undone when the turn
-    under way ends."""
-    known: dict[tuple[str, str], list[str]] = {
-        key: list(ids) for key, ids in (KNOWN_MESSAGES.get() or {}).items()}
+    """The next model calls' blocks carrying these messages (and the new user message
+    ``new_input``, a string or a message) take their ``message_id``: added to the turn's
+    names (shared by the tasks of its run), else set in this context."""
     named = [(message_role(m), message_text(m)) for m in messages]
     if isinstance(new_input, str):
         named.append(("user", new_input))
     elif new_input is not None:
         named.append((message_role(new_input), message_text(new_input)))
-    for role, text in named:
-        if text and role:
-            known.setdefault((role, text), []).append(text_message_id(role, text))
-    if not known:
+    named = [(role, text) for role, text in named if role and text]
+    if not named:
         return
-    token = KNOWN_MESSAGES.set(known)
+    known = KNOWN_MESSAGES.get()
     turn = TURN.get()
-    if turn is not None:
-        turn.known_tokens.append(token)
+    if turn is None or known is not turn.known:
+        known = {key: list(ids) for key, ids in (known or {}).items()}
+        token = KNOWN_MESSAGES.set(known)
+        if turn is not None:
+            turn.known_tokens.append(token)
+    for role, text in named:
+        known.setdefault((role, text), []).append(text_message_id(role, text))
 
 
 def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],

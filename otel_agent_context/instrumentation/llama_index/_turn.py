@@ -69,7 +69,10 @@ class Turn:
         self.owned = owned  # opened here: ended here
         self.root_id = root_id
         self.tokens: tuple[Any, Any] | None = None
-        #: message ids given to the turn's model calls (``_memory.name_messages``)
+        #: message ids given to the turn's model calls (``_memory.name_messages``): current
+        #: in the turn's context from its start, so that the tasks it starts (an agent's
+        #: steps) share it
+        self.known: dict[tuple[str, str], list[str]] = {}
         self.known_tokens: list[Any] = []
         #: the engine returned a stream: the turn goes on until its writer ends
         self.streaming = False
@@ -91,6 +94,7 @@ class Turn:
     # -- current in the context of the turn's span -----------------------------------------
 
     def enter(self) -> None:
+        self.known_tokens.append(KNOWN_MESSAGES.set(self.known))
         self.tokens = (TURN.set(self), _RUN_ENVELOPE.set(self.env) if self.owned else None)
 
     def leave(self) -> None:

@@ -2,7 +2,8 @@
 0.14), real, with its default SQLite chat store, behind a context chat engine answering through
 the ``openai`` client on the loopback stub (``li_app.memory_engine``): its token-limit flushes
 as budgets with truncations (dropped) or as a compaction into a memory block, the blocks' cut
-by priority, and one id per message shared by the truncation records and the prompt's blocks.
+by priority, and one id per message shared by the truncation records and the prompt's blocks;
+and a ``FunctionAgent`` over a ``Memory`` (``li_agent_app``): its runs as turns.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import li_agent_app
 import li_app
 import pytest
 from framework_helpers import framework_on
@@ -25,6 +27,7 @@ Q1, Q2, Q3 = li_app.QUESTIONS
 QUEUE_LIMIT = 21  # 70% of the memory's 30 words
 #: The first exchange, flushed when the second question is put: 6 + 11 words.
 FIRST = [(text_message_id("user", Q1), 6), (text_message_id("assistant", REPLY), 11)]
+ORDER_TEXT = "Where is my order?"
 
 
 @pytest.fixture
@@ -164,3 +167,60 @@ def test_memory_used_on_its_own_gets_an_implicit_envelope_and_uninstrument_stops
     memory.put(ChatMessage(role="assistant", content="e f g h"))  # flushes "nine ten"
     assert [m.content for m in memory.get()] == ["a b c d", "e f g h"]
     assert tel.spans() == []
+
+
+def _agent_run() -> tuple[list[str], list[Any]]:
+    with StubServer() as stub:
+        out = asyncio.run(li_agent_app.run(stub.openai_base_url))
+        return out, stub.requests
+
+
+def test_a_function_agents_runs_are_turns_holding_their_model_calls(
+        capture_setup: Any) -> None:
+    """``FunctionAgent.run`` (a workflow run): one envelope per run with the agent's name;
+    the run's model calls (the tool call and the answer after the tool) join it; its memory's
+    messages keep one id across the runs' prompts."""
+    plain, plain_requests = _agent_run()
+    capture_setup.tel.span_exporter.clear()
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
+        out, requests = _agent_run()
+    assert out == plain == [REPLY, REPLY]
+    assert json.dumps(requests) == json.dumps(plain_requests)
+    assert len(requests) == 3  # the tool call, the answer after it, the follow-up's answer
+
+    first, second = tel.bundles()
+    for bundle in (first, second):
+        envelope = bundle["context_envelope"]
+        assert (envelope["scope"], envelope["metadata"]["gen_ai.agent.name"]) == (
+            "turn", "Order agent")
+        assert bundle["rebuild"]["status"] == "complete"
+    assert [len(b["context_assemblies"]) for b in (first, second)] == [2, 1]
+    asked = text_message_id("user", li_agent_app.FIRST)
+    call, after = ([(x["item_id"], x["context_kind"]) for x in a["ordered_blocks"]]
+                   for a in first["context_assemblies"])
+    assert call[1:] == [(asked, "user_message")]
+    assert after[1] == (asked, "user_message") and after[-1][1] == "tool_result"
+    (follow_up,) = second["context_assemblies"]
+    blocks = [(x["item_id"], x["context_kind"]) for x in follow_up["ordered_blocks"]]
+    assert blocks[1] == (asked, "session_history")  # the first run's question, same id
+    assert blocks[-2:] == [(text_message_id("assistant", REPLY), "session_history"),
+                           (text_message_id("user", li_agent_app.SECOND), "user_message")]
+    # the memory (LlamaIndex's Memory) read before each model call: its budget in the run
+    assert [b["max_tokens"] for b in first["context_budgets"]].count(4000) >= 2
+    assert (ORDER_TEXT in _exported(tel)) is capture_setup.capture
+
+
+def test_an_agent_workflow_run_with_a_handoff_is_one_turn(li_on: CapturedTelemetry) -> None:
+    """``AgentWorkflow.run``: one envelope named after its starting agent, holding the
+    triage agent's call (the handoff) and the order agent's answer."""
+    tel = li_on
+    with StubServer() as stub:
+        out = asyncio.run(li_agent_app.run_workflow(stub.openai_base_url))
+        requests = stub.requests
+    assert out == REPLY and len(requests) == 2
+    (bundle,) = tel.bundles()
+    assert bundle["context_envelope"]["metadata"]["gen_ai.agent.name"] == "Triage agent"
+    triage, order = bundle["context_assemblies"]
+    assert [b["context_kind"] for b in order["ordered_blocks"]][-1] == "tool_result"
+    assert triage["ordered_blocks"][1]["item_id"] == order["ordered_blocks"][1]["item_id"] == \
+        text_message_id("user", li_agent_app.HANDOFF)
