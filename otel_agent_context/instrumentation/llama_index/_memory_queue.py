@@ -17,7 +17,9 @@ before the history and, when blocks and history exceed ``token_limit``, cuts the
 lowest priority first (``atruncate``): a ``context.budget`` of ``token_limit`` (the same
 overflow strategy as the flush's) with one truncation record per block cut (strategy
 ``custom``, also the budget's once a block is cut: the standard has no value for a cut by
-priority), item id ``llama_index_memory_block:<name>``.
+priority), item id ``llama_index_memory_block:<name>``; the text of each block kept is a
+``context.surface`` item of that id (kind ``durable_memory``, content only under content
+capture), so the prompt block that carries it (the system message ``<memory>...``) names it.
 
 What is read: the queue and the archived messages from the chat store's own calls during the
 flush (``SQLAlchemyChatStore.get_messages`` / ``archive_oldest_messages``, watched only while
@@ -34,7 +36,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._api import current_envelope
-from ..._enums import CompactionMethod, ContextKind, OverflowStrategy, Scope
+from ..._attributes import digest_text
+from ..._enums import CompactionMethod, ContentMode, ContextKind, OverflowStrategy, Scope
+from ..._records import ContextItem
 from ._items import message_id
 from ._memory import name_messages
 from ._state import STATE, failed
@@ -49,6 +53,7 @@ _BY_PRIORITY = OverflowStrategy.CUSTOM
 #: Blocks that take flushed messages and do nothing with them.
 _IGNORING = frozenset({"StaticMemoryBlock"})
 _VECTOR = frozenset({"VectorMemoryBlock"})
+_BLOCK = "llama_index_memory_block:"
 
 
 class _Flush:
@@ -209,6 +214,17 @@ async def wrap_truncate_blocks(wrapped: Any, instance: Any, args: tuple[Any, ...
     return result
 
 
+def _text(content: Any) -> str | None:
+    """A memory block's content as the text the memory puts in the prompt (None for a block
+    that returns chat messages: they join the history)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(getattr(b, "block_type", None) == "text"
+                                         for b in content):
+        return "\n".join(str(getattr(b, "text", "")) for b in content)
+    return None
+
+
 def _record_get(memory: Any, seen: _Get, result: Sequence[Any], start: int) -> None:
     limit = getattr(memory, "token_limit", None)
     if not isinstance(limit, int) or seen.cut is None:
@@ -221,12 +237,14 @@ def _record_get(memory: Any, seen: _Get, result: Sequence[Any], start: int) -> N
         if before is not None and after is not None and after < before:
             truncated.append((name, before, after))
     kept_blocks = sum(_tokens(memory, c) or 0 for c in cut.values() if c)
+    kept = [(name, text) for name, text in ((n, _text(c)) for n, c in cut.items() if c)
+            if text]
 
     def record(env: Any) -> None:
         budget = env.budget(max_tokens=limit, overflow_strategy=_strategy(_takers(memory)),
                             start_time=start)
         for name, before, after in truncated:
-            budget.truncated(item_id=f"llama_index_memory_block:{name}", strategy=_BY_PRIORITY,
+            budget.truncated(item_id=f"{_BLOCK}{name}", strategy=_BY_PRIORITY,
                              tokens_before=before, tokens_after=after)
         budget.actual(tokens=seen.history_tokens + kept_blocks, items=len(result))
         over = seen.history_tokens + seen.block_tokens - limit
@@ -234,6 +252,14 @@ def _record_get(memory: Any, seen: _Get, result: Sequence[Any], start: int) -> N
             budget.overflowed(overflow_tokens=over if over > 0 else None,
                               strategy=_BY_PRIORITY if truncated else None)
         budget.stop()
+        if kept:
+            surface = env.surface(start_time=start)
+            for name, text in kept:
+                surface.add(ContextItem(
+                    item_id=f"{_BLOCK}{name}", context_kind=ContextKind.DURABLE_MEMORY,
+                    content_mode=ContentMode.INLINE, content=text,
+                    token_estimate=_tokens(memory, text), digest=digest_text(text)))
+            surface.stop()
 
     _in_envelope(record)
 

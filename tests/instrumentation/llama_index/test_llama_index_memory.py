@@ -117,10 +117,20 @@ def test_a_flush_into_a_memory_block_is_a_compaction_and_its_cut_by_priority_a_t
     assert (get["overflow"], get["overflow_tokens"], get["overflow_strategy"]) == (
         True, 4, "custom")
     assert (get["actual_tokens"], get["actual_items"]) == (30, 3)  # memory, question, reply
-    # the memory's message (the block's words) goes into the prompt after the system prompt
+    # the memory's message (the block's words) goes into the prompt after the system prompt,
+    # and names the block it carries (the block's text: a surface item of the turn)
     assert [k for _, k in _blocks(third)] == ["system_prompt", "system_prompt",
                                               "session_history", "session_history",
                                               "user_message"]
+    (assembly,) = third["context_assemblies"]
+    assert assembly["ordered_blocks"][1]["source_item_refs"] == [
+        "llama_index_memory_block:notes"]
+    notes = next(i for i in third["context_items"]
+                 if i["item_id"] == "llama_index_memory_block:notes")
+    assert (notes["context_kind"], notes["token_estimate"]) == ("durable_memory", 13)
+    assert ("the phone? The order shipped" in _exported(tel)) is tel.agent_context.capture_content
+    assert not any(i["item_id"].startswith("llama_index_memory_block:")
+                   for b in (first, second) for i in b.get("context_items", ()))
     assert "context_compactions" not in first
     (later,) = third["context_compactions"]  # the second exchange goes to the block in turn 3
     assert later["source_item_refs"] == [text_message_id("user", Q2), FIRST[1][0]]
