@@ -253,6 +253,7 @@ GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 MCP_RESOURCE_URI = "mcp.resource.uri"
 MCP_SESSION_ID = "mcp.session.id"
+JSONRPC_REQUEST_ID = "jsonrpc.request.id"
 USER_ID = "user.id"
 ERROR_TYPE = "error.type"
 
@@ -265,6 +266,7 @@ ENVELOPE_REUSED = (
 NATIVE_REUSED = {
     "mcp.resource_uri": MCP_RESOURCE_URI,
     "mcp.mcp_session_id": MCP_SESSION_ID,
+    "mcp.jsonrpc_request_id": JSONRPC_REQUEST_ID,
     "model_api.tool_call_id": GEN_AI_TOOL_CALL_ID,
     "model_api.response_id": GEN_AI_RESPONSE_ID,
     "opentelemetry.data_source_id": GEN_AI_DATA_SOURCE_ID,

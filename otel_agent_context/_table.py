@@ -264,6 +264,7 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'gen_ai.output.messages': AttributeSpec('gen_ai.output.messages', 'string', (), False, False),
     'mcp.resource.uri': AttributeSpec('mcp.resource.uri', 'string', (), False, False),
     'mcp.session.id': AttributeSpec('mcp.session.id', 'string', (), False, False),
+    'jsonrpc.request.id': AttributeSpec('jsonrpc.request.id', 'string', (), False, False),
     'user.id': AttributeSpec('user.id', 'string', (), False, False),
     'error.type': AttributeSpec('error.type', 'string', (), False, False),
 }

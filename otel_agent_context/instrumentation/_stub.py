@@ -15,7 +15,8 @@ Serves on loopback only and never calls out. It speaks just enough of each API f
   400.
 - Tool calls on request: a Responses API request with ``tools`` whose last input item is a
   user message containing ``[call:NAME {json arguments}]`` (NAME one of its function tools)
-  is answered with that ``function_call`` instead of text (for agent frameworks' tests).
+  is answered with that ``function_call`` instead of text (for agent frameworks' tests); a
+  chat completions request likewise with a ``tool_calls`` message (not streamed).
 
 Deterministic: token counts are characters / 4 (rounded up) plus a little per message, the
 reply is a fixed sentence, ids count up. Start with ``with StubServer() as stub:``; the
@@ -226,12 +227,20 @@ class _Handler(BaseHTTPRequestHandler):
         cid = self.server.state.new_id("chatcmpl")
         reply = _structured_reply(body.get("response_format"))
         if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": reply, "refusal": None}
+            tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
+            call = _requested_call(messages, [t for t in tools if isinstance(t, dict)])
+            if call is not None:
+                message = {"role": "assistant", "content": None, "refusal": None,
+                           "tool_calls": [{"id": self.server.state.new_id("call"),
+                                           "type": "function",
+                                           "function": {"name": call[0],
+                                                        "arguments": call[1]}}]}
             self._json(200, {
                 "id": cid, "object": "chat.completion", "created": 1_700_000_000,
                 "model": f"{model}-2024-07-18" if model == "gpt-4o-mini" else model,
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": reply,
-                                         "refusal": None}}],
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if call else "stop",
+                             "logprobs": None, "message": message}],
                 "usage": usage, "system_fingerprint": "fp_stub"})
             return
         base = {"id": cid, "object": "chat.completion.chunk", "created": 1_700_000_000,

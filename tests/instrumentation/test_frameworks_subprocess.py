@@ -81,6 +81,9 @@ def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bo
     assert set(mcp) == {"mcp_resource", "mcp_tool"}
     assert mcp["mcp_tool"]["source_refs"][0]["external_mappings"]["mcp.tool_name"] == \
         "order_status"
+    # the JSON-RPC ids of the requests (sent as jsonrpc.request.id), mapped back
+    assert {k: mcp[k]["source_refs"][0]["external_mappings"]["mcp.jsonrpc_request_id"]
+            for k in mcp} == {"mcp_resource": "2", "mcp_tool": "3"}
     assert all(b["rebuild"]["status"] == "complete" for b in bundles)
     exported = json.dumps([view.attributes for _, view in rec.spans] +
                           [e.attributes for _, view in rec.spans for e in view.events])
@@ -89,16 +92,19 @@ def test_agents_sdk_and_mcp_under_opentelemetry_instrument(receiver, capture: bo
 
 
 def test_llama_index_app_under_opentelemetry_instrument(receiver) -> None:  # noqa: F811
-    """The LlamaIndex app (a query with a similarity cutoff, three chat turns over a memory
-    too small for them), unmodified."""
+    """The LlamaIndex app (a query with a similarity cutoff, three chat turns over a
+    ``ChatMemoryBuffer`` too small for them, three over a ``Memory`` with a memory block),
+    unmodified."""
     rec, port = receiver
     proc, _ = _launch(HERE / "llama_index" / "li_app.py", port, False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"ask: {REPLY}", "chat: " + " | ".join([REPLY] * 3)]
-    bundles = _bundles(rec, lambda bs: len(bs) >= 4 and all(
+    assert proc.stdout.splitlines() == [f"ask: {REPLY}", "chat: " + " | ".join([REPLY] * 3),
+                                        "memory: " + " | ".join([REPLY] * 3)]
+    bundles = _bundles(rec, lambda bs: len(bs) >= 7 and all(
         b.get("context_assemblies") for b in bs))
-    assert [b["context_envelope"]["scope"] for b in bundles] == ["turn"] * 4
-    ask, *turns = sorted(bundles, key=lambda b: b["context_envelope"]["created_at"])
+    assert [b["context_envelope"]["scope"] for b in bundles] == ["turn"] * 7
+    ask, *chats = sorted(bundles, key=lambda b: b["context_envelope"]["created_at"])
+    turns, memory = chats[:3], chats[3:]
     (selection,) = ask["context_selections"]
     assert selection["selected_item_refs"] == ["kb-refunds"]
     assert [(o["item_id"], o["reason"]) for o in selection["omitted_item_refs"]] == [
@@ -108,4 +114,10 @@ def test_llama_index_app_under_opentelemetry_instrument(receiver) -> None:  # no
     cut = [r for b in turns for x in b["context_budgets"]
            for r in x.get("truncation_records", [])]
     assert [r["tokens_before"] for r in cut] == [6, 11]  # the first exchange, in words
+    # Memory: each later turn flushes the exchange before it into the block, a compaction
+    assert [[(r["tokens_before"], r["strategy"]) for x in b["context_budgets"]
+             for r in x.get("truncation_records", []) if x["max_tokens"] == 21]
+            for b in memory] == [[], [(6, "summarize_oldest"), (11, "summarize_oldest")],
+                                 [(6, "summarize_oldest"), (11, "summarize_oldest")]]
+    assert [len(b.get("context_compactions", [])) for b in memory] == [0, 1, 1]
     assert all(b["rebuild"]["status"] == "complete" for b in bundles)

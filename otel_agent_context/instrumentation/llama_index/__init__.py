@@ -11,23 +11,29 @@ What it records (``docs/frameworks.md`` has the table):
 * a query (``query`` / ``aquery`` of a query engine) or a chat turn (``chat``, ``achat``,
   ``stream_chat``, ``astream_chat`` of a chat engine) is one envelope, scope ``turn``; the
   model calls made inside it (through the ``openai`` client, recorded by the OpenAI context
-  instrumentor) join it; a retriever called on its own gets an implicit one;
+  instrumentor) join it; a retriever called on its own gets an implicit one; so is an
+  agent's run (``FunctionAgent.run``, ``AgentWorkflow.run``: the workflow run's span), with
+  the agent's name;
 * the retrieval is a ``context.surface`` of every node the retriever returned and a
   ``context.selection`` of the nodes handed to the response synthesizer (rank, score, the
   retriever's score as a signal when a reranker changed it); what each node postprocessor
   dropped (``SimilarityPostprocessor``'s cutoff, a reranker's ``top_n``, a keyword filter) is
   an omitted item with the score it had and the postprocessor named in the detail;
 * a ``ChatMemoryBuffer`` that cuts the history to its ``token_limit`` is a
-  ``context.budget`` with one truncation record per message left out;
+  ``context.budget`` with one truncation record per message left out; LlamaIndex's ``Memory``
+  flushing its oldest messages for its token limit is a budget with one truncation per
+  message (and a ``context.compaction`` when a memory block takes them), its memory blocks
+  cut by priority in ``get`` truncation records (``_memory_queue``); the prompt's blocks
+  name a memory's messages as the truncation records do;
 * the synthesizer's prompt is the model call's assembly (the OpenAI instrumentor's); its
   blocks name the selected nodes they carry (``context.block.source_item_refs``).
 
 Mechanism: a span handler on LlamaIndex's root instrumentation dispatcher (the hook its
 instrumentation module offers to observability tools: it sees every ``dispatcher.span``
 method with its bound arguments and result), added when ``llama_index_instrumentation`` is
-imported, so instrumenting imports nothing; and a wrapper on ``ChatMemoryBuffer.get`` (the
-dispatcher sees no memory). Node text is compared with the prompt in process and exported
-only under content capture.
+imported, so instrumenting imports nothing; and wrappers on ``ChatMemoryBuffer.get`` and
+``Memory``'s ``get`` / ``aget`` / ``_manage_queue`` (the dispatcher sees no memory). Node
+text is compared with the prompt in process and exported only under content capture.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 import wrapt
 
 from .._lazy_patch import LazyInstrumentor, LazyPatches
+from . import _memory_queue as queue
 from ._memory import wrap_get, wrap_get_all
 from ._state import STATE
 
@@ -51,6 +58,8 @@ _instruments = ("llama-index-core >= 0.14, < 0.15",)
 _DISPATCH_MODULE = "llama_index_instrumentation"
 _MEMORY_MODULE = "llama_index.core.memory.chat_memory_buffer"
 _MEMORY_TYPES = "llama_index.core.memory.types"
+_QUEUE_MODULE = "llama_index.core.memory.memory"
+_SQL_STORE = "llama_index.core.storage.chat_store.sql"
 
 
 def _buffer(module: Any) -> Any:
@@ -61,9 +70,23 @@ def _store_memory(module: Any) -> Any:
     return getattr(module, "BaseChatStoreMemory", None)
 
 
+def _queue_memory(module: Any) -> Any:
+    return getattr(module, "Memory", None)
+
+
+def _sql_store(module: Any) -> Any:
+    return getattr(module, "SQLAlchemyChatStore", None)
+
+
 _PATCHES = LazyPatches({
     _MEMORY_MODULE: [(_buffer, "get", wrap_get)],
     _MEMORY_TYPES: [(_store_memory, "get_all", wrap_get_all)],
+    _QUEUE_MODULE: [(_queue_memory, "get", queue.wrap_get),
+                    (_queue_memory, "aget", queue.wrap_aget),
+                    (_queue_memory, "_manage_queue", queue.wrap_manage_queue),
+                    (_queue_memory, "_truncate_memory_blocks", queue.wrap_truncate_blocks)],
+    _SQL_STORE: [(_sql_store, "get_messages", queue.wrap_read),
+                 (_sql_store, "archive_oldest_messages", queue.wrap_archive)],
 }, STATE.on)
 
 

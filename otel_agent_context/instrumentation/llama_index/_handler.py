@@ -33,6 +33,9 @@ _METHODS = {
     "BaseSynthesizer": (_SYNTH, frozenset({"synthesize", "asynthesize"})),
     "StreamingAgentChatResponse": (_STREAM, frozenset({"write_response_to_history",
                                                        "awrite_response_to_history"})),
+    # an agent's run (the workflow's run span, in the run's own task: its steps inherit it)
+    "BaseWorkflowAgent": (_ENGINE, frozenset({"run"})),
+    "AgentWorkflow": (_ENGINE, frozenset({"run"})),
 }
 _BASES: dict[type, tuple[str, frozenset[str]] | None] = {}
 #: A postprocessor span is open in this context (the async default runs the sync one).
@@ -71,6 +74,8 @@ def _open_turn(instance: Any, id_: str) -> Turn | None:
         turn = Turn(env, False, id_)
     else:
         name = getattr(instance, "name", None)
+        if not isinstance(name, str):  # an AgentWorkflow: its starting agent
+            name = getattr(instance, "root_agent", None)
         env = STATE.ctx.envelope(scope=Scope.TURN,
                                  agent_name=name if isinstance(name, str) and name else None)
         turn = Turn(env, True, id_)

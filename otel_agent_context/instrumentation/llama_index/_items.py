@@ -10,7 +10,8 @@ from ..._enums import ContentMode, ContextKind
 from ..._records import ContextItem, ContextSourceRef
 from .._tokens import estimate_tokens
 
-__all__ = ["message_id", "message_text", "node_id", "node_item", "node_score"]
+__all__ = ["message_id", "message_role", "message_text", "node_id", "node_item", "node_score",
+           "text_message_id"]
 
 _URI_KEYS = ("file_path", "url", "source", "file_name")
 
@@ -71,6 +72,13 @@ def message_text(message: Any) -> str:
 def message_id(message: Any) -> str:
     """A chat message's id: LlamaIndex messages have none, so a keyed short digest of its
     role and text (the same message is the same item in every turn)."""
+    return text_message_id(message_role(message), message_text(message))
+
+
+def message_role(message: Any) -> str:
     role = getattr(message, "role", "")
-    return "llama_index_msg:" + short_digest(str(getattr(role, "value", role)),
-                                             message_text(message), length=16)
+    return str(getattr(role, "value", role))
+
+
+def text_message_id(role: str, text: str) -> str:
+    return "llama_index_msg:" + short_digest(role, text, length=16)

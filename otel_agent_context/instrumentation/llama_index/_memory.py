@@ -6,6 +6,12 @@ what is left after its system prompt and context, before the new message: a cut 
 of the prompt (``truncate_middle``). The history the buffer read is taken from its own
 ``get_all`` call (watched for the duration of ``get``), never read a second time from the
 chat store; the token counts are the buffer's tokenizer's, so the budget is in its units.
+
+LlamaIndex messages carry no id of their own (the chat store's row ids stay inside it), so a
+message is named by a keyed digest of its role and text (``message_id``); the messages a
+memory hands to the engine, and the new user message, are given that name for the model call
+that follows (``name_messages``): the prompt's blocks, the truncation records of later turns
+and the compaction sources name a message alike.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from typing import Any
 
 from ..._api import current_envelope
 from ..._enums import OverflowStrategy, Scope
-from ._items import message_id
-from ._state import STATE, failed
+from .._common import KNOWN_MESSAGES
+from ._items import message_id, message_role, message_text, text_message_id
+from ._state import STATE, TURN, failed
 
-__all__ = ["wrap_get", "wrap_get_all"]
+__all__ = ["name_messages", "wrap_get", "wrap_get_all"]
 
 _STRATEGY = OverflowStrategy.TRUNCATE_MIDDLE
 #: Set while a watched ``get`` runs: its ``get_all`` result goes here.
@@ -74,6 +81,29 @@ def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
             implicit.stop()
 
 
+def name_messages(messages: Sequence[Any], new_input: Any = None) -> None:
+    """The next model calls' blocks carrying these messages (and the new user message
+    ``new_input``, a string or a message) take their ``message_id``: added to the turn's
+    names (shared by the tasks of its run), else set in this context."""
+    named = [(message_role(m), message_text(m)) for m in messages]
+    if isinstance(new_input, str):
+        named.append(("user", new_input))
+    elif new_input is not None:
+        named.append((message_role(new_input), message_text(new_input)))
+    named = [(role, text) for role, text in named if role and text]
+    if not named:
+        return
+    known = KNOWN_MESSAGES.get()
+    turn = TURN.get()
+    if turn is None or known is not turn.known:
+        known = {key: list(ids) for key, ids in (known or {}).items()}
+        token = KNOWN_MESSAGES.set(known)
+        if turn is not None:
+            turn.known_tokens.append(token)
+    for role, text in named:
+        known.setdefault((role, text), []).append(text_message_id(role, text))
+
+
 def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
     if STATE.ctx is None or _READ.get() is not None:
@@ -85,6 +115,11 @@ def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
         result = wrapped(*args, **kwargs)
     finally:
         _READ.reset(token)
+    if isinstance(result, list) and STATE.ctx is not None:
+        try:
+            name_messages(result, kwargs.get("input", args[0] if args else None))
+        except Exception:
+            failed("chat memory ids")
     if read and isinstance(result, list) and STATE.ctx is not None:
         try:
             initial = kwargs.get("initial_token_count", 0)

@@ -18,6 +18,7 @@ from typing import Any
 from ..._api import Envelope
 from ..._enums import OmissionReason
 from ..._envelope import _RUN_ENVELOPE
+from .._common import KNOWN_MESSAGES
 from .._omissions import describe_component
 from ._items import node_id, node_item, node_score
 from ._state import TURN, failed
@@ -68,6 +69,11 @@ class Turn:
         self.owned = owned  # opened here: ended here
         self.root_id = root_id
         self.tokens: tuple[Any, Any] | None = None
+        #: message ids given to the turn's model calls (``_memory.name_messages``): current
+        #: in the turn's context from its start, so that the tasks it starts (an agent's
+        #: steps) share it
+        self.known: dict[tuple[str, str], list[str]] = {}
+        self.known_tokens: list[Any] = []
         #: the engine returned a stream: the turn goes on until its writer ends
         self.streaming = False
         self._writer_done: BaseException | None | bool = False  # or the writer's error
@@ -88,9 +94,13 @@ class Turn:
     # -- current in the context of the turn's span -----------------------------------------
 
     def enter(self) -> None:
+        self.known_tokens.append(KNOWN_MESSAGES.set(self.known))
         self.tokens = (TURN.set(self), _RUN_ENVELOPE.set(self.env) if self.owned else None)
 
     def leave(self) -> None:
+        while self.known_tokens:
+            with contextlib.suppress(ValueError):  # set in another context: leave it
+                KNOWN_MESSAGES.reset(self.known_tokens.pop())
         if self.tokens is None:
             return
         turn_token, env_token = self.tokens

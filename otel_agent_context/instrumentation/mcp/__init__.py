@@ -27,8 +27,17 @@ content), and ``mcp.tool.is_error`` when the tool reported an error; item id
 ``mcp_tool:<short digest of server, tool and arguments>:<block>``, so one call repeated with
 the same arguments is the same item.
 
-Content (the text) only under content capture. Not recorded: the JSON-RPC request id and
-``mcp.session.id`` (the client session API of the SDK exposes neither).
+Every source ref also carries the JSON-RPC id of the request that brought it
+(``mcp.jsonrpc_request_id``, exported as OpenTelemetry's ``jsonrpc.request.id``, the id on the
+MCP SDK's own client span of that request) and, over Streamable HTTP, the MCP session id
+(``mcp.mcp_session_id``, exported as ``mcp.session.id``). The client session API exposes
+neither: the request id is read from the request the SDK's ``JSONRPCDispatcher`` writes
+(``_write``, in the task of the session call), the session id from the request context the
+Streamable HTTP transport posts it with (``_handle_post_request``, which runs in a copy of the
+sender's context); both only while one of the three calls is under way. stdio has no MCP
+session: no ``mcp.session.id`` there.
+
+Content (the text) only under content capture.
 A model call of the same envelope whose block carries a resource's, a prompt message's or a
 tool result's text names the MCP item in ``context.block.source_item_refs`` (matched by
 content in process, see ``otel_agent_context._links``).
@@ -36,6 +45,7 @@ content in process, see ``otel_agent_context._links``).
 
 from __future__ import annotations
 
+import contextvars
 import json
 from typing import Any
 
@@ -50,9 +60,74 @@ __all__ = ["MCPContextInstrumentor"]
 
 _instruments = ("mcp >= 2, < 3",)
 _MODULE = "mcp.client.session"
+_DISPATCHER = "mcp.shared.jsonrpc_dispatcher"
+_HTTP = "mcp.client.streamable_http"
 
 
 _STATE = Switch()
+
+
+class _Call:
+    """The native ids of one session call's request, as the SDK sends it."""
+
+    __slots__ = ("method", "request_id", "session_id")
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.request_id: str | None = None
+        self.session_id: str | None = None
+
+    def ids(self) -> dict[str, str]:
+        out = {}
+        if self.request_id is not None:
+            out["mcp.jsonrpc_request_id"] = self.request_id
+        if self.session_id is not None:
+            out["mcp.mcp_session_id"] = self.session_id
+        return out
+
+
+#: The session call under way in this task (and in the transport's copies of its context).
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "otel_agent_context.mcp.call", default=None)
+
+
+def _note(first: Any, read: Any) -> None:
+    """The ids ``read`` finds in a message the SDK sends, if it is the call's request."""
+    call = _CALL.get()
+    if call is None:
+        return
+    try:
+        message, ids = read(first)
+        if getattr(message, "method", None) != call.method:
+            return
+        for key, value in ids.items():
+            if getattr(call, key) is None and isinstance(value, (int, str)) and value != "":
+                setattr(call, key, str(value))
+    except Exception:
+        internal_failure("MCP", "native ids")
+
+
+def _request(message: Any) -> tuple[Any, dict[str, Any]]:
+    return message, {"request_id": getattr(message, "id", None)}
+
+
+def _posted(ctx: Any) -> tuple[Any, dict[str, Any]]:
+    message = getattr(getattr(ctx, "session_message", None), "message", None)
+    return message, {"session_id": getattr(ctx, "session_id", None)}
+
+
+async def _wrap_write(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+    """``JSONRPCDispatcher._write``: the request of the call under way, with its id."""
+    _note(args[0] if args else kwargs.get("message"), _request)
+    return await wrapped(*args, **kwargs)
+
+
+async def _wrap_post(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+    """``StreamableHTTPTransport._handle_post_request``: the session id the request goes with."""
+    _note(args[0] if args else kwargs.get("ctx"), _posted)
+    return await wrapped(*args, **kwargs)
 
 
 def _server(session: Any) -> str | None:
@@ -176,10 +251,14 @@ def _tool_items(result: Any, name: str, arguments: Any, server: str | None
     return items
 
 
-def _record(items: list[ContextItem]) -> None:
+def _record(items: list[ContextItem], call: _Call) -> None:
     ctx = _STATE.ctx
     if ctx is None or not items:
         return
+    ids = call.ids()
+    for item in items:
+        for ref in item.source_refs or ():
+            ref.external_mappings.update(ids)
     env = current_envelope()
     if env is not None:
         with env.surface() as surface:
@@ -191,13 +270,27 @@ def _record(items: list[ContextItem]) -> None:
             surface.add(item)
 
 
+async def _calling(method: str, wrapped: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> tuple[Any, _Call]:
+    """Run a session call, watching for its request's native ids."""
+    call = _Call(method)
+    token = _CALL.set(call)
+    try:
+        return await wrapped(*args, **kwargs), call
+    finally:
+        _CALL.reset(token)
+
+
 async def _wrap_read_resource(wrapped: Any, instance: Any, args: tuple[Any, ...],
                               kwargs: dict[str, Any]) -> Any:
-    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is None:
+        return await wrapped(*args, **kwargs)
+    result, call = await _calling("resources/read", wrapped, args, kwargs)
     if _STATE.ctx is not None:
         try:
             server = _server(instance)
-            _record([_resource_item(c, server) for c in getattr(result, "contents", None) or ()])
+            _record([_resource_item(c, server) for c in getattr(result, "contents", None) or ()],
+                    call)
         except Exception:
             internal_failure("MCP", "read_resource")
     return result
@@ -205,11 +298,13 @@ async def _wrap_read_resource(wrapped: Any, instance: Any, args: tuple[Any, ...]
 
 async def _wrap_get_prompt(wrapped: Any, instance: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
-    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is None:
+        return await wrapped(*args, **kwargs)
+    result, call = await _calling("prompts/get", wrapped, args, kwargs)
     if _STATE.ctx is not None:
         try:
             name = args[0] if args else kwargs.get("name")
-            _record(_prompt_items(result, str(name), _server(instance)))
+            _record(_prompt_items(result, str(name), _server(instance)), call)
         except Exception:
             internal_failure("MCP", "get_prompt")
     return result
@@ -217,12 +312,14 @@ async def _wrap_get_prompt(wrapped: Any, instance: Any, args: tuple[Any, ...],
 
 async def _wrap_call_tool(wrapped: Any, instance: Any, args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
-    result = await wrapped(*args, **kwargs)
+    if _STATE.ctx is None:
+        return await wrapped(*args, **kwargs)
+    result, call = await _calling("tools/call", wrapped, args, kwargs)
     if _STATE.ctx is not None:
         try:
             name = args[0] if args else kwargs.get("name")
             arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
-            _record(_tool_items(result, str(name), arguments, _server(instance)))
+            _record(_tool_items(result, str(name), arguments, _server(instance)), call)
         except Exception:
             internal_failure("MCP", "call_tool")
     return result
@@ -232,11 +329,21 @@ def _session_class(module: Any) -> Any:
     return getattr(module, "ClientSession", None)
 
 
-_PATCHES = LazyPatches({_MODULE: [
-    (_session_class, "read_resource", _wrap_read_resource),
-    (_session_class, "get_prompt", _wrap_get_prompt),
-    (_session_class, "call_tool", _wrap_call_tool),
-]}, _STATE.on)
+def _dispatcher_class(module: Any) -> Any:
+    return getattr(module, "JSONRPCDispatcher", None)
+
+
+def _http_transport(module: Any) -> Any:
+    return getattr(module, "StreamableHTTPTransport", None)
+
+
+_PATCHES = LazyPatches({
+    _MODULE: [(_session_class, "read_resource", _wrap_read_resource),
+              (_session_class, "get_prompt", _wrap_get_prompt),
+              (_session_class, "call_tool", _wrap_call_tool)],
+    _DISPATCHER: [(_dispatcher_class, "_write", _wrap_write)],
+    _HTTP: [(_http_transport, "_handle_post_request", _wrap_post)],
+}, _STATE.on)
 
 
 class MCPContextInstrumentor(LazyInstrumentor):

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.chat_engine import ContextChatEngine
-from llama_index.core.memory import ChatMemoryBuffer
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import ChatMemoryBuffer, Memory
+from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.postprocessor import SimilarityPostprocessor
 from llama_index.core.schema import TextNode
 
@@ -65,9 +68,52 @@ def chat(base_url: str) -> list[str]:
     )]
 
 
+QUESTIONS = ("When does support answer the phone?", "And how long do refunds take?",
+             "Do returns need the original packaging?")
+MEMORY_LIMIT = 30  # Memory holds its queue to 70% of this: 21 words
+
+
+class Notes(BaseMemoryBlock[str]):
+    """A long-term memory block of the app's own: keeps the words of the messages the memory
+    flushes; under pressure it gives up its oldest words first (priority 1: cut first)."""
+
+    name: str = "notes"
+    priority: int = 1
+    words: list[str] = []
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **kwargs: Any) -> str:
+        return " ".join(self.words)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        for message in messages:
+            self.words.extend((message.content or "").split())
+
+    async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:
+        return " ".join(content.split()[tokens_to_truncate:]) or None
+
+
+def memory_engine(base_url: str, notes: bool) -> ContextChatEngine:
+    """A context chat engine over LlamaIndex's ``Memory`` (its default memory), small enough to
+    flush the first exchange, with or without a long-term memory block."""
+    index = build_index(base_url)
+    memory = Memory.from_defaults(token_limit=MEMORY_LIMIT, token_flush_size=10,
+                                  tokenizer_fn=lambda text: text.split(),
+                                  memory_blocks=[Notes()] if notes else None)
+    engine = index.as_chat_engine(chat_mode="context", memory=memory, similarity_top_k=2,
+                                  system_prompt="You answer questions about our shop.")
+    assert isinstance(engine, ContextChatEngine)
+    return engine
+
+
+def memory_chat(base_url: str, notes: bool) -> list[str]:
+    engine = memory_engine(base_url, notes)
+    return [str(engine.chat(q)) for q in QUESTIONS]
+
+
 if __name__ == "__main__":
     import os
 
     url = os.environ["STUB_URL"] + "/v1"
     print("ask:", ask(url)[0])
     print("chat:", " | ".join(chat(url)))
+    print("memory:", " | ".join(memory_chat(url, notes=True)))

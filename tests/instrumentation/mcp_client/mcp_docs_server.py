@@ -1,7 +1,9 @@
-"""A stdio MCP server written as the MCP Python SDK's docs write one: a resource, a prompt
-and a tool (the test starts it as a subprocess)."""
+"""An MCP server written as the MCP Python SDK's docs write one: a resource, a prompt and a
+tool (the test starts it as a subprocess): over stdio, or over Streamable HTTP on loopback with
+``http PORT``."""
 
 import os
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -34,4 +36,7 @@ def order_status(order_id: str) -> str:
 
 
 if __name__ == "__main__":
-    mcp.run("stdio")
+    if sys.argv[1:2] == ["http"]:
+        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        mcp.run("stdio")

@@ -1,12 +1,16 @@
 """The MCP instrumentor on a real MCP client session with a stdio server (the MCP SDK's
 ``MCPServer``, started by the test): a resource read and a prompt fetched, then put into an
-OpenAI call on the loopback stub, all inside the application's envelope."""
+OpenAI call on the loopback stub, all inside the application's envelope; and the same server
+over Streamable HTTP on loopback, for the MCP session id."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import pytest
 from framework_helpers import framework_on
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_docs_server import POLICY
 from stub_server import REPLY, StubServer
 
@@ -81,12 +86,19 @@ def test_resource_and_prompt_are_surface_items_with_mcp_ids(mcp_on: CapturedTele
     assert source["external_mappings"]["mcp.resource_uri"] == URI
     assert source["external_mappings"]["mcp.server_id"] == "Docs"
     assert prompt["source_refs"][0]["external_mappings"]["mcp.prompt_name"] == "answer_question"
+    # the JSON-RPC ids of the three requests (the session numbers its requests from 1, and
+    # initialize is the first); stdio has no MCP session: no session id
+    assert [i["source_refs"][0]["external_mappings"].get("mcp.jsonrpc_request_id")
+            for i in (resource, prompt)] == ["2", "3"]
+    assert not any("mcp.mcp_session_id" in r["external_mappings"]
+                   for i in mcp_items for r in i["source_refs"])
     (tool,) = [i for i in mcp_items if i["item_id"].startswith("mcp_tool:")]
     assert tool["context_kind"] == "tool_result"
     assert tool["content_mode"] == "tool_result_ref"
     assert tool["digest"].startswith("hmac-sha256:")
-    assert tool["source_refs"][0]["external_mappings"] == {"mcp.tool_name": "order_status",
-                                                           "mcp.server_id": "Docs"}
+    assert tool["source_refs"][0]["external_mappings"] == {
+        "mcp.tool_name": "order_status", "mcp.server_id": "Docs",
+        "mcp.jsonrpc_request_id": "4"}
     # the model call's blocks name the MCP items whose text they carry (ids only): the
     # user message holds the prompt's text and the tool's result
     (assembly,) = bundle["context_assemblies"]
@@ -101,3 +113,71 @@ def test_resource_and_prompt_are_surface_items_with_mcp_ids(mcp_on: CapturedTele
     else:
         assert "Refunds are accepted" not in text and QUESTION not in text
         assert "delivered on" not in text
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """The docs server over Streamable HTTP on loopback; its endpoint URL."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the MCP server did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _http_app(url: str, envelope: Any, sessions: list[str]) -> str:
+    """Read the policy and call the tool over Streamable HTTP; ``sessions``: the session ids
+    the server's responses carried (the ``Mcp-Session-Id`` header), seen by the app's own
+    HTTP client."""
+    import httpx2
+
+    async def seen(response: Any) -> None:
+        sid = response.headers.get("mcp-session-id")
+        if sid and sid not in sessions:
+            sessions.append(sid)
+
+    async with httpx2.AsyncClient(event_hooks={"response": [seen]}) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        with envelope():
+            resource = await session.read_resource(URI)
+            await session.call_tool("order_status", {"order_id": ORDER})
+    return str(resource.contents[0].text)
+
+
+def test_streamable_http_items_carry_the_mcp_session_id(mcp_on: CapturedTelemetry,
+                                                        http_server: str) -> None:
+    tel = mcp_on
+    sessions: list[str] = []
+    policy = asyncio.run(_http_app(http_server, tel.agent_context.envelope, sessions))
+    assert policy == POLICY
+    (session_id,) = sessions  # one session, as the server named it
+    (bundle,) = tel.bundles()
+    mcp_items = [i for i in bundle["context_items"] if i["item_id"].startswith("mcp_")]
+    assert [(i["context_kind"], i["source_refs"][0]["external_mappings"].get(
+        "mcp.mcp_session_id"), i["source_refs"][0]["external_mappings"].get(
+        "mcp.jsonrpc_request_id")) for i in mcp_items] == [
+        ("external_resource", session_id, "2"), ("tool_result", session_id, "3")]
+    # on the wire: OpenTelemetry's own names
+    events = [e for s in tel.spans() for e in s.events if e.name == "context.item.added"]
+    assert {(e.attributes["mcp.session.id"], e.attributes["jsonrpc.request.id"])
+            for e in events} == {(session_id, "2"), (session_id, "3")}

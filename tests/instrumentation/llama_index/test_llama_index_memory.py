@@ -1,0 +1,236 @@
+"""LlamaIndex's ``Memory`` (the default memory of its chat engines in ``llama-index-core``
+0.14), real, with its default SQLite chat store, behind a context chat engine answering through
+the ``openai`` client on the loopback stub (``li_app.memory_engine``): its token-limit flushes
+as budgets with truncations (dropped) or as a compaction into a memory block, the blocks' cut
+by priority, and one id per message shared by the truncation records and the prompt's blocks;
+and a ``FunctionAgent`` over a ``Memory`` (``li_agent_app``): its runs as turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import li_agent_app
+import li_app
+import pytest
+from framework_helpers import framework_on
+from stub_server import REPLY, StubServer
+
+from otel_agent_context.instrumentation.llama_index import LlamaIndexContextInstrumentor
+from otel_agent_context.instrumentation.llama_index._items import text_message_id
+from otel_agent_context.testing import CapturedTelemetry
+
+Q1, Q2, Q3 = li_app.QUESTIONS
+QUEUE_LIMIT = 21  # 70% of the memory's 30 words
+#: The first exchange, flushed when the second question is put: 6 + 11 words.
+FIRST = [(text_message_id("user", Q1), 6), (text_message_id("assistant", REPLY), 11)]
+ORDER_TEXT = "Where is my order?"
+
+
+@pytest.fixture
+def li_on(capture_setup: Any) -> Iterator[CapturedTelemetry]:
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
+        yield tel
+
+
+def _run(notes: bool) -> tuple[list[str], list[Any]]:
+    with StubServer() as stub:
+        out = li_app.memory_chat(stub.openai_base_url, notes)
+        return out, stub.requests
+
+
+def _exported(tel: CapturedTelemetry) -> str:
+    return json.dumps([[dict(s.attributes), [dict(e.attributes) for e in s.events]]
+                       for s in tel.spans()], default=str)
+
+
+def _budgets(bundle: dict[str, Any], max_tokens: int) -> list[dict[str, Any]]:
+    return [b for b in bundle["context_budgets"] if b["max_tokens"] == max_tokens]
+
+
+def _blocks(bundle: dict[str, Any]) -> list[tuple[str, str]]:
+    (assembly,) = bundle["context_assemblies"]
+    return [(b["item_id"], b["context_kind"]) for b in assembly["ordered_blocks"]]
+
+
+def _records(budget: dict[str, Any]) -> list[tuple[str, int, int, str]]:
+    return [(r["item_id"], r["tokens_before"], r["tokens_after"], r["strategy"])
+            for r in budget.get("truncation_records", ())]
+
+
+def test_a_flush_with_no_memory_block_is_a_truncation_naming_the_prompts_messages(
+        capture_setup: Any) -> None:
+    plain, plain_requests = _run(notes=False)
+    capture_setup.tel.span_exporter.clear()
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
+        out, requests = _run(notes=False)
+    assert out == plain == [REPLY] * 3
+    assert json.dumps(requests) == json.dumps(plain_requests)  # the same bodies
+
+    first, second, third = bundles = tel.bundles()
+    assert [b["context_envelope"]["scope"] for b in bundles] == ["turn"] * 3
+    # every turn: the memory's get, a budget of its whole limit, nothing cut
+    gets = [_budgets(b, li_app.MEMORY_LIMIT) for b in bundles]
+    assert [[(g["actual_items"], g["actual_tokens"], g["overflow"]) for g in got]
+            for got in gets] == [[(0, 0, False)], [(2, 17, False)], [(2, 17, False)]]
+    assert all(g["overflow_strategy"] == "truncate_middle" for got in gets for g in got)
+    # the second question overflows the queue: the first exchange is dropped, in turn 2
+    assert _budgets(first, QUEUE_LIMIT) == []
+    (flush,) = _budgets(second, QUEUE_LIMIT)
+    assert _records(flush) == [(i, n, 0, "truncate_middle") for i, n in FIRST]
+    assert (flush["overflow"], flush["overflow_tokens"]) == (True, 6 + 17 - QUEUE_LIMIT)
+    assert (flush["actual_items"], flush["actual_tokens"]) == (1, 6)  # the question kept
+    assert "context_compactions" not in second  # dropped, not kept anywhere
+    # one id per message: the blocks that carried the first exchange name it alike
+    assert _blocks(first)[-1] == (FIRST[0][0], "user_message")
+    assert _blocks(second)[1:] == [(FIRST[0][0], "session_history"),
+                                   (FIRST[1][0], "session_history"),
+                                   (text_message_id("user", Q2), "user_message")]
+    assert _blocks(third)[1:] == [(text_message_id("user", Q2), "session_history"),
+                                  (FIRST[1][0], "session_history"),
+                                  (text_message_id("user", Q3), "user_message")]
+    (again,) = _budgets(third, QUEUE_LIMIT)  # the second exchange goes in turn 3
+    assert [r[0] for r in _records(again)] == [text_message_id("user", Q2), FIRST[1][0]]
+    assert (Q1 in _exported(tel)) is capture_setup.capture
+
+
+def test_a_flush_into_a_memory_block_is_a_compaction_and_its_cut_by_priority_a_truncation(
+        li_on: CapturedTelemetry) -> None:
+    tel = li_on
+    out, _ = _run(notes=True)
+    assert out == [REPLY] * 3
+    first, second, third = tel.bundles()
+    (flush,) = _budgets(second, QUEUE_LIMIT)
+    assert _records(flush) == [(i, n, 0, "summarize_oldest") for i, n in FIRST]
+    (compaction,) = second["context_compactions"]
+    assert (compaction["method"], compaction["trigger"], compaction["replacement_policy"]) == (
+        "semantic_memory_update", "token_limit", "memory blocks: notes (Notes)")
+    assert compaction["source_item_refs"] == [i for i, _ in FIRST]
+    assert (compaction["source_count"], compaction["tokens_before"],
+            compaction["coverage"]) == (2, 17, 1.0)
+    # turn 3: 17 words of history and the block's 17 exceed 30: the block loses 4 words
+    (get,) = _budgets(third, li_app.MEMORY_LIMIT)
+    assert _records(get) == [("llama_index_memory_block:notes", 17, 13, "custom")]
+    assert (get["overflow"], get["overflow_tokens"], get["overflow_strategy"]) == (
+        True, 4, "custom")
+    assert (get["actual_tokens"], get["actual_items"]) == (30, 3)  # memory, question, reply
+    # the memory's message (the block's words) goes into the prompt after the system prompt,
+    # and names the block it carries (the block's text: a surface item of the turn)
+    assert [k for _, k in _blocks(third)] == ["system_prompt", "system_prompt",
+                                              "session_history", "session_history",
+                                              "user_message"]
+    (assembly,) = third["context_assemblies"]
+    assert assembly["ordered_blocks"][1]["source_item_refs"] == [
+        "llama_index_memory_block:notes"]
+    notes = next(i for i in third["context_items"]
+                 if i["item_id"] == "llama_index_memory_block:notes")
+    assert (notes["context_kind"], notes["token_estimate"]) == ("durable_memory", 13)
+    assert ("the phone? The order shipped" in _exported(tel)) is tel.agent_context.capture_content
+    assert not any(i["item_id"].startswith("llama_index_memory_block:")
+                   for b in (first, second) for i in b.get("context_items", ()))
+    assert "context_compactions" not in first
+    (later,) = third["context_compactions"]  # the second exchange goes to the block in turn 3
+    assert later["source_item_refs"] == [text_message_id("user", Q2), FIRST[1][0]]
+
+
+def test_async_chat_records_the_flush_in_its_turn(li_on: CapturedTelemetry) -> None:
+    tel = li_on
+
+    async def chat(engine: Any) -> list[str]:
+        return [str(await engine.achat(q)) for q in li_app.QUESTIONS]
+
+    with StubServer() as stub:
+        out = asyncio.run(chat(li_app.memory_engine(stub.openai_base_url, notes=False)))
+    assert out == [REPLY] * 3
+    bundles = tel.bundles()
+    assert len(bundles) == 3  # no implicit envelope: the memory's records are the turn's
+    (flush,) = _budgets(bundles[1], QUEUE_LIMIT)
+    assert _records(flush) == [(i, n, 0, "truncate_middle") for i, n in FIRST]
+    assert _blocks(bundles[1])[1:3] == [(FIRST[0][0], "session_history"),
+                                        (FIRST[1][0], "session_history")]
+
+
+def test_memory_used_on_its_own_gets_an_implicit_envelope_and_uninstrument_stops_it(
+        li_on: CapturedTelemetry) -> None:
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.memory import Memory
+
+    tel = li_on
+    memory = Memory.from_defaults(token_limit=10, token_flush_size=3,
+                                  tokenizer_fn=lambda text: text.split())
+    memory.put(ChatMessage(role="user", content="one two three four"))
+    memory.put(ChatMessage(role="assistant", content="five six seven eight"))
+    assert tel.bundles() == []  # under the limit: nothing to record
+    memory.put(ChatMessage(role="user", content="nine ten"))
+    (bundle,) = tel.bundles()
+    (flush,) = bundle["context_budgets"]
+    assert (flush["max_tokens"], _records(flush)) == (7, [
+        (text_message_id("user", "one two three four"), 4, 0, "truncate_middle"),
+        (text_message_id("assistant", "five six seven eight"), 4, 0, "truncate_middle")])
+    assert [m.content for m in memory.get()] == ["nine ten"]
+    LlamaIndexContextInstrumentor().uninstrument()
+    tel.span_exporter.clear()
+    memory.put(ChatMessage(role="user", content="a b c d"))
+    memory.put(ChatMessage(role="assistant", content="e f g h"))  # flushes "nine ten"
+    assert [m.content for m in memory.get()] == ["a b c d", "e f g h"]
+    assert tel.spans() == []
+
+
+def _agent_run() -> tuple[list[str], list[Any]]:
+    with StubServer() as stub:
+        out = asyncio.run(li_agent_app.run(stub.openai_base_url))
+        return out, stub.requests
+
+
+def test_a_function_agents_runs_are_turns_holding_their_model_calls(
+        capture_setup: Any) -> None:
+    """``FunctionAgent.run`` (a workflow run): one envelope per run with the agent's name;
+    the run's model calls (the tool call and the answer after the tool) join it; its memory's
+    messages keep one id across the runs' prompts."""
+    plain, plain_requests = _agent_run()
+    capture_setup.tel.span_exporter.clear()
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
+        out, requests = _agent_run()
+    assert out == plain == [REPLY, REPLY]
+    assert json.dumps(requests) == json.dumps(plain_requests)
+    assert len(requests) == 3  # the tool call, the answer after it, the follow-up's answer
+
+    first, second = tel.bundles()
+    for bundle in (first, second):
+        envelope = bundle["context_envelope"]
+        assert (envelope["scope"], envelope["metadata"]["gen_ai.agent.name"]) == (
+            "turn", "Order agent")
+        assert bundle["rebuild"]["status"] == "complete"
+    assert [len(b["context_assemblies"]) for b in (first, second)] == [2, 1]
+    asked = text_message_id("user", li_agent_app.FIRST)
+    call, after = ([(x["item_id"], x["context_kind"]) for x in a["ordered_blocks"]]
+                   for a in first["context_assemblies"])
+    assert call[1:] == [(asked, "user_message")]
+    assert after[1] == (asked, "user_message") and after[-1][1] == "tool_result"
+    (follow_up,) = second["context_assemblies"]
+    blocks = [(x["item_id"], x["context_kind"]) for x in follow_up["ordered_blocks"]]
+    assert blocks[1] == (asked, "session_history")  # the first run's question, same id
+    assert blocks[-2:] == [(text_message_id("assistant", REPLY), "session_history"),
+                           (text_message_id("user", li_agent_app.SECOND), "user_message")]
+    # the memory (LlamaIndex's Memory) read before each model call: its budget in the run
+    assert [b["max_tokens"] for b in first["context_budgets"]].count(4000) >= 2
+    assert (ORDER_TEXT in _exported(tel)) is capture_setup.capture
+
+
+def test_an_agent_workflow_run_with_a_handoff_is_one_turn(li_on: CapturedTelemetry) -> None:
+    """``AgentWorkflow.run``: one envelope named after its starting agent, holding the
+    triage agent's call (the handoff) and the order agent's answer."""
+    tel = li_on
+    with StubServer() as stub:
+        out = asyncio.run(li_agent_app.run_workflow(stub.openai_base_url))
+        requests = stub.requests
+    assert out == REPLY and len(requests) == 2
+    (bundle,) = tel.bundles()
+    assert bundle["context_envelope"]["metadata"]["gen_ai.agent.name"] == "Triage agent"
+    triage, order = bundle["context_assemblies"]
+    assert [b["context_kind"] for b in order["ordered_blocks"]][-1] == "tool_result"
+    assert triage["ordered_blocks"][1]["item_id"] == order["ordered_blocks"][1]["item_id"] == \
+        text_message_id("user", li_agent_app.HANDOFF)
