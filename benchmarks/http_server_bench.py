@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -111,20 +112,37 @@ def _json_body(spans: list[Any]) -> bytes:
     return orjson.dumps(document)
 
 
-def _json_rate(address: str, body: bytes, seconds: float) -> int:
+def _json_rate(address: str, body: bytes, seconds: float, path: str = "/v1/traces") -> int:
     host, port = address.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json"}
     count = -1
     end = time.perf_counter() + seconds
     while count < 0 or time.perf_counter() < end:
-        connection.request("POST", "/v1/traces", body, headers)
+        connection.request("POST", path, body, headers)
         response = connection.getresponse()
         response.read()
         assert response.status == 200, response.status
         count += 1
     connection.close()
     return count
+
+
+def timed(pid: int, run: Callable[..., int], *args: Any) -> tuple[float, float]:
+    """Requests a second of ``run(*args)`` (which returns how many it made) and the server
+    process's CPU µs a request meanwhile."""
+    cpu = _cpu_seconds(pid)
+    began = time.perf_counter()
+    count = run(*args)
+    elapsed = time.perf_counter() - began
+    cpu = _cpu_seconds(pid) - cpu
+    return count / elapsed, cpu / max(count, 1) * 1e6
+
+
+def stop(servers: Iterable[tuple[subprocess.Popen[bytes], str]]) -> None:
+    for process, _ in servers:
+        process.terminate()
+        process.wait(30)
 
 
 def _asgi_child(out: str, ready: str) -> None:
@@ -199,22 +217,15 @@ def main() -> None:
                 for name in names:
                     process, address = servers[name]
                     for kind in ("protobuf", "json"):
-                        cpu = _cpu_seconds(process.pid)
-                        began = time.perf_counter()
-                        if kind == "protobuf":
-                            count = _protobuf_rate(address, spans, args.seconds)
-                        else:
-                            count = _json_rate(address, json_body, args.seconds)
-                        elapsed = time.perf_counter() - began
-                        cpu = _cpu_seconds(process.pid) - cpu
                         results.setdefault((name, kind), []).append(
-                            (count / elapsed, cpu / max(count, 1) * 1e6))
+                            timed(process.pid, _protobuf_rate, address, spans, args.seconds)
+                            if kind == "protobuf"
+                            else timed(process.pid, _json_rate, address, json_body,
+                                       args.seconds))
                 print(f"round {round_ + 1}/{args.rounds} done, load {os.getloadavg()[0]:.2f}",
                       flush=True)
         finally:
-            for process, _ in servers.values():
-                process.terminate()
-                process.wait(30)
+            stop(servers.values())
     print("\n| server | kind | requests/s on one connection | server CPU µs/request |")
     print("|---|---|---:|---:|")
     for (name, kind), values in sorted(results.items()):

@@ -18,7 +18,8 @@ down, UNAVAILABLE/503 under backpressure): at-least-once from the client's side.
 missing from the output is lost, one written twice is duplicated. Reported: acknowledged
 spans/s, p50/p99 of the time from first send to acknowledgement (kill downtime included),
 RSS of ``serve`` every 2 s (across restarts) beside the sum of its
-``context_processor_memory_bytes`` (what ``--max-memory`` counts), and each worker's
+``context_processor_memory_bytes`` (what ``--max-memory`` counts) and the machine's 1-minute
+load average, and each worker's
 requests/s on its connection (requests over the time spent in its sends).
 ``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
 (``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
@@ -295,6 +296,7 @@ def main() -> None:
                    for i in range(args.workers)]
         rss: list[tuple[float, float]] = []
         held: list[tuple[float, float | None]] = []
+        load_samples: list[tuple[float, float]] = []
         began = time.monotonic()
         for worker in workers:
             worker.start()
@@ -312,6 +314,7 @@ def main() -> None:
             if value is not None:
                 rss.append((now - began, value))
                 held.append((now - began, serve.held_mib()))
+            load_samples.append((now - began, os.getloadavg()[0]))
             time.sleep(2)
         stop.set()
         for worker in workers:
@@ -347,6 +350,8 @@ def main() -> None:
         "held_mib": [(round(t), None if v is None else round(v, 1))
                      for t, v in held[:: max(1, len(held) // 30)]],
         "load_average_at_end": load,
+        "load_1min": [(round(t), round(v, 1))
+                      for t, v in load_samples[:: max(1, len(load_samples) // 30)]],
     }
     for key, value in summary.items():
         print(f"{key}: {orjson.dumps(value).decode()}")

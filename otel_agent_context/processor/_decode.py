@@ -25,13 +25,15 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .. import _semconv as S
@@ -342,6 +344,14 @@ _EVENT = frozenset({"timeUnixNano", "name", "attributes", "droppedAttributesCoun
 _LINK = frozenset({"traceId", "spanId", "traceState", "attributes", "droppedAttributesCount",
                    "flags"})
 _STATUS = frozenset({"message", "code"})
+# The logs request shares the tables: each message's names are checked against its own set
+# (``_keys``), so a name of one signal never reaches a message of the other.
+_LOGS_REQUEST = frozenset({"resourceLogs"})
+_RESOURCE_LOGS = frozenset({"resource", "scopeLogs", "schemaUrl"})
+_SCOPE_LOGS = frozenset({"scope", "logRecords", "schemaUrl"})
+_LOG_RECORD = frozenset({"timeUnixNano", "observedTimeUnixNano", "severityNumber",
+                         "severityText", "body", "attributes", "droppedAttributesCount",
+                         "flags", "traceId", "spanId", "eventName"})
 
 
 def _u64(value: Any) -> int:
@@ -358,6 +368,8 @@ def _fill(fields: dict[str, Any], out: Any) -> None:
     for name, value in fields.items():
         if name == "attributes":
             _fill_attributes(value, out.attributes)
+        elif name == "body":
+            _fill_any_value(value, out.body)
         elif name in _LISTS:
             field, known = _LISTS[name]
             add = getattr(out, field).add
@@ -382,10 +394,13 @@ def _enum(value: Any, names: dict[str, int]) -> int:
 
 _KINDS = dict(Span.SpanKind.items())
 _CODES = dict(Status.StatusCode.items())
+_SEVERITIES = dict(SeverityNumber.items())
 #: JSON name -> (field, the names its items may have)
 _LISTS = {"resourceSpans": ("resource_spans", _RESOURCE_SPANS),
           "scopeSpans": ("scope_spans", _SCOPE_SPANS), "spans": ("spans", _SPAN),
-          "events": ("events", _EVENT), "links": ("links", _LINK)}
+          "events": ("events", _EVENT), "links": ("links", _LINK),
+          "resourceLogs": ("resource_logs", _RESOURCE_LOGS),
+          "scopeLogs": ("scope_logs", _SCOPE_LOGS), "logRecords": ("log_records", _LOG_RECORD)}
 #: JSON name (the field's too) -> the names the message may have
 _MESSAGES = {"resource": _RESOURCE, "scope": _SCOPE, "status": _STATUS}
 #: JSON name -> (field, conversion) of the scalar fields
@@ -397,6 +412,9 @@ _SCALARS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "flags": ("flags", _u32),
     "kind": ("kind", lambda value: _enum(value, _KINDS)),
     "code": ("code", lambda value: _enum(value, _CODES)),
+    "severityNumber": ("severity_number", lambda value: _enum(value, _SEVERITIES)),
+    "severityText": ("severity_text", _str), "eventName": ("event_name", _str),
+    "observedTimeUnixNano": ("observed_time_unix_nano", _u64),
     "startTimeUnixNano": ("start_time_unix_nano", _u64),
     "endTimeUnixNano": ("end_time_unix_nano", _u64),
     "timeUnixNano": ("time_unix_nano", _u64),
@@ -406,15 +424,22 @@ _SCALARS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 }
 
 
-def _fast_json_request(document: dict[str, Any]) -> ExportTraceServiceRequest | None:
-    """The request filled in directly from a document of the common shape; None otherwise
-    (json_format.ParseDict then decides)."""
-    request = ExportTraceServiceRequest()
+_Request = TypeVar("_Request", ExportTraceServiceRequest, ExportLogsServiceRequest)
+
+
+def fast_json(document: dict[str, Any], request: _Request) -> _Request | None:
+    """``request`` (an empty trace or logs request) filled in directly from a document of
+    the common shape; None otherwise (json_format.ParseDict then decides)."""
+    logs = isinstance(request, ExportLogsServiceRequest)
     try:
-        _fill(_keys(document, _REQUEST), request)
+        _fill(_keys(document, _LOGS_REQUEST if logs else _REQUEST), request)
     except (_Unusual, TypeError, ValueError):
         return None
     return request
+
+
+def _fast_json_request(document: dict[str, Any]) -> ExportTraceServiceRequest | None:
+    return fast_json(document, ExportTraceServiceRequest())
 
 
 # -- attribute decoding -----------------------------------------------------------------------

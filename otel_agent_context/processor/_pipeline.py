@@ -347,14 +347,15 @@ class Pipeline:
         recovered = [key for key, _, _ in recovered_bundles]
         for key in recovered:
             self.buffer.remember_done(key, now)
-        if recovered_bundles:
-            self._catch_up(recovered_bundles)
         for (trace_id, span_id), when in replay.done_spans.items():
             self.events.forget_written(trace_id, span_id, when)
         if recovered:
             log.info("recovery: %d bundles were written but not yet recorded in the WAL",
                      len(recovered))
-        self._marked_position = self.jsonl.position
+        # Until the other sinks have the recovered bundles, the recorded position stays
+        # before them: a crash meanwhile finds them in the file again.
+        self._marked_position = (replay.sink_position if recovered_bundles
+                                 else self.jsonl.position)
         self.wal.start(self._checkpoint)
         # Written envelopes are skipped whatever their age (the dedupe window only bounds
         # how long they are remembered for retries from now on).
@@ -382,6 +383,8 @@ class Pipeline:
                     else:
                         self.events.span_done(view.trace_id, view.span_id)
             self.wal.compact()
+        if recovered_bundles:
+            self._catch_up(recovered_bundles)
         if replayed:
             log.info("recovery: %d spans replayed from the WAL", replayed)
             self.metrics.self.inc("context_processor_wal_replayed_spans_total", (), replayed)
@@ -906,22 +909,30 @@ class Pipeline:
 
     def _catch_up(self, entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
         """Bundles written to JSON Lines, perhaps not to the other sinks, before a crash:
-        each other sink gets them once now (at least once for the OTLP log sink). A sink
-        that cannot take them is reported; the bundles stay in the JSON Lines file."""
-        for sink in [*self.sinks, *([self.store] if self.store is not None else [])]:
-            if sink is self.jsonl:
-                continue
-            try:
-                sink.write(entries)
-            except Exception as exc:  # noqa: BLE001 - start-up goes on; the file has them
-                self.metrics.self.inc("context_processor_sink_errors_total", (sink.name,))
-                log.error("recovery: sink %s could not take %d bundles written to JSON Lines "
-                          "before the crash (%s); they stay in the JSON Lines files",
-                          sink.name, len(entries), exc)
-                continue
-            self.metrics.self.inc("context_processor_bundles_written_total", (sink.name,),
-                                  len(entries))
-            log.info("recovery: %d bundles handed to sink %s", len(entries), sink.name)
+        the first flight, handed to each other sink's thread (and the store's) like any
+        batch, retried until taken. It is recorded written (the JSON Lines position just
+        after it) only when every sink has it, and every later batch waits behind it: at
+        least once to every sink, even one that is down at start-up."""
+        others = self._sink_threads
+        flight = _Flight([], entries, [], self.jsonl.position, 1 + len(others))
+        with self._flights_lock:
+            self._flights.append(flight)
+        for sink_thread in others:
+            sink_thread.put(flight)
+        names = [t.sink.name for t in others]
+        if self.store is not None and self._store_pool is not None:
+            store = self.store
+            names.append(store.name)
+
+            def store_step() -> None:
+                if self._write_retrying(store, entries):
+                    self._landed(flight)
+
+            self._store_pool.submit(store_step)
+        else:
+            self._landed(flight)
+        log.info("recovery: %d bundles from JSON Lines handed to %s", len(entries),
+                 ", ".join(names) or "no other sink")
 
     def _write_retrying(self, sink: Sink,
                         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]],

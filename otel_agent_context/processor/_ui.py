@@ -30,7 +30,15 @@ from markupsafe import Markup
 
 from .._enums import ContextKind, OmissionReason
 from .._store import Store
-from .._store._session import EnvelopeFilter, conversations, envelope, envelopes, session, trace_url
+from .._store._session import (
+    EnvelopeFilter,
+    Turn,
+    conversations,
+    envelope,
+    envelopes,
+    session,
+    trace_url,
+)
 from .._version import __version__
 from ._config import DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_HTTP_READ_TIMEOUT, Endpoint
 from ._http import HttpServer, bearer_matches
@@ -54,6 +62,12 @@ _MAX_LISTED = 40
 _MAX_ROWS = 50
 #: Envelopes a page of the list shows unless ``?limit=`` says otherwise.
 _PAGE = 200
+#: Turns a page of the sessions API holds unless ``?limit=`` says otherwise.
+_API_TURNS = 50
+#: A turn's lists the sessions API stops after ``_MAX_ROWS`` entries (with a count of the
+#: rest under "more", and the link to that turn in full).
+_TURN_LISTS = ("window", "added", "removed", "truncated", "compactions", "omitted",
+               "not_injected", "missing")
 
 Reply = tuple[int, bytes, str, tuple[tuple[str, str], ...]]
 
@@ -413,13 +427,40 @@ class UiServer:
             return _json({"error": f"no envelope {context_id!r}"}, 404)
         return _json(bundle)
 
-    def _api_session(self, conversation_id: str, _: Any) -> Reply:
+    def _api_session(self, conversation_id: str, query: Any) -> Reply:
+        """A page of a conversation's turns (``limit``, ``offset``), each turn's lists
+        capped like the session page's tables, turn ``full`` in full."""
         turns = session(self.store, conversation_id,
                         trace_url_template=self.trace_url_template)
         if not turns:
             return _json({"error": f"no conversation {conversation_id!r}"}, 404)
-        return _json({"conversation_id": conversation_id,
-                      "turns": [t.as_json() for t in turns]})
+        limit = _number(query, "limit", _API_TURNS, 1, 1_000)
+        offset = _number(query, "offset", 0, 0, 2**62)
+        full = _number(query, "full", 0, 0, 2**31)
+        path = "/api/sessions/" + _pathpart(conversation_id)
+        page = turns[offset:offset + limit]
+        return _json({"conversation_id": conversation_id, "turn_count": len(turns),
+                      "turns": [_turn_json(t, t.number == full, path) for t in page],
+                      "next_offset": offset + limit if offset + limit < len(turns) else None})
+
+
+def _turn_json(turn: Turn, full: bool, path: str) -> dict[str, Any]:
+    """A turn for the JSON API: each long list cut at ``_MAX_ROWS`` unless ``full``, with
+    how many were left out under "more" and the turn in full at "full_href"."""
+    document = {field.name: getattr(turn, field.name) for field in dataclasses.fields(turn)}
+    if full:
+        return document
+    more = {}
+    for name in _TURN_LISTS:
+        values = document[name]
+        if len(values) > _MAX_ROWS:
+            more[name] = len(values) - _MAX_ROWS
+            document[name] = values[:_MAX_ROWS]
+    if more:
+        document["more"] = more
+        document["full_href"] = _with_query(
+            path, urlencode({"offset": turn.number - 1, "limit": 1, "full": turn.number}))
+    return document
 
 
 def session_path(conversation_id: str) -> str:

@@ -17,10 +17,11 @@ from otel_agent_context.processor._decode import (
     InvalidRequest,
     _fast_json_request,
     decode_request,
+    fast_json,
     json_to_protobuf,
     parse_protobuf,
 )
-from otel_agent_context.processor._decode_logs import decode_logs_request
+from otel_agent_context.processor._decode_logs import decode_logs_request, logs_json_to_protobuf
 
 
 def decode(req):
@@ -357,3 +358,140 @@ def test_a_lone_surrogate_in_otlp_json_loses_no_span() -> None:
     values = [kv.value.string_value for kv in from_json.resource_spans[0].scope_spans[0]
               .spans[0].attributes if kv.key == "gen_ai.agent.description"]
     assert values == ["cut \ufffd"]
+
+
+# -- OTLP/JSON logs: the same direct reader ----------------------------------------------------
+
+
+def _sdk_logs_request() -> ExportLogsServiceRequest:
+    """What the OpenTelemetry SDK exports for context events and plain log records: its own
+    LoggerProvider and OTLP encoder (records in a span, one outside any, every body and
+    attribute kind a record may carry)."""
+    from opentelemetry._logs import SeverityNumber
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    memory = InMemoryLogRecordExporter()
+    provider = LoggerProvider(resource=Resource.create({"service.name": "json-agent",
+                                                        "host.cores": 2}))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(memory))
+    logger = provider.get_logger("agent.events", "1.2.3", schema_url="https://s/1.26.0",
+                                 attributes={"scope.k": "v"})
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("turn"):
+        logger.emit(event_name="context.item.added", severity_number=SeverityNumber.INFO,
+                    attributes={"context.item.id": "kb:refunds:49",
+                                "context.item.token_estimate": 120,
+                                "context.item.score": 0.75, "context.item.pinned": True,
+                                "context.item.sources": ["a", "b"], "app.ns": [1, 2, -3]})
+        logger.emit(event_name="context.item.omitted", severity_number=SeverityNumber.WARN,
+                    severity_text="WARN", body={"why": "budget", "n": [1.5, False]},
+                    attributes={"context.item.id": "x", "context.omission.reason": "budget"})
+    logger.emit(severity_number=SeverityNumber.ERROR, body="plain text é \u2028",
+                attributes={"http.route": "/x"}, timestamp=(1 << 63) + 5)
+    request = encode_logs(memory.get_finished_logs())
+    assert len(request.resource_logs[0].scope_logs[0].log_records) == 3
+    return request
+
+
+def _log_ids(document: dict[str, Any], convert: Any) -> dict[str, Any]:
+    for rl in document["resourceLogs"]:
+        for sl in rl["scopeLogs"]:
+            for record in sl["logRecords"]:
+                for key in ("traceId", "spanId"):
+                    if isinstance(record.get(key), str):
+                        record[key] = convert(record[key])
+    return document
+
+
+def _hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(bytes.fromhex(value)).decode()
+
+
+def _parse_dict_logs(body: bytes) -> Any:
+    """What json_format.ParseDict makes of an OTLP/JSON logs body (InvalidRequest: an
+    error)."""
+    from google.protobuf import json_format
+
+    try:
+        return json_format.ParseDict(_log_ids(orjson.loads(body), _b64),
+                                     ExportLogsServiceRequest(), ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError):
+        return InvalidRequest
+
+
+@pytest.mark.parametrize("integers", [False, True], ids=["enum-names", "enum-integers"])
+def test_otlp_json_logs_from_the_sdk_are_read_directly_as_parse_dict_reads_them(
+        integers: bool) -> None:
+    from google.protobuf import json_format
+
+    req = _sdk_logs_request()
+    body = orjson.dumps(_log_ids(json_format.MessageToDict(
+        req, use_integers_for_enums=integers), _hex))
+    direct = fast_json(orjson.loads(body), ExportLogsServiceRequest())
+    assert direct is not None  # the direct path, not ParseDict
+    expected = _parse_dict_logs(body)
+    assert direct == expected == req
+    assert direct.SerializeToString(deterministic=True) == \
+        expected.SerializeToString(deterministic=True)
+    assert logs_json_to_protobuf(body) == req
+    # and what the pipeline reads from it: the two context events, the plain record ignored
+    decoded = decode_logs_request(req.SerializeToString(), req)
+    assert (decoded.records, decoded.ignored, len(decoded.events)) == (3, 1, 2)
+    numbers = body.replace(str((1 << 63) + 5).join('""').encode(), str((1 << 63) + 5).encode())
+    assert numbers != body and fast_json(orjson.loads(numbers), ExportLogsServiceRequest()) == req
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.update(event_name=r.pop("eventName")),  # the proto's own name
+    lambda r: r.update(severityNumber="SEVERITY_NUMBER_NOT_ONE"),
+    lambda r: r.update(severityNumber=7),  # a number no name has: kept (open enum)
+    lambda r: r.update(unknownField=1),
+    lambda r: r.update(severityText=None),
+    lambda r: r.update(body={"bytesValue": "AAE="}),
+    lambda r: r.update(body={"doubleValue": "NaN"}),
+    lambda r: r.update(body={}),
+    lambda r: r["attributes"].append({"key": "i", "value": {"intValue": "1e3"}}),
+    lambda r: r.update(traceId="zz"),
+    lambda r: r.update(spanId=""),
+    lambda r: r.update(observedTimeUnixNano=-1),
+    lambda r: r.update(flags=1.0),
+], ids=["snake_case", "enum-unknown", "enum-number", "unknown-field", "null", "bytes-body",
+        "nan-body", "empty-body", "exponent", "bad-id", "empty-id", "negative-time",
+        "float-flags"])
+def test_otlp_json_logs_off_the_common_shape_read_as_parse_dict_reads_them(change: Any
+                                                                          ) -> None:
+    """Anything off the common shape gives what ParseDict gives (the same request or an
+    error), whichever path reads it."""
+    from google.protobuf import json_format
+
+    document = _log_ids(json_format.MessageToDict(_sdk_logs_request()), _hex)
+    change(document["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0])
+    body = orjson.dumps(document)
+    expected = _parse_dict_logs(body)
+    direct = fast_json(orjson.loads(body), ExportLogsServiceRequest())
+    if expected is InvalidRequest:
+        assert direct is None
+        with pytest.raises(InvalidRequest):
+            logs_json_to_protobuf(body)
+    else:
+        assert direct is None or direct == expected
+        assert logs_json_to_protobuf(body) == expected
+
+
+def test_a_trace_name_in_a_log_record_is_off_shape() -> None:
+    """The two signals share the direct reader's tables; a span's field in a log record
+    (or the other way round) is no part of the common shape."""
+    from google.protobuf import json_format
+
+    document = _log_ids(json_format.MessageToDict(_sdk_logs_request()), _hex)
+    document["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["startTimeUnixNano"] = "1"
+    assert fast_json(document, ExportLogsServiceRequest()) is None
+    assert fast_json({"resourceLogs": []}, ExportTraceServiceRequest()) is None

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -270,21 +271,28 @@ def test_a_stalled_log_sink_does_not_hold_up_json_lines(start_processor,
     assert sorted(b["context_envelope"]["context_id"] for b in read_bundles(out)) == sent
 
 
+def _bundles_then_sigkill(started: tuple[subprocess.Popen[bytes], dict[str, Any]],
+                         out_dir: Path, sent: list[str], first_trace: int) -> None:
+    """One bundle per context id into JSON Lines, one batch at a time (the log sink is
+    down), then SIGKILL."""
+    process, addresses = started
+    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
+    for n, context_id in enumerate(sent):
+        stub.Export(request(envelope_spans(first_trace + n, context_id, stages=1)), timeout=10)
+        wait_for(lambda n=n: len(read_bundles(out_dir)) == n + 1, timeout=10,
+                 message=f"bundle {n + 1} in JSON Lines while the log sink is down")
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+
+
 def test_bundles_the_log_sink_never_took_reach_it_after_a_sigkill(tmp_path: Path,
                                                                   stalling_logs) -> None:
     """Several batches reach JSON Lines while the log sink is down, then SIGKILL: at the
     restart every one of them goes to the log sink (at least once), none to the file
     twice."""
     out_dir = tmp_path / "out"
-    process, addresses = _serve_with_log_sink_down(tmp_path)
-    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
     sent = [f"ctx-down-{n}" for n in range(5)]
-    for n, context_id in enumerate(sent):
-        stub.Export(request(envelope_spans(200 + n, context_id, stages=1)), timeout=10)
-        wait_for(lambda n=n: len(read_bundles(out_dir)) == n + 1, timeout=10,
-                 message=f"bundle {n + 1} in JSON Lines while the log sink is down")
-    process.send_signal(signal.SIGKILL)
-    process.wait(10)
+    _bundles_then_sigkill(_serve_with_log_sink_down(tmp_path), out_dir, sent, 200)
     receiver, port = stalling_logs
     receiver.flowing.set()  # the log store is back
     process, addresses = serve(["--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
@@ -296,3 +304,44 @@ def test_bundles_the_log_sink_never_took_reach_it_after_a_sigkill(tmp_path: Path
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     assert sorted(b["context_envelope"]["context_id"] for b in read_bundles(out_dir)) == sent
+
+
+def test_bundles_recovered_while_the_log_sink_is_down_reach_it_when_it_comes_up(
+        tmp_path: Path) -> None:
+    """The log sink is down before the crash and still down at the restart: the bundles
+    recovered from JSON Lines wait for it (and survive another SIGKILL meanwhile), and a
+    real OTLP/gRPC log receiver started after the processor gets every one of them; the
+    file has each once."""
+    out_dir = tmp_path / "out"
+    config = tmp_path / "c.yaml"
+    config.write_text("sinks:\n  otlp_logs:\n    timeout: 0.3\n")
+    port = _closed_port()
+    args = ["--config", str(config), "--out", str(out_dir), "--otlp-grpc", "127.0.0.1:0",
+            "--otlp-http", "off", "--metrics", "off", "--otlp-logs", f"http://127.0.0.1:{port}"]
+    sent = [f"ctx-late-{n}" for n in range(4)]
+    _bundles_then_sigkill(serve(args, tmp_path / "ready.json"), out_dir, sent, 300)
+    for _ in range(2):  # restarted with the sink still down, and killed again
+        process, addresses = serve(args, tmp_path / "ready.json")
+        time.sleep(1.0)  # the log sink tried (and failed) meanwhile
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    process, addresses = serve(args, tmp_path / "ready.json")
+    stub = TraceServiceStub(grpc.insecure_channel(addresses["otlp_grpc"]))
+    stub.Export(request(envelope_spans(310, "ctx-after", stages=1)), timeout=10)
+    wait_for(lambda: len(read_bundles(out_dir)) == len(sent) + 1, timeout=10,
+             message="a new bundle in JSON Lines while the log sink is still down")
+    receiver = _StallingLogs()
+    receiver.flowing.set()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(receiver, server)
+    assert server.add_insecure_port(f"127.0.0.1:{port}") == port
+    server.start()  # the log store comes up after the processor
+    try:
+        wait_for(lambda: set(receiver.delivered) == {*sent, "ctx-after"}, timeout=60,
+                 message="every recovered bundle, and the new one, at the log sink")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        server.stop(0)
+    assert sorted(b["context_envelope"]["context_id"] for b in read_bundles(out_dir)) == [
+        "ctx-after", *sent]

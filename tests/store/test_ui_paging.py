@@ -20,6 +20,7 @@ from otel_agent_context.processor._ui import UiServer
 
 ENVELOPES = 23
 OMITTED = 130  # in each turn of the long conversation
+TURNS = 57  # of the conversation "turns": more than the sessions API's page of 50
 
 
 def _bundle(context_id: str, conversation: str, second: int, *, agent: str = "a",
@@ -41,6 +42,7 @@ def ui() -> Iterator[str]:
     for conversation in ("long", ".."):
         store.write([_bundle(f"{conversation}-turn-{n}", conversation, 100 + n,
                              omitted=OMITTED) for n in range(3)])
+    store.write([_bundle(f"turn-{n:02d}", "turns", 200 + n) for n in range(TURNS)])
     server = UiServer(store, Endpoint("127.0.0.1", 0))
     yield f"http://127.0.0.1:{server.start()}"
     server.stop()
@@ -106,3 +108,41 @@ def test_a_long_omitted_table_stops_with_a_link_to_the_whole_turn(ui: str,
     assert _turn(full.text, 2).count(f"{conversation}-turn-1-item-") == OMITTED
     assert "<details open>" in _turn(full.text, 2)
     assert _turn(full.text, 1).count(f"{conversation}-turn-0-item-") == 50  # the others: capped
+
+
+def test_the_sessions_api_pages_its_turns(ui: str) -> None:
+    first = httpx.get(ui + "/api/sessions/turns").json()
+    assert first["turn_count"] == TURNS and len(first["turns"]) == 50  # the default page
+    assert first["next_offset"] == 50
+    rest = httpx.get(ui + "/api/sessions/turns", params={"offset": 50}).json()
+    assert len(rest["turns"]) == TURNS - 50 and rest["next_offset"] is None
+    numbers: list[int] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = httpx.get(ui + "/api/sessions/turns", params={"limit": 10,
+                                                             "offset": offset}).json()
+        assert len(page["turns"]) <= 10
+        numbers += [t["number"] for t in page["turns"]]
+        offset = page["next_offset"]
+    assert numbers == list(range(1, TURNS + 1))  # in order, none twice, none lost
+    assert [t["envelope"]["context_id"] for t in rest["turns"]] == [
+        f"turn-{n:02d}" for n in range(50, TURNS)]
+    huge = httpx.get(ui + "/api/sessions/turns", params={"limit": 10**9}).json()
+    assert len(huge["turns"]) == TURNS  # a limit is capped (at 1,000), never an error
+
+
+@pytest.mark.parametrize(("conversation", "path"), [("long", "long"), ("..", "?id=..")])
+def test_the_sessions_api_caps_a_turns_long_lists_with_a_link_to_it_in_full(
+        ui: str, conversation: str, path: str) -> None:
+    api = httpx.get(f"{ui}/api/sessions/{path}").json()
+    assert api["conversation_id"] == conversation and api["next_offset"] is None
+    for turn in api["turns"]:
+        assert len(turn["omitted"]) == 50 and turn["more"] == {"omitted": OMITTED - 50}
+        assert [o["item_id"] for o in turn["omitted"]] == [
+            f"{conversation}-turn-{turn['number'] - 1}-item-{n:03d}" for n in range(50)]
+    full = httpx.get(urljoin(ui + "/", api["turns"][1]["full_href"])).json()
+    (turn,) = full["turns"]
+    assert turn["number"] == 2 and full["conversation_id"] == conversation
+    assert len(turn["omitted"]) == OMITTED and "more" not in turn and "full_href" not in turn
+    small = httpx.get(ui + "/api/sessions/turns", params={"limit": 1}).json()["turns"][0]
+    assert "more" not in small and "full_href" not in small  # nothing left out
