@@ -8,12 +8,15 @@ The pipeline of ``store_bench.py`` (``processor_bench``'s ctx20 and sel100 reque
 without and with the SQLite store, alternating; for each: the process's CPU time per envelope,
 and with the store, the CPU time of the store's thread (``Store.write``), of which turning
 bundles into rows (``bundle_rows``) and SQLite's own statements and commits (CPU, and wall time
-including the fsyncs). Medians of the rounds.
+including the fsyncs); and with ``store.writer: process``, the processor's CPU time per
+envelope and the store child's. Medians of the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -22,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from processor_bench import _request, ctx20_spans, sel100_spans  # noqa: E402
+from processor_bench import _pipeline, _request, ctx20_spans, sel100_spans  # noqa: E402
 from store_bench import timed_run  # noqa: E402
 
 import otel_agent_context._store._store as S  # noqa: E402
 from otel_agent_context.processor._server import tune_gc  # noqa: E402
+from otel_agent_context.processor._store_process import StoreProcess  # noqa: E402
 
 SPENT = {"store": 0.0, "rows": 0.0, "sql_cpu": 0.0, "sql_wall": 0.0}
 
@@ -52,6 +56,31 @@ def _timed_sql(function: Any) -> Any:
     return timed
 
 
+def _child_cpu(pid: int | None) -> float:
+    """CPU seconds (user and system) the store's child process has used so far."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_run(directory: Path, bodies: list[bytes]) -> tuple[float, float, int]:
+    """``timed_run`` with ``store.writer: process``: this process's CPU seconds, the store
+    child's, and how many envelopes."""
+    pipeline = _pipeline(directory, **{"store.url": "sqlite", "store.writer": "process"})
+    store = pipeline.store
+    assert isinstance(store, StoreProcess)
+    pid = store.pid
+    gc.collect()
+    child, start = _child_cpu(pid), time.process_time()
+    for body in bodies:
+        pipeline.ingest(body, "bench")
+    envelopes = pipeline.emit_pending()
+    spent, child = time.process_time() - start, _child_cpu(pid) - child
+    pipeline.close(timeout=5)
+    return spent, child, envelopes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -64,20 +93,28 @@ def main(argv: list[str] | None = None) -> int:
     S._SqliteConnection.commit = _timed_sql(S._SqliteConnection.commit)  # type: ignore[method-assign]
     tune_gc()
     tmp = Path(tempfile.mkdtemp(prefix="store-cpu-"))
-    print("| case | CPU µs/envelope, JSON Lines alone | with the store | ratio (alone/with) | "
-          "store thread | of which bundle_rows | SQLite CPU | SQLite wall (with fsync) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| case | CPU µs/envelope, JSON Lines alone | with the store (thread) | "
+          "ratio (alone/with) | store thread | of which bundle_rows | SQLite CPU | "
+          "SQLite wall (with fsync) | store.writer process: processor's CPU | ratio "
+          "(alone/with) | store process's CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, make, per_request in (("ctx20", ctx20_spans, 512), ("sel100", sel100_spans, 64)):
-        cpu: dict[str, list[float]] = {"off": [], "sqlite": []}
+        cpu: dict[str, list[float]] = {"off": [], "sqlite": [], "process": [], "child": []}
         parts: list[dict[str, float]] = []
         for r in range(args.rounds):
             bodies = [_request(r * args.requests + i + 1, make, per_request)
                       for i in range(args.requests)]
-            for store in (("off", "sqlite") if r % 2 == 0 else ("sqlite", "off")):
+            order = ("off", "sqlite", "process")
+            for store in order[r % 3:] + order[:r % 3]:
+                if store == "process":
+                    spent, child, envelopes = process_run(tmp / f"{name}-{r}-p", bodies)
+                    cpu["process"].append(spent / envelopes * 1e6)
+                    cpu["child"].append(child / envelopes * 1e6)
+                    continue
                 for key in SPENT:
                     SPENT[key] = 0.0
                 spent, envelopes = timed_run(tmp / f"{name}-{r}-{store}", store, bodies,
-                                             time.process_time)
+                                             time.process_time, writer="thread")
                 cpu[store].append(spent / envelopes * 1e6)
                 if store == "sqlite":
                     parts.append({k: v / envelopes * 1e6 for k, v in SPENT.items()})
@@ -85,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         part = {k: statistics.median(p[k] for p in parts) for k in SPENT}
         print(f"| {name} | {alone:,.0f} | {with_store:,.0f} | {alone / with_store:.3f}x | "
               f"{part['store']:,.0f} | {part['rows']:,.0f} | {part['sql_cpu']:,.0f} | "
-              f"{part['sql_wall']:,.0f} |")
+              f"{part['sql_wall']:,.0f} | {statistics.median(cpu['process']):,.0f} | "
+              f"{alone / statistics.median(cpu['process']):.3f}x | "
+              f"{statistics.median(cpu['child']):,.0f} |")
     return 0
 
 

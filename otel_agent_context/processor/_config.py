@@ -197,6 +197,12 @@ def _optional_str(key: str, value: Any) -> str | None:
     return os.fspath(value)
 
 
+def _store_writer(key: str, value: Any) -> str:
+    if value in ("process", "thread"):
+        return str(value)
+    raise ConfigError(key, f"expected process or thread, got {value!r}")
+
+
 def _store_url(key: str, value: Any) -> str | None:
     """``sqlite`` (the default file under the output directory), ``sqlite:///PATH``, a
     ``postgresql://`` URL, or ``off``."""
@@ -301,6 +307,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("store.url", "sqlite", _store_url, "--store",
             "bundle store: sqlite (DIR/context.db), sqlite:///PATH, postgresql://... or off",
             "URL"),
+    Setting("store.writer", "process", _store_writer, "--store-writer",
+            "where the store's writes run: process (a child process, no shared GIL) or "
+            "thread (a thread of the processor)", "process|thread"),
     Setting("store.retention", None, _duration, "--store-retention",
             "delete stored envelopes older than this (e.g. 30d; default: keep)", "DURATION"),
     Setting("ui.endpoint", None, parse_hostport, "--ui",
@@ -391,6 +400,8 @@ class ProcessorConfig:
     output_fsync: bool
     store_url: str | None
     store_retention: float | None
+    #: "process" (the store writes in a child process) or "thread"
+    store_writer: str
     ui: Endpoint | None
     trace_url: str | None
     wal_dir: Path
@@ -506,6 +517,7 @@ def _build(p: dict[str, Any]) -> ProcessorConfig:
         store_url=(f"sqlite:///{(out / DEFAULT_STORE_FILE).resolve()}"
                    if p["store.url"] == "sqlite" else p["store.url"]),
         store_retention=p["store.retention"],
+        store_writer=p["store.writer"],
         ui=p["ui.endpoint"],
         trace_url=p["ui.trace_url"],
         wal_dir=wal,

@@ -74,6 +74,7 @@ from ._forward import Forwarder
 from ._memory import KEY_COST, PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
+from ._store_process import StoreProcess
 from ._store_sink import StoreSink
 from ._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
@@ -290,9 +291,12 @@ class Pipeline:
         self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
                                fsync=config.output_fsync)
         extra: list[Sink] = list(sinks or ())
-        self.store = (StoreSink(config.store_url, durable=config.output_fsync,
-                                retention=config.store_retention)
-                      if config.store_url is not None else None)
+        self.store: StoreSink | StoreProcess | None = (
+            StoreSink(config.store_url, durable=config.output_fsync,
+                      retention=config.store_retention)
+            if config.store_url is not None else None)
+        if self.store is not None and config.store_writer == "process":
+            self.store = StoreProcess(self.store)
         if config.otlp_logs is not None:
             extra.append(OtlpLogSink(config.otlp_logs, timeout=config.otlp_logs_timeout))
         self.sinks: list[Sink] = [self.jsonl, *extra]
@@ -304,7 +308,9 @@ class Pipeline:
         self._mark_lock = threading.Lock()
         # The store writes on its own thread, one batch behind the emitter: SQLite runs its
         # statements with the GIL released, so its inserts and fsync overlap the rebuild of
-        # the next batch. A batch is recorded written only when the store has it too.
+        # the next batch. A batch is recorded written only when the store has it too. With
+        # store.writer: process (the default) this thread only hands the batch's lines to the
+        # store's child process and waits, the GIL released, for its answer.
         self._store_pool = (ThreadPoolExecutor(1, thread_name_prefix="otel-ac-store")
                             if self.store is not None else None)
         self._pending: _Pending | None = None
@@ -1030,8 +1036,8 @@ class Pipeline:
         sink = self.store
         gauge("context_processor_store_left_out_total",
               lambda: [((reason,), float(count)) for reason, count in
-                       sorted(sink.store.left_out.copy().items())]
-              if sink is not None and sink.store is not None else [])
+                       sorted(sink.left_out.copy().items())]
+              if sink is not None else [])
         gauge("context_processor_forward_split_total",
               lambda: [((), float(forwarder.splits if forwarder is not None else 0))])
         gauge("context_processor_memory_bytes",

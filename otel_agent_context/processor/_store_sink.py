@@ -42,6 +42,11 @@ class StoreSink:
         self._prune()
 
     @property
+    def left_out(self) -> dict[str, int]:
+        """Envelopes the store left out, by reason (see ``Store.write``)."""
+        return self.store.left_out if self.store is not None else {}
+
+    @property
     def opened(self) -> Store:
         if self.store is None:
             self.open()

@@ -68,8 +68,11 @@ def test_a_store_without_room_for_a_batch_never_stalls_the_json_lines(tmp_path: 
     SQLite's own ``max_page_count`` caps the file, and SQLite fails the write with SQLITE_FULL
     exactly as on a full disk). The batch is written in parts down to single envelopes; the
     one envelope that cannot fit even alone is left out of the store, logged and counted, and
-    the JSON Lines file gets every envelope, those that came after included."""
-    processor = Processor(config(tmp_path, store__url="sqlite", buffer__envelope_timeout=30,
+    the JSON Lines file gets every envelope, those that came after included. (The store on
+    the processor's thread, to reach its connection; tests/store/test_store_process.py
+    checks the same splitting and counting in the store's own process.)"""
+    processor = Processor(config(tmp_path, store__url="sqlite", store__writer="thread",
+                                 buffer__envelope_timeout=30,
                                  buffer__orphan_timeout=60)).start()
     try:
         store = processor.pipeline.store

@@ -250,8 +250,11 @@ def test_serve_settings_for_the_store(tmp_path: Path) -> None:
     week = ProcessorConfig.from_values({**base, "store.retention": "7d", "store.url": "off"})
     assert week.store_retention == 7 * 86400 and week.store_url is None
     assert ProcessorConfig.from_values({**base, "store.retention": 90}).store_retention == 90
+    assert default.store_writer == "process"
+    assert ProcessorConfig.from_values({**base, "store.writer": "thread"}).store_writer == "thread"
     for key, value in (("store.retention", "soon"), ("store.retention", "-1h"),
-                       ("store.url", "mysql://x"), ("store.url", 5)):
+                       ("store.url", "mysql://x"), ("store.url", 5),
+                       ("store.writer", "fork")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             ProcessorConfig.from_values({**base, key: value})
 

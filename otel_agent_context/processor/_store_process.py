@@ -1,0 +1,206 @@
+"""The bundle store in a process of its own (``store.writer: process``, the default).
+
+Turning a bundle into rows and binding SQL parameters hold the GIL; in a child process they
+no longer compete with the emitter's rebuild. The parent hands each batch's JSON Lines lines
+(already encoded) over a pipe and waits, the GIL released, for the child's answer; the
+pipeline records the batch written in its WAL only after the child answered that it
+committed, exactly as with the store on a thread. A child that dies (or answers nothing) is
+an ordinary store failure: the pipeline retries the batch with its backoff, and the next
+write starts a new child. Store writes are idempotent, so a batch committed just before a
+crash and written again duplicates nothing.
+
+The protocol, both ways: a 4-byte big-endian length, then that many bytes. A request is the
+batch's lines (each ends with ``\\n``); an answer is JSON: ``{"ok": true, "left_out":
+{reason: count}}`` (the envelopes this batch left out, see ``Store.write``) or ``{"error":
+text}``. The child's first answer, before any request, says whether the store opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import IO, Any
+
+import orjson
+
+from .._store import Store
+from ..exceptions import ConfigError
+from ._store_sink import StoreSink
+
+__all__ = ["StoreProcess"]
+
+log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
+
+
+class StoreChildError(Exception):
+    """The store's child process died, or broke the protocol."""
+
+
+def _send(out: IO[bytes], payload: bytes) -> None:
+    out.write(_LENGTH.pack(len(payload)))
+    out.write(payload)
+    out.flush()
+
+
+def _receive(inp: IO[bytes]) -> bytes | None:
+    """One frame, or None at the end of the stream (the other side is gone)."""
+    head = inp.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    payload = inp.read(size)
+    if len(payload) < size:
+        return None
+    return payload
+
+
+class StoreProcess:
+    """``sink``'s writes, run in a child process (with :class:`StoreSink`'s interface; the
+    ``sink`` itself serves readers in this process)."""
+
+    name = "store"
+
+    def __init__(self, sink: StoreSink) -> None:
+        self.sink = sink
+        #: envelopes the child left out (see ``Store.write``), summed over its restarts
+        self.left_out: dict[str, int] = {}
+        #: how many times a child was started (the first one included)
+        self.starts = 0
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    # -- the child -----------------------------------------------------------------------------
+    def _start(self) -> subprocess.Popen[bytes]:
+        # its own session: a Ctrl-C meant for the processor must not kill the store before
+        # the processor drains into it; the URL (perhaps with a password) goes over the pipe
+        child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, close_fds=True, start_new_session=True)
+        assert child.stdin is not None and child.stdout is not None
+        with contextlib.suppress(OSError):  # it died already: reported below
+            _send(child.stdin, orjson.dumps({"url": self.sink.url, "durable": self.sink.durable,
+                                             "retention": self.sink.retention}))
+        answer = _receive(child.stdout)
+        if answer is None:
+            child.wait()
+            raise StoreChildError(f"the store's process exited at start ({child.returncode})")
+        reply = orjson.loads(answer)
+        if "error" in reply:
+            self._stop(child)
+            raise ConfigError("store.url", reply["error"])
+        self.starts += 1
+        log.debug("store: process %d started", child.pid)
+        return child
+
+    def _stop(self, child: subprocess.Popen[bytes]) -> None:
+        assert child.stdin is not None
+        with contextlib.suppress(OSError):
+            child.stdin.close()  # the child sees the end of its input and exits
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            log.warning("store: process %d did not exit; killing it", child.pid)
+            child.kill()
+            child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+    @property
+    def pid(self) -> int | None:
+        child = self._child
+        return child.pid if child is not None and child.poll() is None else None
+
+    # -- the sink ------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Start the child (it connects and migrates); a store it cannot open is a
+        configuration error."""
+        with self._lock:
+            if self._child is None:
+                self._child = self._start()
+
+    @property
+    def opened(self) -> Store:
+        """A store opened in this process, for readers (the web page)."""
+        self.open()
+        return self.sink.opened
+
+    def write(self, batch: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
+        with self._lock:
+            if self._child is None or self._child.poll() is not None:
+                if self._child is not None:
+                    log.warning("store: process %d exited (%s); starting another",
+                                self._child.pid, self._child.returncode)
+                    self._stop(self._child)
+                    self._child = None
+                self._child = self._start()
+            child = self._child
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                _send(child.stdin, b"".join(line for _, _, line in batch))
+                answer = _receive(child.stdout)
+            except OSError as exc:  # a broken pipe: the child died
+                answer = None
+                log.debug("store: pipe to the process failed: %s", exc)
+            if answer is None:
+                child.wait()
+                raise StoreChildError(f"the store's process died ({child.returncode})")
+            reply = orjson.loads(answer)
+            if "error" in reply:
+                raise StoreChildError(reply["error"])
+            for reason, count in reply["left_out"].items():
+                self.left_out[reason] = self.left_out.get(reason, 0) + count
+
+    def close(self) -> None:
+        with self._lock:
+            if self._child is not None:
+                self._stop(self._child)
+                self._child = None
+        self.sink.close()
+
+
+def _serve() -> int:
+    """The child: open the store, then write each batch it is sent until its input ends."""
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # nothing else may write into the protocol
+    settings = _receive(inp)
+    if settings is None:
+        return 1
+    config = orjson.loads(settings)
+    sink = StoreSink(config["url"], durable=config["durable"], retention=config["retention"])
+    try:
+        sink.open()
+    except ConfigError as exc:
+        _send(out, orjson.dumps({"error": str(exc).removeprefix("store.url: ")}))
+        return 1
+    _send(out, b'{"ok":true}')
+    store = sink.opened
+    while True:
+        payload = _receive(inp)
+        if payload is None:
+            break
+        lines = payload.splitlines(keepends=True)
+        try:
+            before = dict(store.left_out)
+            sink.write([(("", ""), orjson.loads(line), line) for line in lines])
+            left_out = {reason: count - before.get(reason, 0)
+                        for reason, count in store.left_out.items()
+                        if count != before.get(reason, 0)}
+            answer = {"ok": True, "left_out": left_out}
+        except Exception as exc:  # noqa: BLE001 - reported; the parent retries the batch
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        _send(out, orjson.dumps(answer))
+    sink.close()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(_serve())

@@ -1,0 +1,139 @@
+"""The store in a process of its own (``store.writer: process``, the default): a child
+SIGKILLed in the middle of a batch is restarted and the batch written again (nothing lost,
+nothing twice); envelopes the database refuses are still split out and counted, in the child,
+and reported to the processor's metrics; shutdown stops the child."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sqlite3
+import struct
+import termios
+from pathlib import Path
+
+import pytest
+from processor_testkit import config, envelope_spans, read_bundles, request, wait_for
+
+from otel_agent_context._store import open_store
+from otel_agent_context.processor import Processor
+from otel_agent_context.processor._store_process import StoreProcess
+from otel_agent_context.processor._store_sink import StoreSink
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped) counts as gone
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+def _unread(sink: StoreProcess) -> int:
+    """Bytes sent to the (stopped) child that it has not read yet."""
+    child = sink._child
+    assert child is not None and child.stdin is not None
+    return struct.unpack("i", fcntl.ioctl(child.stdin.fileno(), termios.FIONREAD,
+                                          b"\0\0\0\0"))[0]
+
+
+def _store_errors(processor: Processor) -> float:
+    text = processor.pipeline.metrics.render(None)[0].decode()
+    for line in text.splitlines():
+        if line.startswith('context_processor_sink_errors_total{sink="store"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'out' / 'context.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def test_a_store_process_killed_mid_batch_is_restarted_and_loses_nothing(
+        tmp_path: Path, store_url: str) -> None:
+    processor = Processor(config(tmp_path, store__url=store_url, buffer__envelope_timeout=30,
+                                 buffer__orphan_timeout=60)).start()
+    try:
+        sink = processor.pipeline.store
+        assert isinstance(sink, StoreProcess)
+        wanted: set[str] = set()
+        for round_ in range(3):
+            first = sink.pid
+            assert first is not None and first != os.getpid()
+            # stopped, the child holds the batch it was sent: the processor waits for its
+            # answer and records nothing written; then it dies in the middle of that batch
+            os.kill(first, signal.SIGSTOP)
+            ids = [f"r{round_}-{n}" for n in range(5)]
+            processor.pipeline.ingest(request([s for n, cid in enumerate(ids)
+                                               for s in envelope_spans(100 * round_ + n + 1,
+                                                                       cid)])
+                                      .SerializeToString(), "test")
+            wanted.update(ids)
+            wait_for(lambda: len(read_bundles(tmp_path / "out")) >= len(wanted), 20,
+                     message="the JSON Lines file")
+            assert processor.pipeline.queue_size > 0, "recorded written before the store had it"
+            wait_for(lambda: _unread(sink) > 0, 10, message="the batch sent to the child")
+            errors = _store_errors(processor)
+            os.kill(first, signal.SIGKILL)
+            wait_for(lambda: processor.pipeline.queue_size == 0, 30,
+                     message="the batch written by a new store process")
+            assert sink.pid not in (None, first) and not _alive(first)
+            assert _store_errors(processor) > errors
+        assert sink.starts == 4
+        with open_store(store_url) as store:
+            rows = [r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")]
+            items = store.rows("SELECT context_id, COUNT(*) AS n FROM items "
+                               "GROUP BY context_id")
+        assert sorted(rows) == sorted(wanted), "an envelope is missing or stored twice"
+        assert {r["n"] for r in items} == {4}, "an envelope's item rows are missing or doubled"
+        keys = [b["context_envelope"]["context_id"] for b in read_bundles(tmp_path / "out")]
+        assert sorted(keys) == sorted(wanted)
+        last = sink.pid
+        assert last is not None
+    finally:
+        processor.stop(timeout=10)
+    assert not _alive(last), "shutdown left the store process running"
+
+
+def test_an_envelope_the_database_refuses_is_counted_from_the_store_process(
+        tmp_path: Path) -> None:
+    """The child splits a refused batch down to the one envelope and leaves it out; the
+    count comes back to the processor's ``context_processor_store_left_out_total``."""
+    db = tmp_path / "out" / "context.db"
+    processor = Processor(config(tmp_path, store__url=f"sqlite:///{db}",
+                                 buffer__envelope_timeout=30, buffer__orphan_timeout=60)).start()
+    try:
+        # the database itself refuses one envelope (a trigger, as a CHECK would)
+        with sqlite3.connect(db) as other:
+            other.execute("CREATE TRIGGER refuse BEFORE INSERT ON envelopes "
+                          "WHEN NEW.context_id = 'refused' "
+                          "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        ids = ["a", "b", "refused", "c"]
+        processor.pipeline.ingest(request([s for n, cid in enumerate(ids)
+                                           for s in envelope_spans(n + 1, cid)])
+                                  .SerializeToString(), "test")
+        wait_for(lambda: processor.pipeline.queue_size == 0
+                 and len(read_bundles(tmp_path / "out")) == 4, 20, message="the batch")
+        with open_store(str(db)) as store:
+            stored = {r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")}
+        assert stored == {"a", "b", "c"}
+        text = processor.pipeline.metrics.render(None)[0].decode()
+        assert 'context_processor_store_left_out_total{reason="refused"} 1.0' in text
+    finally:
+        processor.stop(timeout=10)
+
+
+def test_a_store_the_process_cannot_open_is_a_configuration_error(tmp_path: Path) -> None:
+    from otel_agent_context.exceptions import ConfigError
+
+    sink = StoreProcess(StoreSink("postgresql://nobody@127.0.0.1:1/none"))
+    with pytest.raises(ConfigError, match="store.url"):
+        sink.open()
+    assert sink.pid is None
