@@ -198,9 +198,16 @@ def _optional_str(key: str, value: Any) -> str | None:
 
 
 def _store_writer(key: str, value: Any) -> str:
+    """``process``, ``thread``, or ``auto``: a process when this one may run on two or more
+    cores (measured: 0.85-0.91x of JSON Lines alone on ctx20 against 0.71-0.80x for the
+    thread), else a thread (on one core the child only adds its own decoding)."""
+    if value == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            (os.cpu_count() or 1)
+        return "process" if cores >= 2 else "thread"
     if value in ("process", "thread"):
         return str(value)
-    raise ConfigError(key, f"expected process or thread, got {value!r}")
+    raise ConfigError(key, f"expected auto, process or thread, got {value!r}")
 
 
 def _store_url(key: str, value: Any) -> str | None:
@@ -307,9 +314,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("store.url", "sqlite", _store_url, "--store",
             "bundle store: sqlite (DIR/context.db), sqlite:///PATH, postgresql://... or off",
             "URL"),
-    Setting("store.writer", "process", _store_writer, "--store-writer",
-            "where the store's writes run: process (a child process, no shared GIL) or "
-            "thread (a thread of the processor)", "process|thread"),
+    Setting("store.writer", "auto", _store_writer, "--store-writer",
+            "where the store's writes run: process (a child process, no shared GIL), thread "
+            "(a thread of the processor), or auto (a process on two or more cores, else a "
+            "thread)", "auto|process|thread"),
     Setting("store.retention", None, _duration, "--store-retention",
             "delete stored envelopes older than this (e.g. 30d; default: keep)", "DURATION"),
     Setting("ui.endpoint", None, parse_hostport, "--ui",

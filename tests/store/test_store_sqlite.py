@@ -4,6 +4,7 @@ writes, migrations, retention, odd input, and the session timeline with its diff
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -250,13 +251,29 @@ def test_serve_settings_for_the_store(tmp_path: Path) -> None:
     week = ProcessorConfig.from_values({**base, "store.retention": "7d", "store.url": "off"})
     assert week.store_retention == 7 * 86400 and week.store_url is None
     assert ProcessorConfig.from_values({**base, "store.retention": 90}).store_retention == 90
-    assert default.store_writer == "process"
+    cores = len(os.sched_getaffinity(0))
+    assert default.store_writer == ("process" if cores >= 2 else "thread")  # auto
     assert ProcessorConfig.from_values({**base, "store.writer": "thread"}).store_writer == "thread"
+    assert ProcessorConfig.from_values({**base, "store.writer": "process"}).store_writer == \
+        "process"
     for key, value in (("store.retention", "soon"), ("store.retention", "-1h"),
                        ("store.url", "mysql://x"), ("store.url", 5),
                        ("store.writer", "fork")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             ProcessorConfig.from_values({**base, key: value})
+
+
+def test_the_store_writer_follows_the_cores_it_may_use(tmp_path: Path, monkeypatch) -> None:
+    """auto: a child process when the processor may run on two or more cores (no GIL shared
+    with the emitter), a thread on one (where the child only adds its own decoding)."""
+    from otel_agent_context.processor import ProcessorConfig
+
+    base = {"output.dir": str(tmp_path / "out")}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert ProcessorConfig.from_values(base).store_writer == "thread"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ProcessorConfig.from_values(base).store_writer == "process"
+    assert ProcessorConfig.from_values({**base, "store.writer": "thread"}).store_writer == "thread"
 
 
 def test_the_sink_prunes_by_its_retention(tmp_path: Path, demo_bundles: list) -> None:
