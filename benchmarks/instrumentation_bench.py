@@ -22,10 +22,15 @@ included, lands on the calling thread alike; content capture off everywhere):
 Every configuration runs in a fresh subprocess of its own, once per round, the order of the
 configurations rotating round by round: instrumentors patch the clients globally, some
 cannot uninstrument cleanly, and their import-time work and caches would leak into the
-next configuration if they shared a process. A process first times every scenario
-uninstrumented (its own baseline), then instruments and times them again, on the same
-clients; each phase warms up first, then times call by call: wall time
-(``perf_counter_ns``) and the CPU time of the calling thread (``thread_time_ns``). "Added"
+next configuration if they shared a process. Within a process, every scenario is timed
+uninstrumented (its own baseline) and instrumented, on the same clients, in four
+alternating blocks (base, instrumented, instrumented, base, ...: a drift within the process
+falls on both phases alike; runs A-E timed the baseline first and the instrumented phase
+second, which charged every configuration with whatever grew in between: the bare span,
+~25 us of work, measured +600 us there; ``--sequential`` keeps that method). A
+configuration whose ``uninstrument()`` leaves calls recorded falls back to the sequential
+order. Each phase warms up first, then times call by call: wall time (``perf_counter_ns``)
+and the CPU time of the calling thread (``thread_time_ns``). "Added"
 is, per round, the instrumented median minus the same process's uninstrumented median
 (which cancels what differs from process to process: memory layout, the machine's load at
 that minute); the tables give the median of the rounds and their p25 and p75. The
@@ -317,10 +322,85 @@ def missing(config: str) -> list[str]:
 # -- one configuration, in its own process -------------------------------------------------
 
 
+def _uninstruments_cleanly(instrumentors: list[Any], settings: dict[str, Any],
+                           wanted: dict[str, Callable[[], Any]], exporter: Any) -> bool:
+    """Whether calls after ``uninstrument()`` record nothing (then the phases can alternate
+    in one process)."""
+    for inst in instrumentors:
+        inst.instrument(**settings)
+    for fn in wanted.values():
+        fn()
+    for inst in instrumentors:
+        inst.uninstrument()
+    exporter.clear()
+    for fn in wanted.values():
+        fn()
+    clean = not exporter.get_finished_spans()
+    exporter.clear()
+    return clean
+
+
+#: base and instrumented blocks per process, in the order ABBA ABBA ...
+BLOCKS = 4
+
+
+def _alternate(instrumentors: list[Any], settings: dict[str, Any],
+               wanted: dict[str, Callable[[], Any]], exporter: Any, out: dict[str, Any],
+               calls: int, warmup: int) -> None:
+    """Uninstrumented and instrumented blocks in turn (ABBA), ``calls`` calls of each
+    scenario per phase in all: a drift within the process (the heap growing, the machine's
+    load changing, connections ageing) falls on both phases alike instead of on the one
+    timed second."""
+    per_block = max(1, calls // BLOCKS)
+    for name, fn in wanted.items():
+        out[name].update(base={"wall": [], "cpu": []}, instrumented={"wall": [], "cpu": []},
+                         alternated=True)
+        _time(fn, warmup)
+    for inst in instrumentors:
+        inst.instrument(**settings)
+    for fn in wanted.values():
+        _time(fn, warmup)
+    for inst in instrumentors:
+        inst.uninstrument()
+    recorded = {name: [0, 0, 0] for name in wanted}  # spans, events, attributes
+    for block in range(BLOCKS):
+        phases = ("base", "instrumented") if block % 2 == 0 else ("instrumented", "base")
+        for phase in phases:
+            if phase == "instrumented":
+                for inst in instrumentors:
+                    inst.instrument(**settings)
+            for name, fn in wanted.items():
+                _time(fn, 3)
+                exporter.clear()
+                wall, cpu = _time(fn, per_block)
+                out[name][phase]["wall"] += wall
+                out[name][phase]["cpu"] += cpu
+                spans = exporter.get_finished_spans()
+                if phase == "instrumented":
+                    events = [e for span in spans for e in span.events]
+                    counts = recorded[name]
+                    counts[0] += len(spans)
+                    counts[1] += len(events)
+                    counts[2] += (sum(len(span.attributes or {}) for span in spans)
+                                  + sum(len(e.attributes or {}) for e in events))
+                elif spans:
+                    raise RuntimeError(f"{name}: uninstrumented calls recorded spans")
+                exporter.clear()
+            if phase == "instrumented":
+                for inst in instrumentors:
+                    inst.uninstrument()
+    timed = per_block * BLOCKS
+    for name, (spans, events, attributes) in recorded.items():
+        out[name].update(spans=spans / timed, events=events / timed,
+                         attributes=attributes / timed)
+
+
 def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[str],
-              metrics: bool, sampled_out: bool, compare: str | None) -> dict[str, Any]:
-    """Time every scenario uninstrumented, then under one configuration: per call wall and
-    CPU nanoseconds of each phase, and spans a call."""
+              metrics: bool, sampled_out: bool, compare: str | None,
+              alternate: bool = True) -> dict[str, Any]:
+    """Time every scenario uninstrumented and under one configuration, in alternating
+    blocks (or one after the other, for a configuration that cannot uninstrument): per call
+    wall and CPU nanoseconds of each phase, and spans a call."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ALWAYS_OFF if sampled_out else None)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -335,16 +415,21 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
     stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
     wanted = {name: fn for name, fn in scenarios(stub).items() if name in names}
     out: dict[str, Any] = {name: {} for name in wanted}
-    # first the same process uninstrumented (the baseline this process's calls are
-    # compared with), then instrumented: same clients, same connections
-    for phase in ("base", "instrumented"):
-        if phase == "instrumented":
-            for inst in instrumentors:
-                inst.instrument(**settings)
-        for name, fn in wanted.items():
-            time_phase(fn, warmup, calls, exporter, out[name], phase)
-    for inst in instrumentors:
-        inst.uninstrument()
+    if not alternate or not _uninstruments_cleanly(instrumentors, settings, wanted, exporter):
+        # the same process uninstrumented first, then instrumented: same clients, same
+        # connections (a configuration that leaves spans behind after uninstrument)
+        for phase in ("base", "instrumented"):
+            if phase == "instrumented":
+                for inst in instrumentors:
+                    inst.instrument(**settings)
+            for name, fn in wanted.items():
+                time_phase(fn, warmup, calls, exporter, out[name], phase)
+        for inst in instrumentors:
+            inst.uninstrument()
+        for name in wanted:
+            out[name]["alternated"] = False
+    else:
+        _alternate(instrumentors, settings, wanted, exporter, out, calls, warmup)
     provider.shutdown()
     if meters is not None:
         meters.shutdown()
@@ -359,6 +444,8 @@ def _spawn(config: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
         cmd.append("--metrics")
     if args.sampled_out:
         cmd.append("--sampled-out")
+    if args.sequential:
+        cmd.append("--sequential")
     if args.compare:
         cmd += ["--compare", args.compare]
     env = {**os.environ, **NO_CONTENT}
@@ -441,6 +528,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="also time the instrumentors of another checkout (DIR holds its "
                              "otel_agent_context package, e.g. a git worktree of the last "
                              "commit), as one more configuration")
+    parser.add_argument("--sequential", action="store_true",
+                        help="time each process's uninstrumented phase first, then the "
+                             "instrumented one (the method of runs A-E), instead of in "
+                             "alternating blocks")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--stub-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -449,7 +540,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.scenario_names = args.scenarios.split(",") if args.scenarios else all_scenarios
     if args.child:
         result = run_child(args.child, args.stub_url, args.calls, args.warmup,
-                           args.scenario_names, args.metrics, args.sampled_out, args.compare)
+                           args.scenario_names, args.metrics, args.sampled_out, args.compare,
+                           alternate=not args.sequential)
         print(json.dumps(result))
         return
     unknown = set(args.scenario_names) - set(all_scenarios)
@@ -482,6 +574,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     for config, dists in absent.items():
         print(f"Not installed, not timed: {config} ({', '.join(dists)}; "
               "pip install -e '.[bench]').")
+    sequential = sorted({c for per_round in rounds.values() for r in per_round
+                         for c, t in r.items() if not t.get("alternated", False)})
+    print("Phases: " + ("uninstrumented first, then instrumented, in every process"
+                        if args.sequential else
+                        "alternating blocks (ABBA) in every process"
+                        + (f", except {', '.join(sequential)} (uninstrument() left calls "
+                           "recorded: sequential)" if sequential else "")) + ".")
     print()
     print(report(summary, ["uninstrumented", *configs]))
     if args.json:
