@@ -174,6 +174,18 @@ class AgentContext:
         return Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                         agent_name or "unknown", scope_value, self._events.logger())
 
+    def _call_envelope(self, span: Span) -> Envelope:
+        """The envelope of one auto-instrumented model call, on its recording inference
+        span (which carries the model already): a turn, its attributes written with the
+        call's others when it stops (one ``set_attributes`` a call)."""
+        context_id = self._ids.new("ctx")
+        env = Envelope(self, span, False, context_id, None, "unknown", Scope.TURN.value,
+                       self._events.logger())
+        env._pending = {S.CONTEXT_ID: context_id, S.CONTEXT_SCOPE: Scope.TURN.value,
+                        S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
+                        S.CONTEXT_PRODUCER: self.producer}
+        return env
+
 
 if not TYPE_CHECKING:
 

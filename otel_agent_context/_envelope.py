@@ -83,6 +83,9 @@ class Envelope(_Recorder):
         self._known: set[str] = set()  # ids of items seen with their content or digest
         self._named: set[str] = set()  # ids a block names: its item, its sources
         self._assembled = False
+        #: Attributes for the envelope's own span written once, when it stops (see
+        #: :meth:`_set`); None: written as they come.
+        self._pending: dict[str, Any] | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -105,6 +108,11 @@ class Envelope(_Recorder):
                                  S.CONTEXT_ID: self.context_id}
         if self._logger is not None:
             final[S.CONTEXT_EVENT_COUNT] = self._event_count
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending.update(final)
+            final = pending
         self._span.set_attributes(final)
         inst = self._owner._instruments
         inst.envelopes.add(
@@ -263,6 +271,22 @@ class Envelope(_Recorder):
         return stage
 
     # -- events on the envelope (or another span of it) --------------------------------
+
+    def _set(self, span: Span, attrs: dict[str, Any], now: bool = False) -> None:
+        """Attributes for ``span``. When it is the envelope's own span and the envelope
+        defers (an auto-instrumented call's envelope on its inference span), they wait and
+        go with the next write ``now`` (the call's records, at its start) or with the
+        envelope's own when it stops: two ``set_attributes`` a call instead of four.
+        Otherwise they are written at once."""
+        pending = self._pending
+        if pending is None or span is not self._span:
+            span.set_attributes(attrs)
+        elif now:
+            pending.update(attrs)
+            self._pending = {}
+            span.set_attributes(pending)
+        else:
+            pending.update(attrs)
 
     def _target_span(self, span: Span | None) -> Span:
         if span is None or span is self._span:

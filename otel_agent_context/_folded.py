@@ -49,7 +49,7 @@ class FoldedBudget(Budget):
     def _end(self, attrs: dict[str, Any], end_time: int | str | None) -> None:
         attrs.update(self._overrides)
         if attrs:
-            self._span.set_attributes(attrs)
+            self._env._set(self._span, attrs)
 
 
 def _ints(values: Sequence[int | None]) -> list[int]:
@@ -135,9 +135,10 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     attrs[S.INJECTION_POINT] = _HISTORY
     attrs[S.INJECTION_HASH] = assembly_hash
 
-    env._target_span(span)  # an inference span inside the application's envelope joins it
-    attrs[S.CONTEXT_ID] = env.context_id
-    span.set_attributes(attrs)
+    if span is not env._span:  # an inference span inside the application's envelope joins it
+        env._target_span(span)
+        attrs[S.CONTEXT_ID] = env.context_id
+    env._set(span, attrs, now=True)  # on the span from the call's start, as before
     env._stages.update(("budget", "assembly", "injection"))
     env._assembled = True
     owner._instruments.injections.add(1, {"target": _MODEL, "injection_point": _HISTORY})

@@ -422,7 +422,8 @@ class Call:
         env = current_envelope()
         self.own_env = env is None
         if env is None:
-            env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
+            env = tel.ctx._call_envelope(span) if tel.fold and span.is_recording() else \
+                tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
         self.target = span
         self.env = env
         distinct_ids(req.blocks)

@@ -13,8 +13,10 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
+from ..._attributes import digest_text
 from ..._enums import ContextKind, InjectionPoint
 from .._common import (
+    KNOWN_MESSAGES,
     SEG_HISTORY,
     SEG_SYSTEM,
     Accumulator,
@@ -25,6 +27,7 @@ from .._common import (
     make_block,
     short_digest,
 )
+from .._tokens import estimate_tokens
 from ..openai._extract import _get, _int, _tool_tokens, given
 
 PROVIDER = "anthropic"
@@ -81,16 +84,33 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         if capture:
             sys_parts.append(TextPart(content=text))
     messages = list(given(kwargs.get("messages")) or ())
-    last_user = max((i for i, m in enumerate(messages) if _get(m, "role") == "user"
-                     and not _only_tool_results(_get(m, "content"))), default=-1)
-    inputs: list[InputMessage] = []
+    last_user = -1
     for i, m in enumerate(messages):
-        role = str(_get(m, "role"))
-        content = _get(m, "content")
+        if _get(m, "role") == "user" and not _only_tool_results(_get(m, "content")):
+            last_user = i
+    inputs: list[InputMessage] = []
+    append = req.blocks.append
+    known = KNOWN_MESSAGES.get()
+    for i, m in enumerate(messages):
+        if type(m) is dict:
+            role, content = m.get("role"), m.get("content")
+        else:
+            role, content = _get(m, "role"), _get(m, "content")
+        if type(content) is str and type(role) is str and not capture:
+            # the usual message, a role and a string, read without the general path's
+            # lookups: what every call repeats for the whole history
+            item_id = (known and known_message_id(role, content)) \
+                or f"{role}:{short_digest(role, content)}"
+            append(Block(item_id, _K_USER_MESSAGE if role == "user" and i == last_user
+                         else _K_SESSION_HISTORY, _HISTORY, SEG_HISTORY,
+                         estimate_tokens(content), digest_text(content) if content else None,
+                         None, "inline", None, None, None, False, None, content or None))
+            continue
+        role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
         parts: list[Any] = []
         for j, block in enumerate(blocks):
-            req.blocks.append(_content_block(role, i, j, block, i == last_user, req, capture))
+            append(_content_block(role, i, j, block, i == last_user, req, capture))
             if capture:
                 parts.append(_genai_part(block))
         if capture:

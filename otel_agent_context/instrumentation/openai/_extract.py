@@ -13,8 +13,10 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
+from ..._attributes import digest_text
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
 from .._common import (
+    KNOWN_MESSAGES,
     SEG_DEVELOPER,
     SEG_HISTORY,
     SEG_SYSTEM,
@@ -107,6 +109,10 @@ def _tool_tokens(tools: Any) -> int:
         return 0
 
 
+#: roles whose string message takes chat_request's short path (a tool result carries an id)
+_PLAIN_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+
 def _history_kind(role: str | None, is_latest_user: bool) -> str:
     if role == "user" and is_latest_user:
         return _K_USER_MESSAGE
@@ -131,7 +137,26 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                     default=-1)
     inputs: list[InputMessage] = []
     system: list[Any] = []
+    append = req.blocks.append
+    known = KNOWN_MESSAGES.get()
     for i, m in enumerate(messages):
+        if (not capture and type(m) is dict and type(text := m.get("content")) is str
+                and (role := m.get("role")) in _PLAIN_ROLES and not m.get("tool_calls")):
+            # the usual message, a role and a string, read without the general path's
+            # lookups: what every call repeats for the whole history
+            item_id = (known and known_message_id(role, text)) \
+                or f"{role}:{short_digest(role, text)}"
+            if role == "system":
+                kind, point, seg = _SYSTEM
+            elif role == "developer":
+                kind, point, seg = _DEVELOPER
+            else:
+                kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, \
+                    SEG_HISTORY
+            append(Block(item_id, kind, point, seg, estimate_tokens(text),
+                         digest_text(text) if text else None, None, "inline", None, None,
+                         None, False, None, text or None))
+            continue
         role = _get(m, "role")
         text = text_of(_get(m, "content"))
         calls = given(_get(m, "tool_calls")) or ()
