@@ -351,7 +351,8 @@ def _alternate(instrumentors: list[Any], settings: dict[str, Any],
     scenario per phase in all: a drift within the process (the heap growing, the machine's
     load changing, connections ageing) falls on both phases alike instead of on the one
     timed second."""
-    per_block = max(1, calls // BLOCKS)
+    # ``calls`` in all per phase, spread over the blocks (a block may be empty)
+    sizes = [calls // BLOCKS + (1 if b < calls % BLOCKS else 0) for b in range(BLOCKS)]
     for name, fn in wanted.items():
         out[name].update(base={"wall": [], "cpu": []}, instrumented={"wall": [], "cpu": []},
                          alternated=True)
@@ -363,7 +364,9 @@ def _alternate(instrumentors: list[Any], settings: dict[str, Any],
     for inst in instrumentors:
         inst.uninstrument()
     recorded = {name: [0, 0, 0] for name in wanted}  # spans, events, attributes
-    for block in range(BLOCKS):
+    for block, per_block in enumerate(sizes):
+        if not per_block:
+            continue
         phases = ("base", "instrumented") if block % 2 == 0 else ("instrumented", "base")
         for phase in phases:
             if phase == "instrumented":
@@ -389,7 +392,7 @@ def _alternate(instrumentors: list[Any], settings: dict[str, Any],
             if phase == "instrumented":
                 for inst in instrumentors:
                     inst.uninstrument()
-    timed = per_block * BLOCKS
+    timed = sum(sizes)
     for name, (spans, events, attributes) in recorded.items():
         out[name].update(spans=spans / timed, events=events / timed,
                          attributes=attributes / timed)
