@@ -254,6 +254,7 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 MCP_RESOURCE_URI = "mcp.resource.uri"
 MCP_SESSION_ID = "mcp.session.id"
 JSONRPC_REQUEST_ID = "jsonrpc.request.id"
+GEN_AI_PROMPT_NAME = "gen_ai.prompt.name"
 USER_ID = "user.id"
 ERROR_TYPE = "error.type"
 
@@ -267,6 +268,7 @@ NATIVE_REUSED = {
     "mcp.resource_uri": MCP_RESOURCE_URI,
     "mcp.mcp_session_id": MCP_SESSION_ID,
     "mcp.jsonrpc_request_id": JSONRPC_REQUEST_ID,
+    "mcp.prompt_name": GEN_AI_PROMPT_NAME,
     "model_api.tool_call_id": GEN_AI_TOOL_CALL_ID,
     "model_api.response_id": GEN_AI_RESPONSE_ID,
     "opentelemetry.data_source_id": GEN_AI_DATA_SOURCE_ID,

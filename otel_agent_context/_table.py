@@ -265,6 +265,7 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'mcp.resource.uri': AttributeSpec('mcp.resource.uri', 'string', (), False, False),
     'mcp.session.id': AttributeSpec('mcp.session.id', 'string', (), False, False),
     'jsonrpc.request.id': AttributeSpec('jsonrpc.request.id', 'string', (), False, False),
+    'gen_ai.prompt.name': AttributeSpec('gen_ai.prompt.name', 'string', (), False, False),
     'user.id': AttributeSpec('user.id', 'string', (), False, False),
     'error.type': AttributeSpec('error.type', 'string', (), False, False),
 }

@@ -15,9 +15,9 @@ call), one item per resource content or prompt message:
   ``context.source.native.mcp.server_id``; item id ``mcp_resource:<short digest of
   server and uri>`` (one id per resource, the digest telling versions apart);
 * a prompt message: kind ``user_message`` (or ``session_history`` for the assistant's), the
-  prompt's name as ``context.source.native.mcp.prompt_name``; an embedded resource in a
-  message is content mode ``embedded_resource`` with its ``mcp.resource.uri``, a resource
-  link ``resource_link``.
+  prompt's name as ``mcp.prompt_name`` (exported as OpenTelemetry's ``gen_ai.prompt.name``);
+  an embedded resource in a message is content mode ``embedded_resource`` with its
+  ``mcp.resource.uri``, a resource link ``resource_link``.
 
 Each ``ClientSession.call_tool`` is a surface too, one item per content block of the
 result: kind ``tool_result``, content mode ``tool_result_ref`` (``embedded_resource`` or

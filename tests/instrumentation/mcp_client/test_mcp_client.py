@@ -86,6 +86,14 @@ def test_resource_and_prompt_are_surface_items_with_mcp_ids(mcp_on: CapturedTele
     assert source["external_mappings"]["mcp.resource_uri"] == URI
     assert source["external_mappings"]["mcp.server_id"] == "Docs"
     assert prompt["source_refs"][0]["external_mappings"]["mcp.prompt_name"] == "answer_question"
+    # on the wire, the prompt name is OpenTelemetry's gen_ai.prompt.name (mapped back above)
+    prompt_events = [e for s in tel.spans() for e in s.events
+                     if e.name == "context.item.added"
+                     and str(e.attributes.get("context.item.id", "")).startswith("mcp_prompt:")]
+    assert prompt_events and all(
+        e.attributes["gen_ai.prompt.name"] == "answer_question"
+        and "context.source.native.mcp.prompt_name" not in e.attributes
+        for e in prompt_events)
     # the JSON-RPC ids of the three requests (the session numbers its requests from 1, and
     # initialize is the first); stdio has no MCP session: no session id
     assert [i["source_refs"][0]["external_mappings"].get("mcp.jsonrpc_request_id")
