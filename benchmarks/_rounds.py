@@ -71,6 +71,85 @@ def time_phase(fn: Callable[[], Any], warmup: int, calls: int, exporter: Any,
     exporter.clear()
 
 
+#: base and instrumented blocks per process, in the order ABBA ...
+BLOCKS = 4
+
+
+def alternate_phases(on: Callable[[], None], off: Callable[[], None],
+                     build: Callable[[], dict[str, Callable[[], Any]]], exporter: Any,
+                     out: dict[str, Any], calls: int, warmup: int) -> bool:
+    """Time each scenario ``build()`` gives uninstrumented and instrumented (``on()`` /
+    ``off()``) in alternating blocks (ABBA), ``calls`` calls a phase in all, into
+    ``out[name]`` as ``time_phase`` does: a drift within the process (the heap growing, the
+    machine's load changing, connections ageing) falls on both phases alike instead of on
+    the one timed second. The scenarios are built again after each switch (an application
+    builds its agents after instrumenting). False, with nothing timed, when calls after
+    ``off()`` still record spans (the caller then times the phases one after the other)."""
+    on()
+    for fn in build().values():
+        fn()
+    off()
+    exporter.clear()
+    for fn in build().values():
+        fn()
+    clean = not exporter.get_finished_spans()
+    exporter.clear()
+    if not clean:
+        return False
+    sizes = [calls // BLOCKS + (1 if b < calls % BLOCKS else 0) for b in range(BLOCKS)]
+    for phase in ("base", "instrumented"):  # warm up connections, caches, first calls
+        if phase == "instrumented":
+            on()
+        for name, fn in build().items():
+            out[name].update(base={"wall": [], "cpu": []},
+                             instrumented={"wall": [], "cpu": []}, alternated=True)
+            _time(fn, warmup)
+        if phase == "instrumented":
+            off()
+    recorded = {name: [0, 0, 0] for name in out}  # spans, events, attributes
+    for block, per_block in enumerate(sizes):
+        if not per_block:
+            continue
+        for phase in ("base", "instrumented") if block % 2 == 0 else ("instrumented", "base"):
+            if phase == "instrumented":
+                on()
+            for name, fn in build().items():
+                _time(fn, 3)
+                exporter.clear()
+                wall, cpu = _time(fn, per_block)
+                out[name][phase]["wall"] += wall
+                out[name][phase]["cpu"] += cpu
+                spans = exporter.get_finished_spans()
+                if phase == "instrumented":
+                    events = [e for span in spans for e in span.events]
+                    counts = recorded[name]
+                    counts[0] += len(spans)
+                    counts[1] += len(events)
+                    counts[2] += (sum(len(span.attributes or {}) for span in spans)
+                                  + sum(len(e.attributes or {}) for e in events))
+                elif spans:
+                    raise RuntimeError(f"{name}: uninstrumented calls recorded spans")
+                exporter.clear()
+            if phase == "instrumented":
+                off()
+    timed = sum(sizes)
+    for name, (spans, events, attributes) in recorded.items():
+        out[name].update(spans=spans / timed, events=events / timed,
+                         attributes=attributes / timed)
+    return True
+
+
+def phases_line(rounds: dict[str, list[dict[str, Any]]], sequential: bool) -> str:
+    """How the processes ordered their phases, for the report."""
+    if sequential:
+        return "Phases: uninstrumented first, then instrumented, in every process."
+    fallback = sorted({c for per_round in rounds.values() for r in per_round
+                       for c, t in r.items() if not t.get("alternated", False)})
+    return ("Phases: alternating blocks (ABBA) in every process"
+            + (f", except {', '.join(fallback)} (uninstrument() left calls recorded: "
+               "sequential)" if fallback else "") + ".")
+
+
 #: content capture off in every configuration (each peer's own switch)
 NO_CONTENT = {
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false",

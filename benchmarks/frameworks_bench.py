@@ -32,16 +32,18 @@ alike), no meter provider, content capture off in each one's own switch:
 - ``ours + official``: ours and ``official GenAI`` together (ours outermost).
 
 One process per configuration and round, the order rotating round by round (instrumentors
-patch globally and not all uninstrument cleanly). A process first times every scenario of its
-framework uninstrumented (its own baseline), then instruments and times them again on the
-same agent objects; each phase warms up, then times turn by turn: wall (``perf_counter_ns``)
-and the calling thread's CPU (``thread_time_ns``). "Added" is, per round, the instrumented
-median minus the same process's uninstrumented median; the tables give the median over
-rounds and the p25-p75. The official framework instrumentors and the peers are the ``bench``
-extra (``pip install -e '.[bench]'``); one not installed is reported as missing, not timed.
-Results: stdout as Markdown (benchmarks/frameworks.md records runs), ``--json`` for the raw
-summary.
-"""
+patch globally and not all uninstrument cleanly). Within a process every scenario of its
+framework is timed uninstrumented (its own baseline) and instrumented in four alternating
+blocks (base, instrumented, instrumented, base: a drift within the process falls on both
+alike), the agents built again after each switch; a configuration whose uninstrument leaves
+turns recorded is timed baseline first, then instrumented (``--sequential`` asks for that
+order everywhere, the method of the runs before); each phase warms up, then times turn by
+turn: wall (``perf_counter_ns``) and the calling thread's CPU (``thread_time_ns``). "Added"
+is, per round, the instrumented median minus the same process's uninstrumented median; the
+tables give the median over rounds and the p25-p75. The official framework instrumentors and
+the peers are the ``bench`` extra (``pip install -e '.[bench]'``); one not installed is
+reported as missing, not timed. Results: stdout as Markdown (benchmarks/frameworks.md
+records runs), ``--json`` for the raw summary. """
 
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ from _rounds import (  # noqa: E402 - shared with instrumentation_bench.py
     _Remote,
     _time,
     _version,
+    alternate_phases,
+    phases_line,
     summarize,
     tables,
     time_phase,
@@ -287,10 +291,12 @@ def _prepare(framework: str) -> None:
         set_trace_processors([])
 
 
-def run_child(framework: str, config: str, url: str, calls: int, warmup: int
-              ) -> dict[str, Any]:
-    """Time every scenario of ``framework`` uninstrumented, then under ``config``: per turn
-    wall and CPU nanoseconds of each phase, and spans a turn."""
+def run_child(framework: str, config: str, url: str, calls: int, warmup: int,
+              alternate: bool = True) -> dict[str, Any]:
+    """Time every scenario of ``framework`` uninstrumented and under ``config``, in
+    alternating blocks (or one after the other, for a configuration whose uninstrument
+    leaves turns recorded): per turn wall and CPU nanoseconds of each phase, and spans a
+    turn."""
     build, configs, _ = FRAMEWORKS[framework]
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -298,19 +304,32 @@ def run_child(framework: str, config: str, url: str, calls: int, warmup: int
     _prepare(framework)
     instrumentors = configs[config]()
     out: dict[str, Any] = {name: {} for name in SCENARIOS[framework]}
+
+    def on() -> None:
+        for inst in instrumentors:
+            inst.instrument(tracer_provider=provider)
+
+    def off() -> None:
+        for inst in reversed(instrumentors):
+            inst.uninstrument()
+
+    # the agents are built after each switch, as an application builds them at start-up:
+    # a client's raw-response wrappers (which ChatOpenAI calls through) bind the client's
+    # methods once, so a client used before instrumenting stays unseen by every OpenAI
+    # instrumentor (ours and the official one alike)
+    if alternate and alternate_phases(on, off, lambda: build(f"{url}/v1"), exporter, out,
+                                      calls, warmup):
+        provider.shutdown()
+        return out
     for phase in ("base", "instrumented"):
         if phase == "instrumented":
-            for inst in instrumentors:
-                inst.instrument(tracer_provider=provider)
-        # the agents are built after instrumenting, as an application does at start-up:
-        # a client's raw-response wrappers (which ChatOpenAI calls through) bind the
-        # client's methods once, so a client used before instrumenting stays unseen by
-        # every OpenAI instrumentor (ours and the official one alike)
+            on()
         wanted = build(f"{url}/v1")
         for name, fn in wanted.items():
             time_phase(fn, warmup, calls, exporter, out[name], phase)
-    for inst in reversed(instrumentors):
-        inst.uninstrument()
+    off()
+    for name in out:
+        out[name]["alternated"] = False
     provider.shutdown()
     return out
 
@@ -319,7 +338,7 @@ def _spawn(framework: str, config: str, url: str, args: argparse.Namespace
            ) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config,
            "--framework", framework, "--stub-url", url, "--calls", str(args.calls),
-           "--warmup", str(args.warmup)]
+           "--warmup", str(args.warmup)] + (["--sequential"] if args.sequential else [])
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(NO_CONTENT)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -468,13 +487,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--profile", metavar="CONFIG",
                         help="instead: profile --calls turns of each scenario under CONFIG "
                              "in this process (pyinstrument), per framework")
+    parser.add_argument("--sequential", action="store_true",
+                        help="time each process's uninstrumented phase first, then the "
+                             "instrumented one (the method of the runs before alternating "
+                             "blocks), instead of in alternating blocks")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--framework", help=argparse.SUPPRESS)
     parser.add_argument("--stub-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_child(args.framework, args.child, args.stub_url, args.calls,
-                                   args.warmup)))
+                                   args.warmup, alternate=not args.sequential)))
         return
     frameworks = args.frameworks.split(",") if args.frameworks else list(FRAMEWORKS)
     if args.profile:
@@ -520,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for (f, c), dists in absent.items():
         print(f"Not installed, not timed: {f} {c} ({', '.join(dists)}; "
               "pip install -e '.[bench]').")
+    print(phases_line(rounds, args.sequential))
     print()
     timed = [c for c in wanted if any((f, c) in jobs for f in frameworks)]
     print(report(summary, timed))

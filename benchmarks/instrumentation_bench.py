@@ -80,6 +80,8 @@ from _rounds import (  # noqa: E402 - shared with frameworks_bench.py
     _Remote,
     _time,
     _version,
+    alternate_phases,
+    phases_line,
     summarize,
     tables,
     time_phase,
@@ -322,82 +324,6 @@ def missing(config: str) -> list[str]:
 # -- one configuration, in its own process -------------------------------------------------
 
 
-def _uninstruments_cleanly(instrumentors: list[Any], settings: dict[str, Any],
-                           wanted: dict[str, Callable[[], Any]], exporter: Any) -> bool:
-    """Whether calls after ``uninstrument()`` record nothing (then the phases can alternate
-    in one process)."""
-    for inst in instrumentors:
-        inst.instrument(**settings)
-    for fn in wanted.values():
-        fn()
-    for inst in instrumentors:
-        inst.uninstrument()
-    exporter.clear()
-    for fn in wanted.values():
-        fn()
-    clean = not exporter.get_finished_spans()
-    exporter.clear()
-    return clean
-
-
-#: base and instrumented blocks per process, in the order ABBA ABBA ...
-BLOCKS = 4
-
-
-def _alternate(instrumentors: list[Any], settings: dict[str, Any],
-               wanted: dict[str, Callable[[], Any]], exporter: Any, out: dict[str, Any],
-               calls: int, warmup: int) -> None:
-    """Uninstrumented and instrumented blocks in turn (ABBA), ``calls`` calls of each
-    scenario per phase in all: a drift within the process (the heap growing, the machine's
-    load changing, connections ageing) falls on both phases alike instead of on the one
-    timed second."""
-    # ``calls`` in all per phase, spread over the blocks (a block may be empty)
-    sizes = [calls // BLOCKS + (1 if b < calls % BLOCKS else 0) for b in range(BLOCKS)]
-    for name, fn in wanted.items():
-        out[name].update(base={"wall": [], "cpu": []}, instrumented={"wall": [], "cpu": []},
-                         alternated=True)
-        _time(fn, warmup)
-    for inst in instrumentors:
-        inst.instrument(**settings)
-    for fn in wanted.values():
-        _time(fn, warmup)
-    for inst in instrumentors:
-        inst.uninstrument()
-    recorded = {name: [0, 0, 0] for name in wanted}  # spans, events, attributes
-    for block, per_block in enumerate(sizes):
-        if not per_block:
-            continue
-        phases = ("base", "instrumented") if block % 2 == 0 else ("instrumented", "base")
-        for phase in phases:
-            if phase == "instrumented":
-                for inst in instrumentors:
-                    inst.instrument(**settings)
-            for name, fn in wanted.items():
-                _time(fn, 3)
-                exporter.clear()
-                wall, cpu = _time(fn, per_block)
-                out[name][phase]["wall"] += wall
-                out[name][phase]["cpu"] += cpu
-                spans = exporter.get_finished_spans()
-                if phase == "instrumented":
-                    events = [e for span in spans for e in span.events]
-                    counts = recorded[name]
-                    counts[0] += len(spans)
-                    counts[1] += len(events)
-                    counts[2] += (sum(len(span.attributes or {}) for span in spans)
-                                  + sum(len(e.attributes or {}) for e in events))
-                elif spans:
-                    raise RuntimeError(f"{name}: uninstrumented calls recorded spans")
-                exporter.clear()
-            if phase == "instrumented":
-                for inst in instrumentors:
-                    inst.uninstrument()
-    timed = sum(sizes)
-    for name, (spans, events, attributes) in recorded.items():
-        out[name].update(spans=spans / timed, events=events / timed,
-                         attributes=attributes / timed)
-
-
 def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[str],
               metrics: bool, sampled_out: bool, compare: str | None,
               alternate: bool = True) -> dict[str, Any]:
@@ -418,7 +344,16 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
     stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
     wanted = {name: fn for name, fn in scenarios(stub).items() if name in names}
     out: dict[str, Any] = {name: {} for name in wanted}
-    if not alternate or not _uninstruments_cleanly(instrumentors, settings, wanted, exporter):
+    def on() -> None:
+        for inst in instrumentors:
+            inst.instrument(**settings)
+
+    def off() -> None:
+        for inst in instrumentors:
+            inst.uninstrument()
+
+    if not alternate or not alternate_phases(on, off, lambda: wanted, exporter, out, calls,
+                                             warmup):
         # the same process uninstrumented first, then instrumented: same clients, same
         # connections (a configuration that leaves spans behind after uninstrument)
         for phase in ("base", "instrumented"):
@@ -431,8 +366,6 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
             inst.uninstrument()
         for name in wanted:
             out[name]["alternated"] = False
-    else:
-        _alternate(instrumentors, settings, wanted, exporter, out, calls, warmup)
     provider.shutdown()
     if meters is not None:
         meters.shutdown()
@@ -577,13 +510,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for config, dists in absent.items():
         print(f"Not installed, not timed: {config} ({', '.join(dists)}; "
               "pip install -e '.[bench]').")
-    sequential = sorted({c for per_round in rounds.values() for r in per_round
-                         for c, t in r.items() if not t.get("alternated", False)})
-    print("Phases: " + ("uninstrumented first, then instrumented, in every process"
-                        if args.sequential else
-                        "alternating blocks (ABBA) in every process"
-                        + (f", except {', '.join(sequential)} (uninstrument() left calls "
-                           "recorded: sequential)" if sequential else "")) + ".")
+    print(phases_line(rounds, args.sequential))
     print()
     print(report(summary, ["uninstrumented", *configs]))
     if args.json:
