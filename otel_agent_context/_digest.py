@@ -37,7 +37,7 @@ from typing import Any
 from . import _env
 
 __all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "digest_chunks", "digest_str",
-           "ordered_digest", "short_digest"]
+           "ordered_digest", "recall", "remember", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -149,7 +149,7 @@ def reset() -> None:
 #: every model call, so most messages of a call were digested by the call before: a lookup
 #: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
 #: entries and by the characters the keys hold; forgotten whole when full, or with the key.
-_MEMO: dict[Any, str] = {}
+_MEMO: dict[Any, Any] = {}
 _MEMO_MAX_ENTRIES = 4096
 _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
@@ -169,6 +169,18 @@ def _remember(key: Any, chars: int, value: str) -> None:
         _forget()
     _MEMO[key] = value
     _memo_chars += chars
+
+
+def recall(key: Any) -> Any:
+    """What :func:`remember` kept under ``key`` (None if nothing, or the key changed)."""
+    found = _MEMO.get(key)
+    return found if _resolved else None
+
+
+def remember(key: Any, chars: int, value: Any) -> None:
+    """Keep ``value``, derived from texts of ``chars`` characters and from the digest key,
+    under ``key`` beside the digests (same bounds; forgotten with them)."""
+    _remember(key, chars, value)
 
 
 def _keyed(inner: Any) -> str:

@@ -133,3 +133,35 @@ def test_remembered_digests_follow_the_key_and_stay_bounded(monkeypatch) -> None
         assert huge not in _digest._MEMO
     finally:
         _digest.reset()
+
+
+def test_remembered_message_facts_follow_the_key_and_the_token_estimator(monkeypatch) -> None:
+    """A message's id, token estimate and digest are remembered like the digests (a history
+    is read again every call), and never answered from memory after the key or the token
+    estimator changed."""
+    from otel_agent_context.instrumentation._common import message_facts
+    from otel_agent_context.instrumentation._tokens import set_token_estimator
+
+    text = "where is my refund? " * 20
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
+    _digest.reset()
+    try:
+        first = message_facts("user", text)
+        assert message_facts("user", text) == first
+        assert first == ("user:" + _digest.short_digest("user", text), (len(text) + 3) // 4,
+                         digest_text(text))
+        assert message_facts("assistant", text)[0].startswith("assistant:")
+        set_token_estimator(lambda t: 7)
+        try:
+            assert message_facts("user", text) == (first[0], 7, first[2])
+        finally:
+            set_token_estimator(None)
+        assert message_facts("user", text) == first
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+        _digest.reset()
+        second = message_facts("user", text)
+        assert second[0] != first[0] and second[2] != first[2]
+        assert second[2] == "hmac-sha256:" + hmac.new(b"second", text.encode(),
+                                                      "sha256").hexdigest()
+    finally:
+        _digest.reset()

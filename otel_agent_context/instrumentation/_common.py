@@ -43,6 +43,7 @@ from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrappe
 
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
+from .._digest import recall, remember
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -52,7 +53,7 @@ from .._folded import Segment, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
-from . import _frames
+from . import _frames, _tokens
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -133,6 +134,21 @@ def short_digest(*parts: str) -> str:
     """12 hex characters naming a message by its content (stable across turns; keyed, so
     the id does not reveal a guessable text)."""
     return _short_digest(*parts)
+
+
+_FACTS = "message facts"
+
+
+def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
+    """A string message's item id (``role:<short digest>``), token estimate and digest,
+    remembered beside the digests (a history is sent again with every call)."""
+    key = (_FACTS, role, text, _tokens._estimator)
+    facts = recall(key)
+    if facts is None:
+        facts = (f"{role}:{_short_digest(role, text)}", estimate_tokens(text),
+                 digest_text(text) if text else None)
+        remember(key, len(text), facts)
+    return facts  # type: ignore[no-any-return]
 
 
 #: Message ids a framework gave the messages of the model call under way, by (role, text),

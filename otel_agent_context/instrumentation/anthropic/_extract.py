@@ -13,7 +13,6 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
-from ..._attributes import digest_text
 from ..._enums import ContextKind, InjectionPoint
 from .._common import (
     KNOWN_MESSAGES,
@@ -25,9 +24,9 @@ from .._common import (
     Request,
     known_message_id,
     make_block,
+    message_facts,
     short_digest,
 )
-from .._tokens import estimate_tokens
 from ..openai._extract import _get, _int, _tool_tokens, given
 
 PROVIDER = "anthropic"
@@ -99,11 +98,11 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         if type(content) is str and type(role) is str and not capture:
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
-            item_id = (known and known_message_id(role, content)) \
-                or f"{role}:{short_digest(role, content)}"
+            item_id, tokens, digest = message_facts(role, content)
+            if known:
+                item_id = known_message_id(role, content) or item_id
             append(Block(item_id, _K_USER_MESSAGE if role == "user" and i == last_user
-                         else _K_SESSION_HISTORY, _HISTORY, SEG_HISTORY,
-                         estimate_tokens(content), digest_text(content) if content else None,
+                         else _K_SESSION_HISTORY, _HISTORY, SEG_HISTORY, tokens, digest,
                          None, "inline", None, None, None, False, None, content or None))
             continue
         role = str(role)

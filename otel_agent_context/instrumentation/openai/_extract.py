@@ -13,7 +13,6 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
-from ..._attributes import digest_text
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
 from .._common import (
     KNOWN_MESSAGES,
@@ -26,6 +25,7 @@ from .._common import (
     Request,
     known_message_id,
     make_block,
+    message_facts,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -144,8 +144,9 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                 and (role := m.get("role")) in _PLAIN_ROLES and not m.get("tool_calls")):
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
-            item_id = (known and known_message_id(role, text)) \
-                or f"{role}:{short_digest(role, text)}"
+            item_id, tokens, digest = message_facts(role, text)
+            if known:
+                item_id = known_message_id(role, text) or item_id
             if role == "system":
                 kind, point, seg = _SYSTEM
             elif role == "developer":
@@ -153,8 +154,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
             else:
                 kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, \
                     SEG_HISTORY
-            append(Block(item_id, kind, point, seg, estimate_tokens(text),
-                         digest_text(text) if text else None, None, "inline", None, None,
+            append(Block(item_id, kind, point, seg, tokens, digest, None, "inline", None, None,
                          None, False, None, text or None))
             continue
         role = _get(m, "role")

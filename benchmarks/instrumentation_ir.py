@@ -1,0 +1,183 @@
+"""Instructions per instrumented LLM client call (callgrind), the configurations and
+scenarios of ``instrumentation_bench.py``: a count that the machine's load does not move.
+Issue 11.
+
+    python benchmarks/instrumentation_ir.py [--calls 20] [--configs NAME,...]
+        [--scenarios NAME,...]
+
+Each configuration runs in a process of its own under ``valgrind --tool=callgrind
+--instr-atstart=no`` (Debian's ``valgrind`` package), the stub in another process (not
+counted). The process calls every scenario uninstrumented, then instrumented (the same
+clients, the same connections); in each phase a scenario is warmed up, then callgrind counts
+only around its ``--calls`` calls (``callgrind_control -i on`` / ``off``, then a dump),
+with the garbage collector off while it counts (a collection lands in one phase or another
+by chance). What a configuration adds is its instrumented count less the same process's
+uninstrumented one, per call. Instructions are not time (cache misses, allocation and the
+cost of each instruction are not weighed), but they rank differences of a few percent that
+the timing runs on a shared machine (``instrumentation_bench.py``) cannot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import instrumentation_bench as bench  # noqa: E402
+from _rounds import NO_CONTENT, _machine, _Remote, _version  # noqa: E402
+
+PHASES = ("base", "instrumented")
+
+
+def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentors = bench.CONFIGS[config]()
+    stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
+    every = bench.scenarios(stub)
+    fns = [every[name] for name in names]  # in the order of ``names``: the dumps' numbers
+    pid = str(os.getpid())
+
+    def ctl(*flags: str) -> None:
+        subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
+
+    for p, phase in enumerate(PHASES):
+        if phase == "instrumented":
+            for inst in instrumentors:
+                inst.instrument(tracer_provider=provider)
+        for s, fn in enumerate(fns):
+            for _ in range(warmup):
+                fn()
+            exporter.clear()
+            gc.collect()
+            gc.disable()
+            ctl("-z")
+            ctl("-i", "on")
+            for _ in range(calls):
+                fn()
+            ctl("-i", "off")
+            gc.enable()
+            ctl(f"--dump=p{p}s{s}")
+            if phase == "instrumented" and config != "uninstrumented" \
+                    and not exporter.get_finished_spans():
+                raise SystemExit(f"{config}: {names[s]} recorded nothing")
+            exporter.clear()
+
+
+def _count(config: str, url: str, args: argparse.Namespace, names: list[str]
+           ) -> dict[tuple[int, int], float]:
+    """Instructions per call by (phase, scenario) of one configuration's process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+               f"--callgrind-out-file={out}", sys.executable, __file__, "--child", config,
+               "--stub-url", url, "--calls", str(args.calls), "--warmup", str(args.warmup),
+               "--scenarios", ",".join(names)]
+        proc = subprocess.run(cmd, env={**os.environ, **NO_CONTENT}, capture_output=True,
+                              text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise SystemExit(f"{config} failed:\n{proc.stderr[-3000:]}")
+        counts: dict[tuple[int, int], float] = {}
+        for dump in Path(tmp).glob("cg.out.*"):
+            text = dump.read_text(errors="replace")
+            name = re.search(r"^desc: Trigger: dump p(\d+)s(\d+)", text, re.M)
+            total = re.search(r"^totals: (\d+)", text, re.M)
+            if name and total:
+                counts[(int(name[1]), int(name[2]))] = int(total[1]) / args.calls
+        return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20,
+                        help="counted calls per scenario and phase")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--configs", help="comma-separated subset of: "
+                        + ", ".join(c for c in bench.CONFIGS if c != "uninstrumented"))
+    parser.add_argument("--scenarios", help="comma-separated subset of the scenarios")
+    parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--stub-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    known = list(bench.scenarios(SimpleNamespace(openai_base_url="http://127.0.0.1:9/v1",
+                                                 anthropic_base_url="http://127.0.0.1:9")))
+    names = args.scenarios.split(",") if args.scenarios else known
+    if set(names) - set(known):
+        raise SystemExit(f"unknown scenarios {sorted(set(names) - set(known))}; "
+                         f"known: {known}")
+    if args.child:
+        _child(args.child, args.stub_url, args.calls, args.warmup, names)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    wanted = args.configs.split(",") if args.configs else \
+        [c for c in bench.CONFIGS if c != "uninstrumented"]
+    absent = {c: m for c in wanted if (m := bench.missing(c))}
+    configs = [c for c in wanted if c not in absent]
+    added: dict[str, dict[str, float]] = {name: {} for name in names}
+    base: dict[str, list[float]] = {name: [] for name in names}
+    with _Remote() as stub:
+        for config in configs:
+            counts = _count(config, stub.url, args, names)
+            for s, name in enumerate(names):
+                base[name].append(counts[(0, s)])
+                added[name][config] = counts[(1, s)] - counts[(0, s)]
+    print(f"Machine: {_machine()}; valgrind's callgrind; Python {sys.version.split()[0]}.")
+    print("Versions: " + ", ".join(f"{d} {v}" for d in bench.VERSIONED
+                                   if (v := _version(d))) + ".")
+    print(f"{args.calls} counted calls per scenario, phase and configuration "
+          f"({args.warmup} warm-up calls), traces, content capture off.")
+    for config, dists in absent.items():
+        print(f"Not installed, not counted: {config} ({', '.join(dists)}).")
+    print()
+    print("### Instructions added per call (thousands), calling process")
+    print()
+    print("| scenario | uninstrumented | " + " | ".join(configs) + " |")
+    print("|---|---:|" + "---:|" * len(configs))
+    for name in names:
+        uninstrumented = sorted(base[name])[len(base[name]) // 2]
+        print(f"| {name} | {uninstrumented / 1e3:,.0f} | "
+              + " | ".join(f"+{added[name][c] / 1e3:,.0f}" for c in configs) + " |")
+    print()
+    print(_goals(added))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"calls": args.calls, "added": added,
+                                               "base": base, "missing": absent}, indent=1))
+
+
+def _goals(added: dict[str, dict[str, float]]) -> str:
+    lines = ["### Goals on instructions (issue 11)", "",
+             "| scenario | ours ÷ best of OpenInference and OpenLLMetry (≤ 1) "
+             "| ours ÷ official (≤ 1.5) | ours + official ÷ official (≤ 1.5) |",
+             "|---|---:|---:|---:|"]
+
+    def ratio(a: Any, b: Any, goal: float) -> str:
+        if a is None or b is None or b <= 0:
+            return "–"
+        return f"{a / b:.2f} {'met' if a / b <= goal else 'MISSED'}"
+
+    for name, by in added.items():
+        peers = [by[c] for c in ("OpenInference", "OpenLLMetry") if c in by]
+        lines.append(f"| {name} | {ratio(by.get('ours'), min(peers) if peers else None, 1.0)}"
+                     f" | {ratio(by.get('ours'), by.get('official GenAI'), 1.5)}"
+                     f" | {ratio(by.get('ours + official'), by.get('official GenAI'), 1.5)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
