@@ -22,7 +22,8 @@ RSS of ``serve`` and of the store's child process (``store.writer: process``) ev
 ``--max-memory`` counts) and the machine's 1-minute load average, and each worker's
 requests/s on its connection (requests over the time spent in its sends).
 ``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
-(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
+(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``); ``--serve-env PYTHONPATH=benchmarks/memprobe
+--serve-env MEMPROBE_DIR=DIR`` splits RSS into its owners (see that probe's docstring).
 Results: benchmarks/soak.md.
 """
 
