@@ -17,12 +17,13 @@ down, UNAVAILABLE/503 under backpressure): at-least-once from the client's side.
 ``serve`` gets SIGTERM (it flushes) and the bundles are counted: an acknowledged context id
 missing from the output is lost, one written twice is duplicated. Reported: acknowledged
 spans/s, p50/p99 of the time from first send to acknowledgement (kill downtime included),
-RSS of ``serve`` every 2 s (across restarts) beside the sum of its
-``context_processor_memory_bytes`` (what ``--max-memory`` counts) and the machine's 1-minute
-load average, and each worker's
+RSS of ``serve`` and of the store's child process (``store.writer: process``) every 2 s
+(across restarts) beside the sum of ``serve``'s ``context_processor_memory_bytes`` (what
+``--max-memory`` counts) and the machine's 1-minute load average, and each worker's
 requests/s on its connection (requests over the time spent in its sends).
 ``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
-(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``).
+(``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``); ``--serve-env PYTHONPATH=benchmarks/memprobe
+--serve-env MEMPROBE_DIR=DIR`` splits RSS into its owners (see that probe's docstring).
 Results: benchmarks/soak.md.
 """
 
@@ -158,14 +159,37 @@ class Serve:
                    if line.startswith("context_processor_memory_bytes{")) / 2**20
 
     def rss_mib(self) -> float | None:
-        try:
-            status = Path(f"/proc/{self.process.pid}/status").read_text()  # type: ignore[union-attr]
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        assert self.process is not None
+        return _rss_mib(self.process.pid)
+
+    def child_rss_mib(self) -> float | None:
+        """RSS of ``serve``'s children (the store's process), summed; None without any."""
+        assert self.process is not None
+        values = [_rss_mib(pid) for pid in _children(self.process.pid)]
+        present = [v for v in values if v is not None]
+        return sum(present) if present else None
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (from any of its threads)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
 
 
 class Worker(threading.Thread):
@@ -295,6 +319,7 @@ def main() -> None:
         workers = [Worker(i, kinds[i % len(kinds)], serve, stop, args.envelopes, args.stages)
                    for i in range(args.workers)]
         rss: list[tuple[float, float]] = []
+        child_rss: list[tuple[float, float | None]] = []
         held: list[tuple[float, float | None]] = []
         load_samples: list[tuple[float, float]] = []
         began = time.monotonic()
@@ -313,6 +338,7 @@ def main() -> None:
             value = serve.rss_mib()
             if value is not None:
                 rss.append((now - began, value))
+                child_rss.append((now - began, serve.child_rss_mib()))
                 held.append((now - began, serve.held_mib()))
             load_samples.append((now - began, os.getloadavg()[0]))
             time.sleep(2)
@@ -347,6 +373,10 @@ def main() -> None:
         "requests_per_s_per_worker": {k: v for k, v in rates.items() if v},
         "rss_mib": [(round(t), round(v)) for t, v in rss[:: max(1, len(rss) // 30)]],
         "rss_mib_max": round(max(v for _, v in rss)) if rss else None,
+        "store_child_rss_mib": [(round(t), None if v is None else round(v))
+                                for t, v in child_rss[:: max(1, len(child_rss) // 30)]],
+        "store_child_rss_mib_max": max((round(v) for _, v in child_rss if v is not None),
+                                       default=None),
         "held_mib": [(round(t), None if v is None else round(v, 1))
                      for t, v in held[:: max(1, len(held) // 30)]],
         "load_average_at_end": load,

@@ -85,6 +85,7 @@ def _config_error(exc: ConfigError) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ._malloc import tune_malloc
     from ._server import Processor, tune_gc
 
     overrides = {s.key: getattr(args, _dest(s.key)) for s in SETTINGS if s.flag is not None}
@@ -106,6 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    tune_malloc()  # before any thread allocates
     processor = Processor(config)
     try:
         processor.start()

@@ -68,8 +68,11 @@ DEFAULT_HTTP_MAX_CONNECTIONS = 2_000
 DEFAULT_MAX_EVENTS = 200_000
 #: Encoded bytes of the log-based events waiting for their span.
 DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
-#: Rebuilt envelopes waiting for the sinks; beyond this the receivers push back.
-DEFAULT_QUEUE_SIZE = 10_000
+#: Finished envelopes waiting for the emitter and the sinks; beyond this the receivers push
+#: back. Eight of the emitter's batches: enough to keep it busy; more only lengthens the wait
+#: before a bundle is written and raises the memory a sustained overload ends at (10,000,
+#: the earlier default, held about 95 MiB of envelopes in the soak: benchmarks/soak.md).
+DEFAULT_QUEUE_SIZE = 2_048
 DEFAULT_RETRY_AFTER = 1.0
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024

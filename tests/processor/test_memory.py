@@ -237,6 +237,28 @@ def test_one_request_never_takes_the_queue_past_its_count(start_processor, stall
     assert processor.pipeline.buffer.finished_envelopes == 5
 
 
+def test_by_default_a_stalled_sink_stops_ingest_at_a_couple_of_thousand_envelopes(
+        start_processor, stalled) -> None:
+    """Under a sustained overload the queue fills to its cap and memory with it (the soak:
+    10,000 envelopes, about 95 MiB, the earlier default): the default cap stops it at
+    2,048 finished envelopes, eight of the emitter's batches."""
+    processor = start_processor(sinks=[stalled()])
+    assert processor.config.queue_size == 2048
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    refused = None
+    for first in range(1, 4000, 64):
+        spans = [s for t in range(first, first + 64)
+                 for s in envelope_spans(t, f"cap-{t}", stages=1)]
+        try:
+            stub.Export(request(spans), timeout=10)
+        except grpc.RpcError as exc:
+            refused = exc
+            break
+    assert refused is not None and refused.code() is grpc.StatusCode.UNAVAILABLE
+    assert "pipeline.queue_size" in refused.details()
+    assert 1900 <= processor.pipeline.buffer.finished_envelopes <= 2048
+
+
 def test_an_empty_queue_takes_a_request_of_more_envelopes_than_it_holds(start_processor
                                                                         ) -> None:
     processor = start_processor(pipeline__queue_size=2)
