@@ -43,9 +43,8 @@ def _child(turns: int, configs: list[str]) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     ctx = AgentContext(tracer_provider=provider, capture_content=False)
-    openai_inst = bench.OpenAIContextInstrumentor()
-    li_inst = bench.LlamaIndexContextInstrumentor()
-    official = bench._official()
+    insts = (bench.OpenAIContextInstrumentor(), bench.LlamaIndexContextInstrumentor(),
+             bench._official())
     pid = str(os.getpid())
 
     def ctl(*flags: str) -> None:
@@ -54,13 +53,7 @@ def _child(turns: int, configs: list[str]) -> None:
     with bench.StubServer() as stub:
         fns = bench._turns(stub.openai_base_url)
         for c, config in enumerate(configs):
-            if config == "official GenAI":
-                for inst in official:
-                    inst.instrument(tracer_provider=provider)
-            elif config != "uninstrumented":
-                openai_inst.instrument(agent_context=ctx, tracer_provider=provider)
-                if config == "openai + llama_index":
-                    li_inst.instrument(agent_context=ctx)
+            bench.switch(config, True, ctx, provider, insts)
             for t, fn in enumerate(fns.values()):
                 for _ in range(5):
                     fn()
@@ -75,12 +68,7 @@ def _child(turns: int, configs: list[str]) -> None:
                 gc.enable()
                 ctl(f"--dump=c{c}t{t}")
                 exporter.clear()
-            for inst in official if config == "official GenAI" else ():
-                inst.uninstrument()
-            if li_inst.is_instrumented_by_opentelemetry:
-                li_inst.uninstrument()
-            if openai_inst.is_instrumented_by_opentelemetry:
-                openai_inst.uninstrument()
+            bench.switch(config, False, ctx, provider, insts)
 
 
 def main() -> None:
