@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..._attributes import digest_text
@@ -13,7 +13,7 @@ from ..._records import ContextItem, ContextSourceRef
 from .._tokens import estimate_tokens
 
 __all__ = ["message_id", "message_role", "message_text", "node_id", "node_item", "node_of",
-           "node_score", "text_message_id"]
+           "node_score", "positional_ids", "text_message_id"]
 
 _URI_KEYS = ("file_path", "url", "source", "file_name")
 
@@ -98,3 +98,30 @@ def message_role(message: Any) -> str:
 
 def text_message_id(role: str, text: str) -> str:
     return "llama_index_msg:" + short_digest(role, text, length=16)
+
+
+def positional_ids(history: Sequence[Any], wanted: Sequence[Any],
+                   new_input: tuple[str, str] | None = None) -> tuple[dict[int, str], str | None]:
+    """The ids of the messages of ``wanted`` (by ``id()``) by their place in ``history``, the
+    conversation from its start: the first message of a role and text is its ``message_id``,
+    a later identical one ``<id>#2``, ``#3``... (the suffix an assembly gives a repeated
+    block), so that the id is stable across calls while the conversation grows and two
+    identical messages at different positions are told apart. ``new_input`` (role, text):
+    the message about to follow the history, and its id."""
+    want = {id(m) for m in wanted}
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[int, str] = {}
+    for message in history:
+        key = (message_role(message), message_text(message))
+        n = seen[key] = seen.get(key, 0) + 1
+        if id(message) in want:
+            base = text_message_id(*key)
+            out[id(message)] = base if n == 1 else f"{base}#{n}"
+    for message in wanted:  # not in the history given: by its content alone
+        if id(message) not in out:
+            out[id(message)] = message_id(message)
+    if new_input is None:
+        return out, None
+    base = text_message_id(*new_input)
+    n = seen.get(new_input, 0) + 1
+    return out, base if n == 1 else f"{base}#{n}"

@@ -291,3 +291,29 @@ def test_node_items_equal_validated_records() -> None:
         made.append(item)
     assert made[1].source_refs[0] is not made[2].source_refs[0]
     assert made[0].source_refs is not made[3].source_refs
+
+
+def test_identical_messages_at_different_places_have_their_own_ids(
+        li_on: CapturedTelemetry) -> None:
+    """The stub answers every turn alike: the two assistant messages of the history are the
+    same text. The memory's third-turn cut drops the first; the prompt keeps the second: it
+    is ``<id>#2`` (its place in the conversation), never the id of the message cut, and a
+    message has one id in every turn's prompt and truncation records."""
+    out, _ = _chat()
+    assert out == [REPLY] * 3
+    q1, q2, q3 = ("When does support answer the phone?", "And how long do refunds take?",
+                  "Do returns need the original packaging?")
+    user = [message_id(ChatMessage(role="user", content=q)) for q in (q1, q2, q3)]
+    reply = message_id(ChatMessage(role="assistant", content=REPLY))
+    bundles = li_on.bundles()
+    blocks = [[b["item_id"] for b in bundle["context_assemblies"][0]["ordered_blocks"][1:]]
+              for bundle in bundles]
+    assert blocks == [[user[0]], [user[0], reply, user[1]],
+                      [user[1], f"{reply}#2", user[2]]]
+    (memory,) = [x for x in bundles[2]["context_budgets"]
+                 if x["max_tokens"] == li_app.TOKEN_LIMIT]
+    cut = [r["item_id"] for r in memory["truncation_records"]]
+    assert cut == [user[0], reply]  # the ids the second turn's prompt gave them
+    assert not set(cut) & set(blocks[2])
+    items = [i["item_id"] for i in bundles[2]["context_items"]]
+    assert len(items) == len(set(items))
