@@ -77,6 +77,26 @@ def _turns(base_url: str) -> dict[str, Callable[[], Any]]:
                                                    chat_history=list(history))}
 
 
+def switch(config: str, on: bool, ctx: AgentContext, provider: TracerProvider,
+           insts: tuple[Any, Any, list[Any]]) -> None:
+    """Instrument for ``config`` (``on``), or take its instrumentors off again."""
+    openai_inst, li_inst, official = insts
+    if not on:
+        for inst in official if config == "official GenAI" else ():
+            inst.uninstrument()
+        for inst in (li_inst, openai_inst):
+            if inst.is_instrumented_by_opentelemetry:
+                inst.uninstrument()
+        return
+    if config == "official GenAI":
+        for inst in official:
+            inst.instrument(tracer_provider=provider)
+    elif config != "uninstrumented":
+        openai_inst.instrument(agent_context=ctx, tracer_provider=provider)
+    if config == "openai + llama_index":
+        li_inst.instrument(agent_context=ctx)
+
+
 def _time(fn: Callable[[], Any], n: int) -> tuple[float, float]:
     wall, cpu = [], []
     for _ in range(n):
@@ -108,23 +128,13 @@ def main() -> None:
         for r in range(args.rounds):
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for config in order:
-                if config == "official GenAI":
-                    for inst in official:
-                        inst.instrument(tracer_provider=provider)
-                elif config != "uninstrumented":
-                    openai_inst.instrument(agent_context=ctx, tracer_provider=provider)
-                if config == "openai + llama_index":
-                    li_inst.instrument(agent_context=ctx)
+                switch(config, True, ctx, provider, (openai_inst, li_inst, official))
                 for name, fn in turns.items():
                     for _ in range(args.warmup):
                         fn()
                     results.setdefault((config, name), []).append(_time(fn, args.turns))
                     exporter.clear()
-                for inst in official if config == "official GenAI" else ():
-                    inst.uninstrument()
-                li_inst.uninstrument() if li_inst.is_instrumented_by_opentelemetry else None
-                if openai_inst.is_instrumented_by_opentelemetry:
-                    openai_inst.uninstrument()
+                switch(config, False, ctx, provider, (openai_inst, li_inst, official))
     print(f"{args.rounds} rounds x {args.turns} turns; microseconds, median over rounds")
     print("| turn | configuration | wall | caller CPU | CPU added |")
     print("|---|---|---|---|---|")

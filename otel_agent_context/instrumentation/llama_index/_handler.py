@@ -44,21 +44,33 @@ _IN_POST: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _MAX_OPEN = 4096
 
 
+#: (class, "Class.method" of the span id) -> our role for that span, or None: one lookup per
+#: span (15 a query turn, most of them not ours).
+_ROLES: dict[tuple[type, str], str | None] = {}
+_UUID = 36  # a span id ends with "-" and a uuid4
+
+
 def _role(instance: Any, id_: str) -> str | None:
-    if instance is None:
-        return None
     cls = type(instance)
+    cut = len(id_) - _UUID - 1
+    prefix = id_[:cut] if cut > 0 and id_[cut] == "-" else id_.split("-", 1)[0]
+    key = (cls, prefix)
+    try:
+        return _ROLES[key]
+    except KeyError:
+        pass
     if cls in _BASES:
         found = _BASES[cls]
     else:
         found = next((_METHODS[c.__name__] for c in cls.__mro__ if c.__name__ in _METHODS),
                      None)
         _BASES[cls] = found
-    if found is None:
-        return None
-    role, methods = found
-    method = id_.split("-", 1)[0].rpartition(".")[2]
-    return role if method in methods else None
+    role = None
+    if found is not None and prefix.rpartition(".")[2] in found[1]:
+        role = found[0]
+    if len(_ROLES) < _MAX_OPEN:
+        _ROLES[key] = role
+    return role
 
 
 def _query_text(value: Any) -> str | None:
@@ -97,15 +109,14 @@ class _Open:
             self.spans[id_] = entry
 
     def pop(self, id_: str) -> tuple[str, Turn, Any, Any] | None:
-        with self.lock:
-            return self.spans.pop(id_, None)
+        return self.spans.pop(id_, None)  # one dict operation: atomic
 
 
 _OPEN = _Open()
 
 
 def _enter(id_: str, bound_args: Any, instance: Any) -> None:
-    role = _role(instance, id_)
+    role = _role(instance, id_)  # instance: not None
     if role is None:
         return
     args = getattr(bound_args, "arguments", {})
@@ -178,7 +189,7 @@ class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]
 
     def span_enter(self, id_: str, bound_args: Any, instance: Any = None,
                    parent_id: str | None = None, tags: Any = None, **kwargs: Any) -> None:
-        if STATE.ctx is None:
+        if instance is None or STATE.ctx is None:  # a function's span: none of ours
             return
         try:
             _enter(id_, bound_args, instance)
@@ -187,6 +198,8 @@ class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]
 
     def span_exit(self, id_: str, bound_args: Any, instance: Any = None,
                   result: Any = None, **kwargs: Any) -> None:
+        if not _OPEN.spans:
+            return
         try:
             _exit(id_, instance, result, None)
         except Exception:

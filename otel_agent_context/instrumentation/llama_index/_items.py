@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..._attributes import digest_text
 from ..._digest import short_digest
 from ..._enums import ContentMode, ContextKind
 from ..._records import ContextItem, ContextSourceRef
 from .._tokens import estimate_tokens
 
-__all__ = ["message_id", "message_role", "message_text", "node_id", "node_item", "node_score",
-           "text_message_id"]
+__all__ = ["message_id", "message_role", "message_text", "node_id", "node_item", "node_of",
+           "node_score", "positional_ids", "text_message_id"]
 
 _URI_KEYS = ("file_path", "url", "source", "file_name")
 
 
-def _node(nws: Any) -> Any:
+def node_of(nws: Any) -> Any:
     """The node of a ``NodeWithScore`` (or the node itself)."""
     return getattr(nws, "node", nws)
 
 
 def node_id(nws: Any) -> str | None:
-    nid = getattr(_node(nws), "node_id", None)
+    nid = getattr(node_of(nws), "node_id", None)
     return nid if isinstance(nid, str) and nid else None
 
 
@@ -35,7 +37,7 @@ def node_score(nws: Any) -> float | None:
 
 def node_text(nws: Any) -> str:
     """The node's text without its metadata (what every prompt of it contains)."""
-    node = _node(nws)
+    node = node_of(nws)
     try:
         text = node.get_content(metadata_mode="none")
     except Exception:  # noqa: BLE001 - a node type of its own: its text attribute
@@ -43,25 +45,39 @@ def node_text(nws: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
+#: Copied for each node item instead of constructing (and validating) a record: every field
+#: set below has its checked type already (strings, ints, a fresh list of source refs), and
+#: validating a record per node was most of a retrieval's cost. The copies share the
+#: template's other (empty) containers, which nothing mutates.
+_ITEM = ContextItem(item_id="-", context_kind=ContextKind.RETRIEVAL_RESULT,
+                    content_mode=ContentMode.INLINE)
+_SOURCE = ContextSourceRef(source_kind="document")
+
+
 def node_item(nws: Any, item_id: str) -> ContextItem:
     """A retrieved node as a ``retrieval_result`` item (its text exported only under capture)."""
-    node = _node(nws)
+    node = node_of(nws)
     text = node_text(nws)
     md = getattr(node, "metadata", None)
     md = md if isinstance(md, Mapping) else {}
     uri = next((str(md[k]) for k in _URI_KEYS if md.get(k) is not None), None)
     ref_doc = getattr(node, "ref_doc_id", None)
     title = md.get("title")
-    refs = []
+    item = copy.copy(_ITEM)
+    item.item_id = item_id
+    item.content = text
+    item.digest = digest_text(text)  # once, not once per event of the item
+    item.title = title if isinstance(title, str) else None
+    item.token_estimate = estimate_tokens(text)
+    item.byte_size = len(text.encode("utf-8", "surrogatepass"))
     if uri is not None or isinstance(ref_doc, str):
-        refs.append(ContextSourceRef(source_id=ref_doc if isinstance(ref_doc, str) else None,
-                                     uri=uri, source_kind="document"))
-    return ContextItem(
-        item_id=item_id, context_kind=ContextKind.RETRIEVAL_RESULT,
-        content_mode=ContentMode.INLINE, content=text,
-        title=title if isinstance(title, str) else None,
-        token_estimate=estimate_tokens(text),
-        byte_size=len(text.encode("utf-8", "surrogatepass")), source_refs=refs)
+        ref = copy.copy(_SOURCE)
+        ref.source_id = ref_doc if isinstance(ref_doc, str) else None
+        ref.uri = uri
+        item.source_refs = [ref]
+    else:
+        item.source_refs = []
+    return item
 
 
 def message_text(message: Any) -> str:
@@ -82,3 +98,30 @@ def message_role(message: Any) -> str:
 
 def text_message_id(role: str, text: str) -> str:
     return "llama_index_msg:" + short_digest(role, text, length=16)
+
+
+def positional_ids(history: Sequence[Any], wanted: Sequence[Any],
+                   new_input: tuple[str, str] | None = None) -> tuple[dict[int, str], str | None]:
+    """The ids of the messages of ``wanted`` (by ``id()``) by their place in ``history``, the
+    conversation from its start: the first message of a role and text is its ``message_id``,
+    a later identical one ``<id>#2``, ``#3``... (the suffix an assembly gives a repeated
+    block), so that the id is stable across calls while the conversation grows and two
+    identical messages at different positions are told apart. ``new_input`` (role, text):
+    the message about to follow the history, and its id."""
+    want = {id(m) for m in wanted}
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[int, str] = {}
+    for message in history:
+        key = (message_role(message), message_text(message))
+        n = seen[key] = seen.get(key, 0) + 1
+        if id(message) in want:
+            base = text_message_id(*key)
+            out[id(message)] = base if n == 1 else f"{base}#{n}"
+    for message in wanted:  # not in the history given: by its content alone
+        if id(message) not in out:
+            out[id(message)] = message_id(message)
+    if new_input is None:
+        return out, None
+    base = text_message_id(*new_input)
+    n = seen.get(new_input, 0) + 1
+    return out, base if n == 1 else f"{base}#{n}"

@@ -8,10 +8,13 @@ of the prompt (``truncate_middle``). The history the buffer read is taken from i
 chat store; the token counts are the buffer's tokenizer's, so the budget is in its units.
 
 LlamaIndex messages carry no id of their own (the chat store's row ids stay inside it), so a
-message is named by a keyed digest of its role and text (``message_id``); the messages a
-memory hands to the engine, and the new user message, are given that name for the model call
-that follows (``name_messages``): the prompt's blocks, the truncation records of later turns
-and the compaction sources name a message alike.
+message is named by a keyed digest of its role and text (``message_id``), and, here, by its
+place among the messages of the conversation (``get_all``) with the same role and text: the
+second is ``<id>#2`` (``positional_ids``), so that a kept message never takes the id of an
+identical one cut before it. The messages a memory hands to the engine, and the new user
+message, are given those names for the model call that follows (``name_messages``): the
+prompt's blocks, the truncation records of later turns and the compaction sources name a
+message alike.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from ..._api import current_envelope
 from ..._enums import OverflowStrategy, Scope
 from .._common import KNOWN_MESSAGES
-from ._items import message_id, message_role, message_text, text_message_id
+from ._items import message_id, message_role, message_text, positional_ids, text_message_id
 from ._state import STATE, TURN, failed
 
 __all__ = ["name_messages", "wrap_get", "wrap_get_all"]
@@ -53,7 +56,7 @@ def _count(memory: Any, messages: Sequence[Any]) -> int | None:
 
 
 def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
-            start: int) -> None:
+            start: int, ids: dict[int, str]) -> None:
     limit = getattr(memory, "token_limit", None)
     if not isinstance(limit, int):
         return
@@ -66,7 +69,8 @@ def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
     try:
         budget = env.budget(max_tokens=limit, overflow_strategy=_STRATEGY, start_time=start)
         for message in dropped:
-            budget.truncated(item_id=message_id(message), strategy=_STRATEGY,
+            budget.truncated(item_id=ids.get(id(message)) or message_id(message),
+                             strategy=_STRATEGY,
                              tokens_before=_count(memory, [message]), tokens_after=0)
         after = _count(memory, result)
         if after is not None:
@@ -81,27 +85,33 @@ def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
             implicit.stop()
 
 
-def name_messages(messages: Sequence[Any], new_input: Any = None) -> None:
+def _named(message: Any) -> tuple[str, str]:
+    if isinstance(message, str):
+        return ("user", message)
+    return (message_role(message), message_text(message))
+
+
+def name_messages(messages: Sequence[Any], new_input: Any = None,
+                  ids: dict[int, str] | None = None, input_id: str | None = None) -> None:
     """The next model calls' blocks carrying these messages (and the new user message
-    ``new_input``, a string or a message) take their ``message_id``: added to the turn's
-    names (shared by the tasks of its run), else set in this context."""
-    named = [(message_role(m), message_text(m)) for m in messages]
-    if isinstance(new_input, str):
-        named.append(("user", new_input))
-    elif new_input is not None:
-        named.append((message_role(new_input), message_text(new_input)))
-    named = [(role, text) for role, text in named if role and text]
+    ``new_input``, a string or a message) take their ids (``ids`` by ``id()`` and
+    ``input_id``, else ``message_id``): added to the turn's names (shared by the tasks of its
+    run), else set in this context."""
+    named = [(*_named(m), ids.get(id(m)) if ids else None) for m in messages]
+    if new_input is not None:
+        named.append((*_named(new_input), input_id))
+    named = [(role, text, i) for role, text, i in named if role and text]
     if not named:
         return
     known = KNOWN_MESSAGES.get()
     turn = TURN.get()
     if turn is None or known is not turn.known:
-        known = {key: list(ids) for key, ids in (known or {}).items()}
+        known = {key: list(names) for key, names in (known or {}).items()}
         token = KNOWN_MESSAGES.set(known)
         if turn is not None:
             turn.known_tokens.append(token)
-    for role, text in named:
-        known.setdefault((role, text), []).append(text_message_id(role, text))
+    for role, text, item_id in named:
+        known.setdefault((role, text), []).append(item_id or text_message_id(role, text))
 
 
 def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
@@ -115,16 +125,23 @@ def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
         result = wrapped(*args, **kwargs)
     finally:
         _READ.reset(token)
-    if isinstance(result, list) and STATE.ctx is not None:
-        try:
-            name_messages(result, kwargs.get("input", args[0] if args else None))
-        except Exception:
-            failed("chat memory ids")
-    if read and isinstance(result, list) and STATE.ctx is not None:
+    if not isinstance(result, list) or STATE.ctx is None:
+        return result
+    new_input = kwargs.get("input", args[0] if args else None)
+    try:
+        # by their place in the whole conversation (what the memory read), else in the result
+        ids, input_id = positional_ids(
+            read[0] if read else result, [*read[0], *result] if read else result,
+            _named(new_input) if new_input is not None else None)
+        name_messages(result, new_input, ids, input_id)
+    except Exception:
+        ids = {}
+        failed("chat memory ids")
+    if read:
         try:
             initial = kwargs.get("initial_token_count", 0)
             _record(instance, read[0], result, initial if isinstance(initial, int) else 0,
-                    start)
+                    start, ids)
         except Exception:
             failed("chat memory")
     return result

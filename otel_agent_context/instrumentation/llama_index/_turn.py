@@ -20,7 +20,7 @@ from ..._enums import OmissionReason
 from ..._envelope import _RUN_ENVELOPE
 from .._common import KNOWN_MESSAGES
 from .._omissions import describe_component
-from ._items import node_id, node_item, node_score
+from ._items import node_id, node_item, node_of, node_score
 from ._state import TURN, failed
 
 __all__ = ["Turn", "describe_postprocessor"]
@@ -53,11 +53,24 @@ def describe_postprocessor(component: Any) -> tuple[OmissionReason, str]:
                               ("required_keywords", "exclude_keywords"))
 
 
-def _params(component: Any, attrs: Sequence[str]) -> str:
-    name = type(component).__name__
-    params = [f"{a}={getattr(component, a)}" for a in attrs
-              if isinstance(getattr(component, a, None), int)
-              and not isinstance(getattr(component, a, None), bool)]
+#: class -> the attributes of ``_params``' list its instances have: looking a missing one up
+#: on a pydantic model raises and catches an AttributeError inside pydantic, each time.
+_HAS: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
+_MISSING = object()
+
+
+def _params(component: Any, attrs: tuple[str, ...]) -> str:
+    cls = type(component)
+    has = _HAS.get((cls, attrs))
+    if has is None:
+        has = _HAS[(cls, attrs)] = tuple(
+            a for a in attrs if getattr(component, a, _MISSING) is not _MISSING)
+    name = cls.__name__
+    params = []
+    for a in has:
+        value = getattr(component, a, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            params.append(f"{a}={value}")
     return f"{name}({', '.join(params)})" if params else name
 
 
@@ -171,7 +184,7 @@ class Turn:
         self.steps.append(_params(component, ("top_n", "top_k")))
         self._add(inputs)
         self._add(outputs)  # a postprocessor may add nodes (neighbours)
-        reason, detail = describe_postprocessor(component)
+        why: tuple[OmissionReason, str] | None = None  # described on its first drop
         name = type(component).__name__
         kept = {}
         for nws in outputs:
@@ -183,7 +196,10 @@ class Turn:
             if nid is None:
                 continue
             if nid not in kept:
-                self.drops.setdefault(nid, (reason, detail, node_score(nws)))
+                if nid not in self.drops:
+                    if why is None:
+                        why = describe_postprocessor(component)
+                    self.drops[nid] = (why[0], why[1], node_score(nws))
                 continue
             before, after = node_score(nws), node_score(kept[nid])
             if after is not None and after != before:
@@ -206,8 +222,10 @@ class Turn:
     def _emit(self, chosen: Any, error: BaseException | None) -> None:
         env = self.env
         surface = env.surface(start_time=self.start_ns)
+        items = {}  # one item per candidate, for its surface and selection events
         for nid, nws in self.candidates.items():
-            surface.add(node_item(nws, nid))
+            item = items[nid] = node_item(nws, nid)
+            surface.add(item)
         surface.stop()
         selection = env.selection(surface_id=surface.surface_id, intent="retrieval",
                                   query=self.query, policy=" > ".join(self.steps) or None,
@@ -231,12 +249,14 @@ class Turn:
             first = self.first_score.get(nid)
             if nid in self.scores and first is not None:
                 signals = {"retrieval": first, **self.scores[nid]}
-            selection.selected(node_item(nws, nid), rank=len(done), score=score,
-                               signals=signals or None)
+            # the candidate's item, unless a postprocessor handed on another node of that id
+            same = nid in items and node_of(nws) is node_of(self.candidates[nid])
+            selection.selected(items[nid] if same else node_item(nws, nid), rank=len(done),
+                               score=score, signals=signals or None)
         for nid, nws in self.candidates.items():
             if nid in done:
                 continue
             reason, detail, score = self.drops.get(
                 nid, (_LOW, "not passed to the response synthesizer", node_score(nws)))
-            selection.omitted(node_item(nws, nid), reason=reason, detail=detail, score=score)
+            selection.omitted(items[nid], reason=reason, detail=detail, score=score)
         selection.stop()

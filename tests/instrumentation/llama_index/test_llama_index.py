@@ -253,3 +253,67 @@ def test_a_reranker_rescores_and_a_failing_postprocessor_fails_the_turn(
     (envelope,) = [s for s in tel.spans() if s.name == "context.envelope"]
     assert envelope.status.status_code.name == "ERROR"
     assert envelope.attributes["error.type"] == "RuntimeError"
+
+
+def test_node_items_equal_validated_records() -> None:
+    """A node's item (copied from a template, not validated: the retrieval's hot path) is
+    the record the validated constructor makes from the same fields, and copies share no
+    source refs."""
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+
+    from otel_agent_context._attributes import digest_text
+    from otel_agent_context._records import ContextItem, ContextSourceRef
+    from otel_agent_context.instrumentation._tokens import estimate_tokens
+    from otel_agent_context.instrumentation.llama_index._items import node_item
+
+    text = "Refunds are issued within 14 days — é."
+    cases = [
+        (TextNode(id_="a", text=text), None, []),
+        (TextNode(id_="b", text=text, metadata={"file_path": "kb/b.md", "title": "Refunds"}),
+         "Refunds", [ContextSourceRef(uri="kb/b.md", source_kind="document")]),
+        (TextNode(id_="c", text=text, metadata={"url": "https://x/c"}, relationships={
+            NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc-1")}),
+         None, [ContextSourceRef(source_id="doc-1", uri="https://x/c", source_kind="document")]),
+        (TextNode(id_="d", text="", relationships={
+            NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc-2")}),
+         None, [ContextSourceRef(source_id="doc-2", source_kind="document")]),
+    ]
+    made = []
+    for node, title, refs in cases:
+        body = node.get_content(metadata_mode="none")
+        expected = ContextItem(
+            item_id=node.node_id, context_kind="retrieval_result", content_mode="inline",
+            content=body, title=title, token_estimate=estimate_tokens(body),
+            byte_size=len(body.encode("utf-8")), digest=digest_text(body), source_refs=refs)
+        item = node_item(NodeWithScore(node=node, score=0.5), node.node_id)
+        assert item == expected
+        assert item.to_dict() == expected.to_dict()
+        made.append(item)
+    assert made[1].source_refs[0] is not made[2].source_refs[0]
+    assert made[0].source_refs is not made[3].source_refs
+
+
+def test_identical_messages_at_different_places_have_their_own_ids(
+        li_on: CapturedTelemetry) -> None:
+    """The stub answers every turn alike: the two assistant messages of the history are the
+    same text. The memory's third-turn cut drops the first; the prompt keeps the second: it
+    is ``<id>#2`` (its place in the conversation), never the id of the message cut, and a
+    message has one id in every turn's prompt and truncation records."""
+    out, _ = _chat()
+    assert out == [REPLY] * 3
+    q1, q2, q3 = ("When does support answer the phone?", "And how long do refunds take?",
+                  "Do returns need the original packaging?")
+    user = [message_id(ChatMessage(role="user", content=q)) for q in (q1, q2, q3)]
+    reply = message_id(ChatMessage(role="assistant", content=REPLY))
+    bundles = li_on.bundles()
+    blocks = [[b["item_id"] for b in bundle["context_assemblies"][0]["ordered_blocks"][1:]]
+              for bundle in bundles]
+    assert blocks == [[user[0]], [user[0], reply, user[1]],
+                      [user[1], f"{reply}#2", user[2]]]
+    (memory,) = [x for x in bundles[2]["context_budgets"]
+                 if x["max_tokens"] == li_app.TOKEN_LIMIT]
+    cut = [r["item_id"] for r in memory["truncation_records"]]
+    assert cut == [user[0], reply]  # the ids the second turn's prompt gave them
+    assert not set(cut) & set(blocks[2])
+    items = [i["item_id"] for i in bundles[2]["context_items"]]
+    assert len(items) == len(set(items))
