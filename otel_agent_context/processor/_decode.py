@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -40,6 +41,7 @@ from .. import _semconv as S
 from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
     DROP,
+    PARALLEL_KEYS,
     Repair,
     check_attribute,
     check_event,
@@ -72,6 +74,7 @@ _GENAI_PREFIX = "gen_ai."
 #: At most this many rejections, and as many repairs, are named in the partial-success message.
 _MAX_MESSAGES = 5
 _SERVICE_NAME = "service.name"
+_ZERO_TRACE = bytes(16)
 
 
 class InvalidRequest(ValueError):
@@ -444,11 +447,13 @@ def _fast_json_request(document: dict[str, Any]) -> ExportTraceServiceRequest | 
 
 # -- attribute decoding -----------------------------------------------------------------------
 
-#: Encoded KeyValue -> what it is after the boundary: (key, value, (kind, action, shown) or
-#: None); key None when the attribute is empty or dropped. Agents repeat most attribute
-#: encodings byte for byte (kinds, reasons, targets, agent names), so a hit skips decoding
-#: and checking and shares the value objects; bounded, cleared when full.
-_DECODED: dict[bytes, tuple[str | None, Any, tuple[str, str, str] | None]] = {}
+#: Encoded KeyValue -> what it is after the boundary. Agents repeat most attribute encodings
+#: byte for byte (kinds, reasons, targets, agent names, the envelope's context.id), so a hit
+#: skips decoding and checking and shares the value objects; bounded, cleared when full. An
+#: entry is ``(key, value)`` for an attribute kept as it came (a list of those alone is the
+#: attributes' dict, one C call) and not an array of the folded form, else ``(key or None,
+#: value, (kind, action, shown) or None)``: key None when the attribute is empty or dropped.
+_DECODED: dict[bytes, tuple[Any, ...]] = {}
 _MAX_DECODED = 65_536
 #: Only short encodings are cached (ids, kinds, reasons, names repeat; a 40 MiB document
 #: does not, and caching it would hold it after its request is written).
@@ -506,25 +511,79 @@ def _array_kind(buf: bytes) -> str:
     return "array_value"
 
 
-def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str = "",
-                event: str = "") -> dict[str, Any]:
-    """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
-    out: dict[str, Any] = {}
-    cache = _DECODED
+
+
+def _cache(buf: bytes) -> tuple[Any, ...]:
+    """``buf`` decoded and checked, and remembered if short (the clean form when it is)."""
+    key, value, noted = _decode_checked(buf)
+    entry: tuple[Any, ...] = (
+        (key, value) if noted is None and key is not None and key not in PARALLEL_KEYS
+        else (key, value, noted))
+    if len(buf) <= _MAX_CACHED_BYTES:
+        cache = _DECODED
+        cost = 2 * len(buf) + _ENTRY_OVERHEAD
+        held = _CACHE_BYTES
+        if len(cache) >= _MAX_DECODED or held[0] + cost > held[1]:
+            cache.clear()
+            held[0] = 0
+        cache[buf] = entry
+        held[0] += cost
+    return entry
+
+
+#: Up to this many attributes, a plain loop; beyond, one list of cache entries made a dict
+#: by one C call (cheaper per attribute, dearer to set up).
+_FEW = 8
+
+
+def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str,
+             event: str) -> tuple[dict[str, Any], bool]:
+    """The attributes' dict, through the boundary (repairs appended), and whether every one
+    was clean and none repeated: nothing said and nothing of the folded form (whose arrays
+    ``parallel_arrays`` lines up), the common case. Each attribute is decoded once."""
+    get = _DECODED.get
+    rest: Iterable[tuple[bytes, tuple[Any, ...] | None]]
+    if len(encoded) > _FEW:
+        entries = [get(buf) for buf in encoded]
+        if None in entries:
+            index = -1
+            for _ in range(entries.count(None)):  # the misses, found in C
+                index = entries.index(None, index + 1)
+                entries[index] = _cache(encoded[index])
+        out: dict[str, Any]
+        try:
+            out = dict(entries)  # type: ignore[arg-type]
+        except ValueError:  # an entry of three: dropped, repaired or of the folded form
+            out, rest = {}, zip(encoded, entries, strict=True)
+        else:
+            if len(out) == len(entries):
+                return out, True
+            out, rest = {}, zip(encoded, entries, strict=True)  # a key repeated
+    else:
+        out = {}
+        remaining = iter(encoded)
+        for buf in remaining:
+            found = get(buf)
+            if found is None:
+                found = _cache(buf)
+            try:
+                key, value = found
+            except ValueError:  # an entry of three: the rest from it on, below
+                rest = itertools.chain(((buf, found),), ((b, None) for b in remaining))
+                break
+            out[key] = value
+        else:
+            if len(out) == len(encoded):
+                return out, True
+            rest = ()  # every entry clean, a key repeated: said below
     dropped_names: set[str] | None = None
-    for buf in encoded:
-        decoded = cache.get(buf)
-        if decoded is None:
-            decoded = _decode_checked(buf)
-            if len(buf) <= _MAX_CACHED_BYTES:
-                cost = 2 * len(buf) + _ENTRY_OVERHEAD
-                held = _CACHE_BYTES
-                if len(cache) >= _MAX_DECODED or held[0] + cost > held[1]:
-                    cache.clear()
-                    held[0] = 0
-                cache[buf] = decoded
-                held[0] += cost
-        key, value, noted = decoded
+    for buf, entry in rest:
+        if entry is None:
+            entry = get(buf) or _cache(buf)
+        if len(entry) == 2:
+            out[entry[0]] = entry[1]
+            continue
+        key, value, noted = entry
         if key is not None:
             out[key] = value
         else:
@@ -543,12 +602,19 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
             else len(out.keys() | dropped_names) < len(encoded)):
         repairs.extend(duplicate_keys([decode_key_value(buf)[0] for buf in encoded], span_id,
                                       event))
-    return out
+    return out, False
 
 
-def _view(span: Any, resource: dict[str, Any]) -> SpanView:
+def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: str = "",
+                event: str = "") -> dict[str, Any]:
+    """Encoded OTLP KeyValues -> a dict, through the boundary (repairs appended)."""
+    return _checked(encoded, repairs, span_id, event)[0]
+
+
+def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: bytes
+          ) -> SpanView:
     # Each field of a lite span is read once: every read of a upb field costs a call.
-    span_id = span.span_id.hex()
+    span_id = span_id_bytes.hex()
     repairs: list[Repair] = []
     raw_events = span.events
     start = span.start_time_unix_nano
@@ -557,12 +623,14 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
         start, end = span_times(start, end, (e.time_unix_nano for e in raw_events), span_id,
                                 repairs)
     # the span's attributes first, then its events: the order normalize_view repairs in
-    span_attributes = parallel_arrays(_attributes(span.attributes, repairs, span_id), repairs,
-                                      span_id)
+    span_attributes: Mapping[str, Any]
+    span_attributes, clean = _checked(span.attributes, repairs, span_id, "")
+    if not clean:  # clean: nothing of the folded form to line up
+        span_attributes = parallel_arrays(span_attributes, repairs, span_id)
     events = []
     for event in raw_events:
         name = event.name
-        attributes = _attributes(event.attributes, repairs, span_id, name)
+        attributes = _checked(event.attributes, repairs, span_id, name)[0]
         lacking = check_event(name, attributes)
         if lacking is not None:
             repairs.append(dropped_event(name, lacking, span_id))
@@ -576,7 +644,7 @@ def _view(span: Any, resource: dict[str, Any]) -> SpanView:
     links = span.links
     # positional: the order of SpanView's fields
     return SpanView(
-        span.trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
+        trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
         parent.hex() if parent else None, span.dropped_attributes_count,
         span.dropped_events_count,
         [(link.trace_id.hex(), link.span_id.hex()) for link in links] if links else [],
@@ -634,12 +702,14 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     except DecodeError as exc:
         out.reject(f"a span cannot be decoded: {exc}", service)
         return None
-    if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id):
+    trace_id = span.trace_id
+    span_id = span.span_id
+    if len(trace_id) != 16 or len(span_id) != 8 or trace_id == _ZERO_TRACE:
         out.reject(f"{_describe(span)}: trace id must be 16 bytes and span id 8 bytes",
                    service)
         return None
     try:
-        view = _view(span, resource)
+        view = _view(span, resource, trace_id, span_id)
     except DecodeError as exc:
         out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}", service)
         return None

@@ -61,7 +61,9 @@ class _Histogram:
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
-        self.exemplars: list[Exemplar | None] = [None] * (len(bounds) + 1)
+        #: (trace id, value, time) of each bucket's last observation with a trace id (made
+        #: an Exemplar when scraped, not at every observation)
+        self.exemplars: list[tuple[str, float, float] | None] = [None] * (len(bounds) + 1)
         self.sum = 0.0
 
     def observe(self, value: float, trace_id: str | None) -> bool:
@@ -74,7 +76,7 @@ class _Histogram:
         self.counts[index] += 1
         self.sum = total
         if trace_id:
-            self.exemplars[index] = Exemplar({"trace_id": trace_id}, value, time.time())
+            self.exemplars[index] = (trace_id, value, time.time())
         return True
 
     def buckets(self) -> list[tuple[Any, ...]]:
@@ -83,8 +85,9 @@ class _Histogram:
         for index, bound in enumerate((*self.bounds, float("inf"))):
             total += self.counts[index]
             le = "+Inf" if bound == float("inf") else repr(float(bound))
-            exemplar = self.exemplars[index]
-            out.append((le, total, exemplar) if exemplar is not None else (le, total))
+            last = self.exemplars[index]
+            out.append((le, total, Exemplar({"trace_id": last[0]}, last[1], last[2]))
+                       if last is not None else (le, total))
         return out
 
 
@@ -369,12 +372,19 @@ class _Collector:
 OTHER = "other"
 
 
+#: Label tuples remembered whole per metric (beyond them, each label is looked up alone).
+_MAX_KNOWN = 4096
+
+
 class _LabelLimit:
     """Caps the distinct values of each label of each contract metric."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._seen: dict[tuple[str, int], set[str]] = {}
+        #: metric -> label tuples taken whole before (every value of them is in ``_seen``):
+        #: one lookup instead of one per label, for the tuples that recur
+        self._known: dict[str, set[tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
     def apply(self, measurements: Sequence[Measurement]) -> tuple[list[Measurement],
@@ -384,8 +394,12 @@ class _LabelLimit:
         out = []
         overflow: dict[tuple[str, str], int] = {}
         with self._lock:
+            known = self._known
             for m in measurements:
                 labels = m.labels
+                if labels in known.get(m.name, ()):
+                    out.append(m)
+                    continue
                 capped: list[str] | None = None
                 for index, value in enumerate(labels):
                     seen = self._seen.get((m.name, index))
@@ -401,7 +415,13 @@ class _LabelLimit:
                     capped[index] = OTHER
                     key = (S.PROMETHEUS_NAMES.get(m.name, m.name), S.METRIC_LABELS[m.name][index])
                     overflow[key] = overflow.get(key, 0) + 1
-                out.append(m if capped is None else m._replace(labels=tuple(capped)))
+                if capped is None:
+                    whole = known.setdefault(m.name, set())
+                    if len(whole) < _MAX_KNOWN:
+                        whole.add(labels)
+                    out.append(m)
+                else:
+                    out.append(m._replace(labels=tuple(capped)))
         return out, overflow
 
 

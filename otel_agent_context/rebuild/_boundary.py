@@ -41,6 +41,7 @@ from ._view import EventView, SpanView
 
 __all__ = [
     "DROP",
+    "PARALLEL_KEYS",
     "REPAIRED",
     "REPAIR_KINDS",
     "Repair",
@@ -156,6 +157,9 @@ _MARKS = {_BUDGET_ID: "context.window.segment_names",
           _ASSEMBLY_ID: "context.assembly.block_item_ids", _INJECTION_ID: ""}
 _SOURCE_COUNTS = "context.assembly.block_source_counts"
 _SOURCE_REFS = "context.assembly.block_source_item_refs"
+#: the attributes whose presence makes ``parallel_arrays`` look at a span (without any of
+#: them it returns the attributes as they are)
+PARALLEL_KEYS = frozenset({*_PARALLEL, _SOURCE_REFS})
 
 #: (value or DROP, (kind, action) or None)
 Checked = tuple[Any, "tuple[str, str] | None"]
@@ -514,7 +518,7 @@ def parallel_arrays(attributes: Mapping[str, Any], repairs: list[Repair],
     """The folded form's arrays made to agree: each as long as the array it runs parallel
     to (cut, or padded with ``""`` / -1), dropped without it; the blocks' source counts
     and source ids dropped together unless the counts add up to the ids."""
-    if _SOURCE_REFS not in attributes and _PARALLEL.isdisjoint(attributes):
+    if PARALLEL_KEYS.isdisjoint(attributes):
         return attributes  # not the folded form: the common case, one set operation
     out: dict[str, Any] | None = None
     for mark, anchor in _MARKS.items():

@@ -323,7 +323,8 @@ class TraceBuffer:
             out.append(self._finish(pending, ()))
         elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
             self._evict_oldest(out)
-        self._trim_bytes(out)
+        if self.max_bytes is not None and self.held_bytes > self.max_bytes:
+            self._trim_bytes(out)
         return ADDED
 
     def _trim_bytes(self, out: list[Finished]) -> None:

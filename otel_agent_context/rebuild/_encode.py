@@ -26,6 +26,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def encode_bundle(bundle: dict[str, Any]) -> bytes:
     """``bundle`` as one JSON line (``\\n`` included); values JSON cannot carry are repaired
     in place first, and listed in ``bundle["rebuild"]["repairs"]``."""
+    try:  # the rebuild's keys are all text: orjson's own path, a third faster than with
+        return orjson.dumps(bundle) + b"\n"  # OPT_NON_STR_KEYS (which gives the same bytes)
+    except orjson.JSONEncodeError:
+        pass
     try:
         return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
     except orjson.JSONEncodeError:

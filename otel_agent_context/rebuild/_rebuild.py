@@ -115,6 +115,34 @@ def _pick(attrs: Any, fields: Fields, out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+Pairs = tuple[tuple[str, str], ...]
+
+
+def _scalars(fields: Fields) -> Pairs:
+    """(attribute, field) of a record without array fields, for :func:`_pick_scalars`."""
+    assert not any(array for _, _, array in fields), fields
+    return tuple((attr, name) for attr, name, _ in fields)
+
+
+def _pick_scalars(attrs: Any, pairs: Pairs, out: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_pick` for the records with no array field (the hot ones): no test per field."""
+    get = attrs.get
+    for attr, name in pairs:
+        value = get(attr)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+_BUDGET_PAIRS = _scalars(_BUDGET_FIELDS)
+_WINDOW_PAIRS = _scalars(_WINDOW_FIELDS)
+_SIGNAL_PAIRS = _scalars(_SIGNAL_FIELDS)
+_OMITTED_PAIRS = _scalars(_OMITTED_FIELDS)
+_TRUNCATION_PAIRS = _scalars(_TRUNCATION_FIELDS)
+_SEGMENT_PAIRS = _scalars(_SEGMENT_FIELDS)
+_COVERAGE_PAIRS = _scalars(_COVERAGE_FIELDS)
+
+
 _TIMES: dict[int, str] = {}
 
 
@@ -203,7 +231,6 @@ class _Builder:
         self.missing: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[int, int, dict[str, Any]]] = []
         self.notes: list[str] = []
-        self._seq = 0
 
     def item(self, attrs: Any, updated_at: int | None = None,
              signals: dict[str, Any] | None = None) -> str:
@@ -260,16 +287,17 @@ class _Builder:
 
     def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
               metadata: dict[str, str] | None = None) -> None:
-        ev: dict[str, Any] = {"event_class": cls, "occurred_at": _t(ns),
-                              "context_id": self.context_id}
-        if subject is not None:
-            ev["subject_ref"] = subject
-        ev["trace_id"] = span.trace_id
-        ev["span_id"] = span.span_id
+        ev: dict[str, Any]
+        if subject is not None:  # one literal: the keys in the order a bundle has them
+            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+                  "subject_ref": subject, "trace_id": span.trace_id, "span_id": span.span_id}
+        else:
+            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+                  "trace_id": span.trace_id, "span_id": span.span_id}
         if metadata:
             ev["metadata"] = metadata
-        self._seq += 1
-        self.events.append((ns, self._seq, ev))
+        events = self.events
+        events.append((ns, len(events), ev))  # the position: ties keep the order of events
 
     # -- stages -------------------------------------------------------------------------
 
@@ -326,7 +354,7 @@ class _Builder:
                 candidates.append(item_id)
                 selected.append(item_id)
                 sig: dict[str, Any] = {"item_id": item_id}
-                _pick(ea, _SIGNAL_FIELDS, sig)
+                _pick_scalars(ea, _SIGNAL_PAIRS, sig)
                 if named:
                     sig["signals"] = named
                 if len(sig) > 1:
@@ -334,7 +362,7 @@ class _Builder:
             elif ev.name == S.EVENT_ITEM_OMITTED:
                 item_id = self.item(ea)
                 candidates.append(item_id)
-                omitted.append(_pick(ea, _OMITTED_FIELDS, {"item_id": item_id}))
+                omitted.append(_pick_scalars(ea, _OMITTED_PAIRS, {"item_id": item_id}))
         for key, value in (("candidate_item_refs", candidates),
                            ("selected_item_refs", selected), ("omitted_item_refs", omitted),
                            ("ranking_signals", signals)):
@@ -356,7 +384,7 @@ class _Builder:
                segments: list[dict[str, Any]] | None = None) -> None:
         a = span.attributes
         bid = a.get(S.BUDGET_ID, span.span_id)
-        rec = _pick(a, _BUDGET_FIELDS, {"budget_id": bid})
+        rec = _pick_scalars(a, _BUDGET_PAIRS, {"budget_id": bid})
         truncations = []
         if segments is None:
             segments = []
@@ -365,9 +393,9 @@ class _Builder:
             if ev.name == S.EVENT_BUDGET_TRUNCATED:
                 if ea.get(S.ITEM_ID):
                     self.item(ea)
-                truncations.append(_pick(ea, _TRUNCATION_FIELDS, {}))
+                truncations.append(_pick_scalars(ea, _TRUNCATION_PAIRS, {}))
             elif ev.name == S.EVENT_WINDOW_SEGMENT:
-                segments.append(_pick(ea, _SEGMENT_FIELDS, {}))
+                segments.append(_pick_scalars(ea, _SEGMENT_PAIRS, {}))
         if truncations:
             rec["truncation_records"] = truncations
         if segments:
@@ -378,7 +406,7 @@ class _Builder:
         window_id = a.get(S.WINDOW_ID)
         if window_id is not None:
             window = {"window_id": window_id, "budget_ref": bid}
-            _pick(a, _WINDOW_FIELDS, window)
+            _pick_scalars(a, _WINDOW_PAIRS, window)
             if segments:
                 window["segments"] = [dict(s) for s in segments]
             window["created_at"] = rec["created_at"]
@@ -414,7 +442,7 @@ class _Builder:
             if ev.name == S.EVENT_COMPACTION_SOURCE:
                 item_id = self.item(ea)
                 sources.append(item_id)
-                coverage.append(_pick(ea, _COVERAGE_FIELDS, {"item_id": item_id}))
+                coverage.append(_pick_scalars(ea, _COVERAGE_PAIRS, {"item_id": item_id}))
             elif ev.name == S.EVENT_SUMMARY_CREATED:
                 summary_events.append(ev)
         if sources:
@@ -562,6 +590,10 @@ class _Builder:
             self.notes.append(f"{what}: {counted} {noun} items counted, {recorded} recorded")
 
 
+#: stage span name -> the builder's method for it
+_STAGES = {name: getattr(_Builder, name[len("context."):]) for name in _STAGE_SPANS}
+
+
 def group_by_context(spans: Iterable[SpanView]) -> dict[str, list[SpanView]]:
     """Spans that carry ``context.id``, grouped by it (in first-seen order)."""
     groups: dict[str, list[SpanView]] = {}
@@ -621,6 +653,9 @@ def _one_record_per_id(b: _Builder, spans: Sequence[SpanView]) -> list[Repair]:
                            (b.summaries, "summary_id")):
         if len(records) < 2:
             continue
+        ids = [rec.get(field) for rec in records]
+        if len(set(ids)) == len(ids):
+            continue  # every id once: the common case
         seen: set[Any] = set()
         kept = []
         for rec in records:
@@ -696,17 +731,20 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
         dropped_events += span.dropped_events_count
         dropped_attrs += span.dropped_attributes_count
         name = span.name
-        if name in _STAGE_SPANS:
+        build = _STAGES.get(name)
+        if build is not None:
             events: Sequence[EventView] = span.events
-            more = items_parts.get(span.span_id)
-            if more:
-                events = list(events)
-                for part in more:
-                    events.extend(part.events)
-            getattr(b, name[len("context."):])(span, events)
+            if items_parts:
+                more = items_parts.get(span.span_id)
+                if more:
+                    events = list(events)
+                    for part in more:
+                        events.extend(part.events)
+            build(b, span, events)
         elif name not in _NOT_FOLDED and any(m in span.attributes for m in _FOLDED_MARKS):
             b.folded(span)
-        b.span_events(span)
+        if span.events:
+            b.span_events(span)
     duplicates.extend(_one_record_per_id(b, ordered))
 
     # -- the envelope record --------------------------------------------------------------
@@ -810,7 +848,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     ):
         if records:
             bundle[key] = records
-    b.events.sort(key=lambda e: (e[0], e[1]))
+    b.events.sort()  # (time, sequence number, event): the number is unique, no tie left
     if b.events:
         bundle["context_events"] = [e[2] for e in b.events]
     bundle["rebuild"] = rebuild_info

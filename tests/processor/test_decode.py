@@ -9,7 +9,15 @@ import orjson
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from processor_testkit import envelope_spans, fast_spans, log_event, logs_request, request, span
+from processor_testkit import (
+    envelope_spans,
+    fast_spans,
+    key_values,
+    log_event,
+    logs_request,
+    request,
+    span,
+)
 
 from otel_agent_context import _semconv as S
 from otel_agent_context.processor._decode import (
@@ -495,3 +503,51 @@ def test_a_trace_name_in_a_log_record_is_off_shape() -> None:
     document["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["startTimeUnixNano"] = "1"
     assert fast_json(document, ExportLogsServiceRequest()) is None
     assert fast_json({"resourceLogs": []}, ExportTraceServiceRequest()) is None
+
+
+@pytest.mark.parametrize("extra", [0, 12], ids=["few attributes", "many attributes"])
+def test_cached_attributes_decode_and_repair_as_fresh_ones(extra: int) -> None:
+    """Spans of a few attributes are read one by one, spans of many as one dict of cached
+    entries: either way, decoded cold or warm (every entry cached), the same attributes and
+    the same repairs come out, each listed once, the folded form's arrays lined up."""
+    attributes = {"context.id": f"ctx-cache-{extra}", "context.budget.id": f"b-{extra}",
+                  "context.budget.target": "MODEL",  # case folded
+                  "context.budget.utilization": float("nan"),  # dropped
+                  **{f"app.extra.{i}": i for i in range(extra)}}
+    odd = span(11, 2, "chat m", attributes, events=[
+        ("context.item.selected", {"context.item.id": f"i-{extra}",
+                                   "context.item.kind": "Document_Excerpt"}),
+        ("context.item.selected", {"context.item.id": f"j-{extra}",
+                                   "context.item.kind": "document_excerpt"})])
+    odd.attributes.extend(key_values({"context.budget.max_tokens": 100}))
+    odd.attributes.extend(key_values({"context.budget.max_tokens": 200}))  # the last kept
+    folded = span(11, 3, "chat m", {
+        "context.id": f"ctx-cache-{extra}", "context.budget.id": f"f-{extra}",
+        "context.window.segment_names": ["system", "history"],
+        "context.window.segment_used_tokens": [10],  # one short: padded
+        **{f"app.extra.{i}": i for i in range(extra)}})
+    clean = span(11, 4, "context.budget", {
+        "context.id": f"ctx-cache-{extra}", "context.budget.id": f"c-{extra}",
+        "context.budget.target": "model", **{f"app.extra.{i}": i for i in range(extra)}})
+    runs = [decode(request([odd, folded, clean]))[0] for _ in range(2)]
+    for decoded in runs:
+        views = {a.view.span_id[-1]: a.view for a in decoded.accepted}
+        assert views["2"].attributes == {
+            "context.id": f"ctx-cache-{extra}", "context.budget.id": f"b-{extra}",
+            "context.budget.target": "model", "context.budget.max_tokens": 200,
+            **{f"app.extra.{i}": i for i in range(extra)}}
+        assert [e.attributes["context.item.kind"] for e in views["2"].events] == [
+            "document_excerpt", "document_excerpt"]
+        assert sorted((r.kind, r.field, r.event) for r in views["2"].repairs) == [
+            ("duplicate_key", "context.budget.max_tokens", ""),
+            ("enum_case", "context.budget.target", ""),
+            ("enum_case", "context.item.kind", "context.item.selected"),
+            ("non_finite", "context.budget.utilization", "")]
+        assert views["3"].attributes["context.window.segment_used_tokens"] == [10, -1]
+        assert [(r.kind, r.field) for r in views["3"].repairs] == [
+            ("array_length", "context.window.segment_used_tokens")]
+        assert views["4"].repairs == [] and views["4"].attributes["context.budget.target"] \
+            == "model"
+        assert len(decoded.repairs) == 5
+    assert [r for a in runs[0].accepted for r in a.view.repairs] == [
+        r for a in runs[1].accepted for r in a.view.repairs]
