@@ -20,19 +20,15 @@ the timing runs on a shared machine (``instrumentation_bench.py``) cannot.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _callgrind as callgrind  # noqa: E402
 import instrumentation_bench as bench  # noqa: E402
 from _rounds import NO_CONTENT, _machine, _Remote, _version  # noqa: E402
 
@@ -51,11 +47,6 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
     stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
     every = bench.scenarios(stub)
     fns = [every[name] for name in names]  # in the order of ``names``: the dumps' numbers
-    pid = str(os.getpid())
-
-    def ctl(*flags: str) -> None:
-        subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
-
     for p, phase in enumerate(PHASES):
         if phase == "instrumented":
             for inst in instrumentors:
@@ -64,15 +55,7 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
             for _ in range(warmup):
                 fn()
             exporter.clear()
-            gc.collect()
-            gc.disable()
-            ctl("-z")
-            ctl("-i", "on")
-            for _ in range(calls):
-                fn()
-            ctl("-i", "off")
-            gc.enable()
-            ctl(f"--dump=p{p}s{s}")
+            callgrind.count(fn, calls, f"p{p}s{s}")
             if phase == "instrumented" and not exporter.get_finished_spans():
                 print(f"{config}: {names[s]} recorded nothing", file=sys.stderr)
             exporter.clear()
@@ -81,24 +64,11 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
 def _count(config: str, url: str, args: argparse.Namespace, names: list[str]
            ) -> dict[tuple[int, int], float]:
     """Instructions per call by (phase, scenario) of one configuration's process."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-               f"--callgrind-out-file={out}", sys.executable, __file__, "--child", config,
-               "--stub-url", url, "--calls", str(args.calls), "--warmup", str(args.warmup),
-               "--scenarios", ",".join(names)]
-        proc = subprocess.run(cmd, env={**os.environ, **NO_CONTENT}, capture_output=True,
-                              text=True, timeout=3600)
-        if proc.returncode != 0:
-            raise SystemExit(f"{config} failed:\n{proc.stderr[-3000:]}")
-        counts: dict[tuple[int, int], float] = {}
-        for dump in Path(tmp).glob("cg.out.*"):
-            text = dump.read_text(errors="replace")
-            name = re.search(r"^desc: Trigger: dump p(\d+)s(\d+)", text, re.M)
-            total = re.search(r"^totals: (\d+)", text, re.M)
-            if name and total:
-                counts[(int(name[1]), int(name[2]))] = int(total[1]) / args.calls
-        return counts
+    counts = callgrind.run([sys.executable, __file__, "--child", config, "--stub-url", url,
+                            "--calls", str(args.calls), "--warmup", str(args.warmup),
+                            "--scenarios", ",".join(names)],
+                           {**os.environ, **NO_CONTENT}, args.calls)
+    return {(p, s): counts[f"p{p}s{s}"] for p in range(len(PHASES)) for s in range(len(names))}
 
 
 def main() -> None:
@@ -122,7 +92,7 @@ def main() -> None:
     if args.child:
         _child(args.child, args.stub_url, args.calls, args.warmup, names)
         return
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    if not callgrind.available():
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     wanted = args.configs.split(",") if args.configs else \
         [c for c in bench.CONFIGS if c != "uninstrumented"]

@@ -17,21 +17,18 @@ that the timing runs on a shared machine cannot.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _callgrind as callgrind  # noqa: E402
 
 _CHILD = "LLAMA_INDEX_IR_CHILD"
 CONFIGS = ("uninstrumented", "openai only", "openai + llama_index", "official GenAI")
 
 
 def _child(turns: int, configs: list[str]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import llama_index_bench as bench
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -45,11 +42,6 @@ def _child(turns: int, configs: list[str]) -> None:
     ctx = AgentContext(tracer_provider=provider, capture_content=False)
     insts = (bench.OpenAIContextInstrumentor(), bench.LlamaIndexContextInstrumentor(),
              bench._official())
-    pid = str(os.getpid())
-
-    def ctl(*flags: str) -> None:
-        subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
-
     with bench.StubServer() as stub:
         fns = bench._turns(stub.openai_base_url)
         for c, config in enumerate(configs):
@@ -58,15 +50,7 @@ def _child(turns: int, configs: list[str]) -> None:
                 for _ in range(5):
                     fn()
                 exporter.clear()
-                gc.collect()
-                gc.disable()
-                ctl("-z")
-                ctl("-i", "on")
-                for _ in range(turns):
-                    fn()
-                ctl("-i", "off")
-                gc.enable()
-                ctl(f"--dump=c{c}t{t}")
+                callgrind.count(fn, turns, f"c{c}t{t}")
                 exporter.clear()
             bench.switch(config, False, ctx, provider, insts)
 
@@ -78,7 +62,7 @@ def main() -> None:
     if os.environ.get(_CHILD):
         _child(args.turns, os.environ[_CHILD].split(","))
         return
-    if shutil.which("valgrind") is None:
+    if not callgrind.available():
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     try:
         import opentelemetry.instrumentation.genai.llama_index  # noqa: F401
@@ -86,20 +70,9 @@ def main() -> None:
     except ImportError:
         print("official GenAI: not installed, not counted (pip install -e '.[bench]')")
         configs = list(CONFIGS[:3])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        env = {**os.environ, _CHILD: ",".join(configs)}
-        subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                        f"--callgrind-out-file={out}", sys.executable, __file__,
-                        "--turns", str(args.turns)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        counts: dict[tuple[int, int], float] = {}
-        for dump in Path(tmp).glob("cg.out.*"):
-            text = dump.read_text(errors="replace")
-            name = re.search(r"^desc: Trigger: dump c(\d+)t(\d+)", text, re.M)
-            total = re.search(r"^totals: (\d+)", text, re.M)
-            if name and total:
-                counts[(int(name[1]), int(name[2]))] = int(total[1]) / args.turns
+    found = callgrind.run([sys.executable, __file__, "--turns", str(args.turns)],
+                          {**os.environ, _CHILD: ",".join(configs)}, args.turns)
+    counts = {(c, t): found[f"c{c}t{t}"] for c in range(len(configs)) for t in range(2)}
     turn_names = ("query engine turn", "context chat turn")
     print(f"{args.turns} turns a configuration; million instructions a turn (all threads)")
     print("| turn | configuration | Ir | added |")
