@@ -177,7 +177,8 @@ class AgentContext:
     def _call_envelope(self, span: Span) -> Envelope:
         """The envelope of one auto-instrumented model call, on its recording inference
         span (which carries the model already): a turn, its attributes written with the
-        call's others when it stops (one ``set_attributes`` a call)."""
+        call's records at its start and with its budget's when it stops (see
+        ``Envelope._set``)."""
         context_id = self._ids.new("ctx")
         env = Envelope(self, span, False, context_id, None, "unknown", Scope.TURN.value,
                        self._events.logger())

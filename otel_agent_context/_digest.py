@@ -161,7 +161,7 @@ def _forget() -> None:
     _memo_chars = 0
 
 
-def _remember(key: Any, chars: int, value: str) -> None:
+def _remember(key: Any, chars: int, value: Any) -> None:
     global _memo_chars
     if chars > _MEMO_MAX_CHARS // 8:
         return  # one huge text would evict everything else
