@@ -165,3 +165,55 @@ def test_remembered_message_facts_follow_the_key_and_the_token_estimator(monkeyp
                                                       "sha256").hexdigest()
     finally:
         _digest.reset()
+
+
+def test_a_long_history_is_read_from_memory_on_the_next_call(monkeypatch) -> None:
+    """A history of 1,500 distinct messages (three memo entries each: digest, short digest,
+    message facts) is digested once, not again on every call (the memo must not empty itself
+    in the middle of a call)."""
+    from otel_agent_context.instrumentation.openai import _extract as openai_extract
+
+    messages = [{"role": "user" if i % 2 else "assistant", "content": f"message number {i}"}
+                for i in range(1500)]
+    computed: list[int] = []
+    real = _digest.digest_bytes
+
+    def counting(data: bytes) -> str:
+        computed[-1] += 1
+        return real(data)
+
+    monkeypatch.setattr(_digest, "digest_bytes", counting)
+    _digest.reset()
+    try:
+        for _ in range(3):
+            computed.append(0)
+            openai_extract.chat_request((), {"model": "gpt-4o-mini", "messages": messages},
+                                        False)
+        assert computed == [1500, 0, 0]
+    finally:
+        _digest.reset()
+
+
+def test_an_enum_role_keeps_its_own_message_id() -> None:
+    """A role given as a str enum member is read by the general path, as before: its id
+    does not depend on whether the plain string role was seen first."""
+    import enum
+
+    from otel_agent_context.instrumentation.openai import _extract as openai_extract
+
+    class Role(str, enum.Enum):
+        USER = "user"
+
+    def first_id(role: object) -> str:
+        req = openai_extract.chat_request(
+            (), {"model": "gpt-4o-mini", "messages": [{"role": role, "content": "hi"}]}, False)
+        return req.blocks[0].item_id
+
+    _digest.reset()
+    try:
+        plain, member = first_id("user"), first_id(Role.USER)
+        _digest.reset()
+        assert (first_id(Role.USER), first_id("user")) == (member, plain)
+        assert plain.startswith("user:") and plain != member
+    finally:
+        _digest.reset()

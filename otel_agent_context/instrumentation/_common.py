@@ -147,7 +147,7 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     if facts is None:
         facts = (f"{role}:{_short_digest(role, text)}", estimate_tokens(text),
                  digest_text(text) if text else None)
-        remember(key, len(text), facts)
+        remember(key, 0, facts)  # the text is counted with its digest's entry
     return facts  # type: ignore[no-any-return]
 
 

@@ -141,7 +141,8 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     known = KNOWN_MESSAGES.get()
     for i, m in enumerate(messages):
         if (not capture and type(m) is dict and type(text := m.get("content")) is str
-                and (role := m.get("role")) in _PLAIN_ROLES and not m.get("tool_calls")):
+                and type(role := m.get("role")) is str and role in _PLAIN_ROLES
+                and not m.get("tool_calls")):
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
             item_id, tokens, digest = message_facts(role, text)
