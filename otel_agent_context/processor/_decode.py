@@ -511,8 +511,6 @@ def _array_kind(buf: bytes) -> str:
     return "array_value"
 
 
-
-
 def _cache(buf: bytes) -> tuple[Any, ...]:
     """``buf`` decoded and checked, and remembered if short (the clean form when it is)."""
     key, value, noted = _decode_checked(buf)
