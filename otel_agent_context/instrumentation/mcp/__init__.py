@@ -34,8 +34,10 @@ MCP SDK's own client span of that request) and, over Streamable HTTP, the MCP se
 neither: the request id is read from the request the SDK's ``JSONRPCDispatcher`` writes
 (``_write``, in the task of the session call), the session id from the request context the
 Streamable HTTP transport posts it with (``_handle_post_request``, which runs in a copy of the
-sender's context); both only while one of the three calls is under way. stdio has no MCP
-session: no ``mcp.session.id`` there.
+sender's context); over the legacy HTTP+SSE transport, from the query of the endpoint the
+SSE transport posts the request to (``session_id``, which the server sent in its ``endpoint``
+event); all only while one of the three calls is under way. stdio has no MCP session: no
+``mcp.session.id`` there.
 
 Content (the text) only under content capture.
 A model call of the same envelope whose block carries a resource's, a prompt message's or a
@@ -48,6 +50,7 @@ from __future__ import annotations
 import contextvars
 import json
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from ..._api import current_envelope
 from ..._attributes import digest_text
@@ -62,6 +65,7 @@ _instruments = ("mcp >= 2, < 3",)
 _MODULE = "mcp.client.session"
 _DISPATCHER = "mcp.shared.jsonrpc_dispatcher"
 _HTTP = "mcp.client.streamable_http"
+_SSE = "mcp.client.sse"
 
 
 _STATE = Switch()
@@ -127,6 +131,35 @@ async def _wrap_post(wrapped: Any, instance: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
     """``StreamableHTTPTransport._handle_post_request``: the session id the request goes with."""
     _note(args[0] if args else kwargs.get("ctx"), _posted)
+    return await wrapped(*args, **kwargs)
+
+
+def _sse_posted(request: tuple[Any, Any]) -> tuple[Any, dict[str, Any]]:
+    """A message the SSE transport posts: its JSON body and the endpoint it posts to, whose
+    query names the session the server opened (``session_id``, or ``sessionId``)."""
+    body, url = request
+    query = parse_qs(urlsplit(str(url)).query)
+    named = query.get("session_id") or query.get("sessionId")
+    session = named[0] if named else None
+    method = body.get("method") if isinstance(body, dict) else None
+    return _Sent(method), {"session_id": session}
+
+
+class _Sent:
+    """The method of a message sent as a JSON body (the readers compare ``.method``)."""
+
+    __slots__ = ("method",)
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+
+
+async def _wrap_sse_request(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                            kwargs: dict[str, Any]) -> Any:
+    """``request_within_origin`` as the SSE transport calls it to post a message (in a copy
+    of the sender's context): the session id of the legacy HTTP+SSE transport."""
+    if len(args) >= 3 and args[1] == "POST":
+        _note((kwargs.get("json"), args[2]), _sse_posted)
     return await wrapped(*args, **kwargs)
 
 
@@ -333,6 +366,10 @@ def _dispatcher_class(module: Any) -> Any:
     return getattr(module, "JSONRPCDispatcher", None)
 
 
+def _module_itself(module: Any) -> Any:
+    return module
+
+
 def _http_transport(module: Any) -> Any:
     return getattr(module, "StreamableHTTPTransport", None)
 
@@ -343,6 +380,7 @@ _PATCHES = LazyPatches({
               (_session_class, "call_tool", _wrap_call_tool)],
     _DISPATCHER: [(_dispatcher_class, "_write", _wrap_write)],
     _HTTP: [(_http_transport, "_handle_post_request", _wrap_post)],
+    _SSE: [(_module_itself, "request_within_origin", _wrap_sse_request)],
 }, _STATE.on)
 
 

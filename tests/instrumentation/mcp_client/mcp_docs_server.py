@@ -38,5 +38,7 @@ def order_status(order_id: str) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
         mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    elif sys.argv[1:2] == ["sse"]:
+        mcp.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         mcp.run("stdio")

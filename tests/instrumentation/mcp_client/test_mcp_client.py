@@ -1,11 +1,13 @@
 """The MCP instrumentor on a real MCP client session with a stdio server (the MCP SDK's
 ``MCPServer``, started by the test): a resource read and a prompt fetched, then put into an
 OpenAI call on the loopback stub, all inside the application's envelope; and the same server
-over Streamable HTTP on loopback, for the MCP session id."""
+over Streamable HTTP and over the legacy HTTP+SSE transport on loopback, for the MCP session
+id."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -19,6 +21,7 @@ import openai
 import pytest
 from framework_helpers import framework_on
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_docs_server import POLICY
@@ -129,11 +132,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    """The docs server over Streamable HTTP on loopback; its endpoint URL."""
+@contextlib.contextmanager
+def _served(transport: str, path: str) -> Iterator[str]:
+    """The docs server over ``transport`` on loopback; its endpoint URL."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
+    proc = subprocess.Popen([sys.executable, SERVER, transport, str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -145,16 +148,25 @@ def http_server() -> Iterator[str]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("the MCP server did not start") from None
                 time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-async def _http_app(url: str, envelope: Any, sessions: list[str]) -> str:
-    """Read the policy and call the tool over Streamable HTTP; ``sessions``: the session ids
-    the server's responses carried (the ``Mcp-Session-Id`` header), seen by the app's own
-    HTTP client."""
+@pytest.fixture(params=["http", "sse"])
+def remote_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """The docs server over Streamable HTTP or the legacy HTTP+SSE transport: (transport,
+    endpoint URL)."""
+    with _served(request.param, "/mcp" if request.param == "http" else "/sse") as url:
+        yield request.param, url
+
+
+@contextlib.asynccontextmanager
+async def _connected(transport: str, url: str, sessions: list[str]) -> Any:
+    """A client session over ``transport``; ``sessions``: the session ids the app itself sees
+    (the ``Mcp-Session-Id`` header its HTTP client receives, or what the SSE client reports
+    to ``on_session_created``)."""
     import httpx2
 
     async def seen(response: Any) -> None:
@@ -162,21 +174,34 @@ async def _http_app(url: str, envelope: Any, sessions: list[str]) -> str:
         if sid and sid not in sessions:
             sessions.append(sid)
 
-    async with httpx2.AsyncClient(event_hooks={"response": [seen]}) as http, \
-            streamable_http_client(url, http_client=http) as (read, write), \
-            ClientSession(read, write) as session:
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "http":
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(event_hooks={"response": [seen]}))
+            read, write = await stack.enter_async_context(
+                streamable_http_client(url, http_client=http))
+        else:
+            read, write = await stack.enter_async_context(
+                sse_client(url, on_session_created=sessions.append))
+        session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
+        yield session
+
+
+async def _remote_app(transport: str, url: str, envelope: Any, sessions: list[str]) -> str:
+    """Read the policy and call the tool over ``transport``."""
+    async with _connected(transport, url, sessions) as session:
         with envelope():
             resource = await session.read_resource(URI)
             await session.call_tool("order_status", {"order_id": ORDER})
     return str(resource.contents[0].text)
 
 
-def test_streamable_http_items_carry_the_mcp_session_id(mcp_on: CapturedTelemetry,
-                                                        http_server: str) -> None:
+def test_http_items_carry_the_mcp_session_id(mcp_on: CapturedTelemetry,
+                                            remote_server: tuple[str, str]) -> None:
     tel = mcp_on
     sessions: list[str] = []
-    policy = asyncio.run(_http_app(http_server, tel.agent_context.envelope, sessions))
+    policy = asyncio.run(_remote_app(*remote_server, tel.agent_context.envelope, sessions))
     assert policy == POLICY
     (session_id,) = sessions  # one session, as the server named it
     (bundle,) = tel.bundles()
