@@ -416,15 +416,19 @@ class Call:
         try:
             self._begin(inv, self.req)
         except Exception:
-            # our stages failed: the invocation must still end with the call
+            # our stages failed: end what _begin started (not as failed: the error is ours,
+            # not the call's), in strict test mode too, before the error surfaces
+            try:
+                self._end_stages(None)
+            except Exception:
+                _log.warning("otel_agent_context: could not end the call's stages",
+                             exc_info=True)
+            self.env = self.budget = None
+            self.own_env = False
             if _strict_now():
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
                 raise
             _log.warning("otel_agent_context: context stages failed", exc_info=True)
-            # end what _begin started (not as failed: the error is ours, not the call's)
-            self._end_stages(None)
-            self.env = self.budget = None
-            self.own_env = False
 
     def _begin(self, inv: Any, req: Request) -> None:
         tel = self.tel

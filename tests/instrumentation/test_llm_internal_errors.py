@@ -6,6 +6,7 @@ the folded one (contract v0.2, the default) and the stage spans of v0.1
 from __future__ import annotations
 
 import openai
+import pytest
 
 from otel_agent_context import Envelope, _folded
 from otel_agent_context import _semconv as S
@@ -55,5 +56,24 @@ def test_failure_while_folding_the_call_ends_the_call_alone(alone, stub, monkeyp
     assert chat.status.is_ok  # our error is not the call's
     assert chat.attributes[S.CONTEXT_SPAN_COUNT] == 0
     assert S.ASSEMBLY_ID not in chat.attributes  # no half-written assembly
+    (bundle,) = alone.tel.bundles()
+    assert bundle["rebuild"]["status"] == "complete"
+
+
+def test_in_strict_mode_a_failure_while_folding_still_ends_the_call(alone, stub,
+                                                                    monkeypatch) -> None:
+    """Strict test mode raises our error, but only after ending what was started: the call's
+    own envelope is stopped, so its span is exported and rebuilds to one bundle."""
+    def broken(parts):
+        raise RuntimeError("bug in our assembly code")
+
+    monkeypatch.setattr(_folded, "ordered_hash", broken)
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with pytest.raises(RuntimeError, match="bug in our assembly code"):
+        oc.chat.completions.create(model="gpt-4o",
+                                   messages=[{"role": "user", "content": "hello there"}])
+    spans = alone.tel.spans()
+    assert [s.name for s in spans] == ["chat gpt-4o"]
+    assert spans[0].attributes[S.CONTEXT_SPAN_COUNT] == 0  # the envelope was stopped
     (bundle,) = alone.tel.bundles()
     assert bundle["rebuild"]["status"] == "complete"
