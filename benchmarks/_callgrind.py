@@ -9,12 +9,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["available", "count", "run"]
+__all__ = ["available", "count", "measure", "ratio", "run"]
 
 
 def available() -> bool:
@@ -43,6 +44,19 @@ def count(fn: Callable[[], Any], calls: int, label: str) -> None:
     _control(f"--dump={label}")
 
 
+def measure(fn: Callable[[], Any], warmup: int, calls: int, label: str, exporter: Any,
+            expect_spans: str | None) -> None:
+    """Warm ``fn`` up, then :func:`count` it; with ``expect_spans`` (a name for the message),
+    say on stderr when the counted calls recorded no span (an instrumentor that missed)."""
+    for _ in range(warmup):
+        fn()
+    exporter.clear()
+    count(fn, calls, label)
+    if expect_spans and not exporter.get_finished_spans():
+        print(f"{expect_spans} recorded nothing", file=sys.stderr)
+    exporter.clear()
+
+
 def run(cmd: Sequence[str], env: Mapping[str, str], per: int) -> dict[str, float]:
     """Run ``cmd`` under callgrind, counting off at start; the instructions of each dump
     the child made, by its label, divided by ``per``."""
@@ -61,3 +75,10 @@ def run(cmd: Sequence[str], env: Mapping[str, str], per: int) -> dict[str, float
             if name and total:
                 counts[name[1]] = int(total[1]) / per
         return counts
+
+
+def ratio(a: float | None, b: float | None, goal: float) -> str:
+    """``a / b`` for a goals table, with whether it is within ``goal``."""
+    if a is None or b is None or b <= 0:
+        return "–"
+    return f"{a / b:.2f} {'met' if a / b <= goal else 'MISSED'}"

@@ -52,13 +52,8 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
             for inst in instrumentors:
                 inst.instrument(tracer_provider=provider)
         for s, fn in enumerate(fns):
-            for _ in range(warmup):
-                fn()
-            exporter.clear()
-            callgrind.count(fn, calls, f"p{p}s{s}")
-            if phase == "instrumented" and not exporter.get_finished_spans():
-                print(f"{config}: {names[s]} recorded nothing", file=sys.stderr)
-            exporter.clear()
+            callgrind.measure(fn, warmup, calls, f"p{p}s{s}", exporter,
+                              f"{config}: {names[s]}" if phase == "instrumented" else None)
 
 
 def _count(config: str, url: str, args: argparse.Namespace, names: list[str]
