@@ -17,6 +17,11 @@ Serves on loopback only and never calls out. It speaks just enough of each API f
   user message containing ``[call:NAME {json arguments}]`` (NAME one of its function tools)
   is answered with that ``function_call`` instead of text (for agent frameworks' tests); a
   chat completions request likewise with a ``tool_calls`` message (not streamed).
+- ReAct on request: a chat completions request (not streamed) whose last message is a user
+  message containing ``[react:NAME {json arguments}]`` is answered in the ReAct text format
+  (``Thought:`` / ``Action: NAME`` / ``Action Input: {...}``); when a user message asked so
+  and the last message is the tool's ``Observation:``, with ``Thought:`` / ``Answer:`` and the
+  fixed reply (LlamaIndex's ``ReActAgent`` parses both).
 
 Deterministic: token counts are characters / 4 (rounded up) plus a little per message, the
 reply is a fixed sentence, ids count up. Start with ``with StubServer() as stub:``; the
@@ -42,6 +47,7 @@ DEFAULT_WINDOW = 128_000
 #: a dated snapshot of a model: ``gpt-4o-2024-08-06``, ``claude-3-haiku-20240307``
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 _CALL = re.compile(r"\[call:([\w-]+)(?: (\{.*?\}))?\]")
+_REACT = re.compile(r"\[react:([\w-]+)(?: (\{.*?\}))?\]")
 REPLY = "The order shipped yesterday and should arrive within three business days."
 
 
@@ -122,6 +128,23 @@ def _requested_call(items: list[Any], tools: Any) -> tuple[str, str] | None:
     if match.group(1) not in names:
         return None
     return match.group(1), match.group(2) or "{}"
+
+
+def _react_reply(messages: list[Any]) -> str | None:
+    """The ReAct-format reply a ``[react:NAME {args}]`` request asks for, if any."""
+    if not messages or not isinstance(messages[-1], dict):
+        return None
+    last = _text_of(messages[-1].get("content"))
+    if messages[-1].get("role") == "user" and last.startswith("Observation:"):
+        if any(isinstance(m, dict) and m.get("role") == "user"
+               and _REACT.search(_text_of(m.get("content"))) for m in messages):
+            return f"Thought: I can answer without using any more tools.\nAnswer: {REPLY}"
+        return None
+    match = _REACT.search(last) if messages[-1].get("role") == "user" else None
+    if match is None:
+        return None
+    return (f"Thought: I need to use a tool to help me answer the question.\n"
+            f"Action: {match.group(1)}\nAction Input: {match.group(2) or '{}'}")
 
 
 class _State:
@@ -227,6 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
         cid = self.server.state.new_id("chatcmpl")
         reply = _structured_reply(body.get("response_format"))
         if not body.get("stream"):
+            reply = _react_reply(messages) or reply
             message: dict[str, Any] = {"role": "assistant", "content": reply, "refusal": None}
             tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
             call = _requested_call(messages, [t for t in tools if isinstance(t, dict)])

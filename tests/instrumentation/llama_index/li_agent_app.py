@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import ChatMessage, ChatResponse, LLMMetadata, MessageRole
 from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -117,15 +117,34 @@ async def run(base_url: str) -> list[str]:
     return [str(await agent.run(user_msg=q, memory=memory)) for q in (FIRST, SECOND)]
 
 
+REASON = "an order question"
 HANDOFF = ('Where is my order? [call:handoff {"to_agent": "Order agent", '
-           '"reason": "an order question"}]')
+           f'"reason": "{REASON}"}}]')
 
 
-async def run_workflow(base_url: str) -> str:
+async def run_workflow(base_url: str, question: str = HANDOFF) -> str:
     """A two-agent ``AgentWorkflow``: the triage agent hands off to the order agent."""
     llm = OpenAIToolsLLM(api_base=base_url)
     triage = FunctionAgent(name="Triage agent", description="Routes questions.", tools=[],
                            llm=llm, system_prompt="You route questions.",
                            can_handoff_to=["Order agent"], streaming=False)
     workflow = AgentWorkflow(agents=[triage, make_agent(base_url)], root_agent="Triage agent")
-    return str(await workflow.run(user_msg=HANDOFF))
+    return str(await workflow.run(user_msg=question))
+
+
+REACT = f'Where is my order? [react:order_status {{"order_id": "{ORDER}"}}]'
+
+
+def make_react_agent(base_url: str) -> ReActAgent:
+    """A ``ReActAgent`` (its tools described in its prompt, its calls parsed from the reply
+    text: the stub answers ``[react:NAME {args}]`` in that format)."""
+    return ReActAgent(name="Order agent", description="Answers about orders.",
+                      tools=[order_status], llm=OpenAIToolsLLM(api_base=base_url),
+                      streaming=False)
+
+
+async def run_react(base_url: str) -> list[str]:
+    """Two runs of the ReAct agent over one memory: the tool call, then a follow-up."""
+    agent = make_react_agent(base_url)
+    memory = Memory.from_defaults(session_id="orders-43", token_limit=4000)
+    return [str(await agent.run(user_msg=q, memory=memory)) for q in (REACT, SECOND)]
