@@ -350,3 +350,26 @@ def test_a_react_agents_runs_are_turns_holding_their_model_calls(capture_setup: 
                                      "user_message")]
     assert blocks[1][0].startswith("llama_index_msg:") and blocks[1][1] == "session_history"
     assert (ORDER_TEXT in _exported(tel)) is capture_setup.capture
+
+
+def test_a_codeact_agents_run_is_a_turn_holding_its_model_calls(capture_setup: Any) -> None:
+    """``CodeActAgent.run``: one envelope with the agent's name holding its two model calls
+    (the code it writes, the answer from the code's result)."""
+    def run() -> tuple[str, list[Any]]:
+        with StubServer() as stub:
+            out = asyncio.run(li_agent_app.run_codeact(stub.openai_base_url))
+            return out, stub.requests
+
+    out, requests, tel = _plain_and_instrumented(capture_setup, run)
+    assert out == REPLY and len(requests) == 2
+    (bundle,) = tel.bundles()
+    assert (bundle["context_envelope"]["scope"], bundle["context_envelope"]["metadata"]) == (
+        "turn", {"gen_ai.agent.name": "Code agent"})
+    code, answer = (_ids(a) for a in bundle["context_assemblies"])
+    asked = text_message_id("user", li_agent_app.CODE)
+    assert code[1:] == [(asked, "user_message")]
+    # the code it wrote and the code's result (a user message in CodeAct's form)
+    assert answer[1:2] == [(asked, "session_history")]
+    assert [k for _, k in answer] == ["system_prompt", "session_history", "session_history",
+                                      "user_message"]
+    assert bundle["rebuild"]["status"] == "complete"
