@@ -24,6 +24,7 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from llama_index.core import Document, Settings, VectorStoreIndex
@@ -155,7 +156,10 @@ def summary(bundle: dict) -> dict:
     }
 
 
-def main() -> None:
+def run_offline(app: Callable[[str], Any], summarize: Callable[[dict], dict]) -> None:
+    """Every instrumentor on, ``app`` run against the bundled stub (its OpenAI base URL), then
+    ``summarize`` of each envelope rebuilt in process printed (also for
+    ``llama_index_agents_app.py``)."""
     provider = TracerProvider()
     bundles: list[dict] = []
     provider.add_span_processor(BundleSpanProcessor(bundles.append))
@@ -163,12 +167,16 @@ def main() -> None:
     instrument()
     try:
         with StubServer() as stub:
-            run_app(stub.openai_base_url)
+            app(stub.openai_base_url)
     finally:
         uninstrument()
         provider.shutdown()
     for bundle in bundles:
-        print(json.dumps(summary(bundle), indent=2))
+        print(json.dumps(summarize(bundle), indent=2))
+
+
+def main() -> None:
+    run_offline(run_app, summary)
 
 
 if __name__ == "__main__":

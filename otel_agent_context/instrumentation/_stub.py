@@ -17,6 +17,13 @@ Serves on loopback only and never calls out. It speaks just enough of each API f
   user message containing ``[call:NAME {json arguments}]`` (NAME one of its function tools)
   is answered with that ``function_call`` instead of text (for agent frameworks' tests); a
   chat completions request likewise with a ``tool_calls`` message (not streamed).
+- ReAct on request: a chat completions request (not streamed) whose last message is a user
+  message containing ``[react:NAME {json arguments}]`` is answered in the ReAct text format
+  (``Thought:`` / ``Action: NAME`` / ``Action Input: {...}``); when a user message asked so
+  and the last message is the tool's ``Observation:``, with ``Thought:`` / ``Answer:`` and the
+  fixed reply (LlamaIndex's ``ReActAgent`` parses both). Likewise ``[execute:CODE]`` is
+  answered with ``<execute>print(CODE)</execute>`` (a code-acting agent's form), and the
+  code's result (``Result of executing the code given:``) with the fixed reply.
 
 Deterministic: token counts are characters / 4 (rounded up) plus a little per message, the
 reply is a fixed sentence, ids count up. Start with ``with StubServer() as stub:``; the
@@ -42,6 +49,9 @@ DEFAULT_WINDOW = 128_000
 #: a dated snapshot of a model: ``gpt-4o-2024-08-06``, ``claude-3-haiku-20240307``
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4})$")
 _CALL = re.compile(r"\[call:([\w-]+)(?: (\{.*?\}))?\]")
+_REACT = re.compile(r"\[react:([\w-]+)(?: (\{.*?\}))?\]")
+_EXECUTE = re.compile(r"\[execute:([^\]]+)\]")
+_OBSERVED = {"Observation:": _REACT, "Result of executing the code given:": _EXECUTE}
 REPLY = "The order shipped yesterday and should arrive within three business days."
 
 
@@ -122,6 +132,32 @@ def _requested_call(items: list[Any], tools: Any) -> tuple[str, str] | None:
     if match.group(1) not in names:
         return None
     return match.group(1), match.group(2) or "{}"
+
+
+def _text_format_reply(messages: list[Any]) -> str | None:
+    """The reply a ``[react:NAME {args}]`` or ``[execute:CODE]`` request asks for (a ReAct
+    action, code to run, or the answer after the tool's observation or the code's result), if
+    any."""
+    if not messages or not isinstance(messages[-1], dict) \
+            or messages[-1].get("role") != "user":
+        return None
+    last = _text_of(messages[-1].get("content"))
+    for prefix, marker in _OBSERVED.items():
+        if last.startswith(prefix):
+            if not any(isinstance(m, dict) and m.get("role") == "user"
+                       and marker.search(_text_of(m.get("content"))) for m in messages):
+                return None
+            if marker is _EXECUTE:
+                return REPLY
+            return f"Thought: I can answer without using any more tools.\nAnswer: {REPLY}"
+    match = _REACT.search(last)
+    if match is not None:
+        return (f"Thought: I need to use a tool to help me answer the question.\n"
+                f"Action: {match.group(1)}\nAction Input: {match.group(2) or '{}'}")
+    match = _EXECUTE.search(last)
+    if match is not None:
+        return f"Let me look it up.\n<execute>\nprint({match.group(1)})\n</execute>"
+    return None
 
 
 class _State:
@@ -227,6 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         cid = self.server.state.new_id("chatcmpl")
         reply = _structured_reply(body.get("response_format"))
         if not body.get("stream"):
+            reply = _text_format_reply(messages) or reply
             message: dict[str, Any] = {"role": "assistant", "content": reply, "refusal": None}
             tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
             call = _requested_call(messages, [t for t in tools if isinstance(t, dict)])

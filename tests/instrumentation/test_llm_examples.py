@@ -81,3 +81,27 @@ def test_llama_index_example_runs_offline() -> None:
     assert query["prompt_sources"] == query["selected"]
     assert [len(b["memory_cut"]) for b in turns] == [0, 0, 2]
     assert all(sorted(b["prompt_sources"][0]) == sorted(b["selected"][0]) for b in turns)
+
+
+def test_llama_index_agents_example_runs_offline() -> None:
+    """The LlamaIndex agents example: the workflow's run (the triage agent's call), its
+    handoff (the order agent's call, what went across), the ReAct agent's run (its action and
+    its answer); no content exported (capture is off)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    env.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "llama_index_agents_app.py")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("The order shipped") == 2  # the two answers
+    bundles = {(b["scope"], b["agent"]): b for b in _bundles(proc.stdout)}
+    assert sorted(bundles) == [("handoff", "Order agent"), ("turn", "ReAct order agent"),
+                               ("turn", "Triage agent")]
+    run, handoff = bundles[("turn", "Triage agent")], bundles[("handoff", "Order agent")]
+    assert (run["model_calls"], handoff["model_calls"],
+            bundles[("turn", "ReAct order agent")]["model_calls"]) == (1, 1, 2)
+    assert handoff["parent_id"] == run["context_id"] and run["parent_id"] is None
+    assert handoff["actors"] == ["agent:Triage agent", "agent:Order agent"]
+    (handed,) = handoff["handed_over"]
+    assert len(handed) == 4 and handed[0].startswith("llama_index_handoff:")
+    assert all(b["rebuild"] == "complete" for b in bundles.values())

@@ -17,6 +17,7 @@ from llama_index_instrumentation.span_handlers import BaseSpanHandler
 
 from ..._api import current_envelope
 from ..._enums import Scope
+from ._handoff import agent_step, is_handoff_tool, pending_handoff, reset_step, setup_agent
 from ._state import STATE, TURN, failed
 from ._turn import Turn
 
@@ -24,6 +25,8 @@ __all__ = ["make_handler"]
 
 _ENGINE, _RETRIEVE, _POST, _SYNTH = "engine", "retrieve", "postprocess", "synthesize"
 _STREAM = "stream"  # a streamed chat answer written to the memory: the turn's real end
+_TOOL = "tool"  # a tool's call: an AgentWorkflow's handoff (_handoff)
+_STEP = "step"  # an agent's step after a handoff: the handoff's envelope current
 _METHODS = {
     "BaseQueryEngine": (_ENGINE, frozenset({"query", "aquery"})),
     "BaseChatEngine": (_ENGINE, frozenset({"chat", "achat", "stream_chat", "astream_chat"})),
@@ -36,6 +39,7 @@ _METHODS = {
     # an agent's run (the workflow's run span, in the run's own task: its steps inherit it)
     "BaseWorkflowAgent": (_ENGINE, frozenset({"run"})),
     "AgentWorkflow": (_ENGINE, frozenset({"run"})),
+    "FunctionTool": (_TOOL, frozenset({"acall"})),
 }
 _BASES: dict[type, tuple[str, frozenset[str]] | None] = {}
 #: A postprocessor span is open in this context (the async default runs the sync one).
@@ -142,6 +146,11 @@ def _enter(id_: str, bound_args: Any, instance: Any) -> None:
     elif role == _SYNTH and turn is not None:
         nodes = args.get("nodes")
         turn.flush(list(nodes) if isinstance(nodes, list) else None)
+    elif role == _TOOL:
+        if turn is not None and is_handoff_tool(instance):
+            pending = pending_handoff(turn, bound_args)
+            if pending is not None:
+                _OPEN.put(id_, (role, turn, pending, None))
     elif role == _STREAM and turn is not None:
         # in the thread (task) the chat engine started, in a copy of the turn's context;
         # it may start before the engine's span ends
@@ -178,6 +187,27 @@ def _exit(id_: str, instance: Any, result: Any, error: BaseException | None) -> 
             _IN_POST.reset(extra)
         if error is None:
             turn.filtered(instance, data, result)
+    elif role == _TOOL:
+        if error is None:
+            turn.pending = data  # the next agent's start tells whether it was accepted
+    elif role == _STEP:
+        reset_step(data)
+
+
+def _step(id_: str, bound_args: Any) -> None:
+    """A function's span: an agent workflow's step (``setup_agent`` starts an agent,
+    ``run_agent_step`` calls its model), seen for its handoffs."""
+    turn = TURN.get()
+    if turn is None:
+        return
+    cut = len(id_) - _UUID - 1
+    method = id_[:cut].rpartition(".")[2] if cut > 0 else ""
+    if method == "setup_agent":
+        setup_agent(turn, bound_args)
+    elif method == "run_agent_step" and turn.agent_env is not None:
+        token = agent_step(turn, bound_args)
+        if token is not None:
+            _OPEN.put(id_, (_STEP, turn, token, None))
 
 
 class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]
@@ -189,10 +219,13 @@ class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]
 
     def span_enter(self, id_: str, bound_args: Any, instance: Any = None,
                    parent_id: str | None = None, tags: Any = None, **kwargs: Any) -> None:
-        if instance is None or STATE.ctx is None:  # a function's span: none of ours
+        if STATE.ctx is None:
             return
         try:
-            _enter(id_, bound_args, instance)
+            if instance is None:  # a function's span: a workflow's step
+                _step(id_, bound_args)
+            else:
+                _enter(id_, bound_args, instance)
         except Exception:
             failed("span start")
 

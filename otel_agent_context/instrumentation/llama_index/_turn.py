@@ -20,6 +20,7 @@ from ..._enums import OmissionReason
 from ..._envelope import _RUN_ENVELOPE
 from .._common import KNOWN_MESSAGES
 from .._omissions import describe_component
+from ._handoff import Pending, end_handoffs
 from ._items import node_id, node_item, node_of, node_score
 from ._state import TURN, failed
 
@@ -92,6 +93,11 @@ class Turn:
         self._writer_done: BaseException | None | bool = False  # or the writer's error
         self._lock = threading.Lock()
         self._ended = False
+        #: an agent workflow's run: the agent running, the handoff its tool asked for, and
+        #: the envelope of the last handoff (its model calls') (``_handoff``)
+        self.agent: str | None = None
+        self.pending: Pending | None = None
+        self.agent_env: Envelope | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -145,6 +151,11 @@ class Turn:
     def finish(self, error: BaseException | None) -> None:
         self.flush(None, error)
         self.leave()
+        if self.agent_env is not None or self.pending is not None:
+            try:
+                end_handoffs(self, error)
+            except Exception:
+                failed("handoff end")
         with self._lock:
             if not self.owned or self._ended:
                 return

@@ -2,106 +2,26 @@
 tool, run twice in one ``Context`` (the second run sees the first in its memory), its
 function-calling model speaking the OpenAI chat API through the ``openai`` client to the
 loopback stub (LlamaIndex's ``FunctionCallingLLM`` pattern, since ``llama-index-llms-openai``
-pins ``openai<3``). The stub answers ``[call:NAME {args}]`` with that tool call.
+pins ``openai<3``; the example's, ``examples/llama_index_agents_app.py``). The stub answers
+``[call:NAME {args}]`` with that tool call, ``[react:NAME {args}]`` with that ReAct action.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+import io
+import sys
+from pathlib import Path
 
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
-from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.llms import ChatMessage, ChatResponse, LLMMetadata, MessageRole
-from llama_index.core.llms.function_calling import FunctionCallingLLM
-from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.agent.workflow import AgentWorkflow, CodeActAgent, FunctionAgent, ReActAgent
 from llama_index.core.memory import Memory
-from openai import AsyncOpenAI
 
-MODEL = "gpt-4o-mini"
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
+from llama_index_agents_app import OpenAIToolsLLM, order_status  # noqa: E402
+
 ORDER = "A-1042"
 FIRST = f'Where is my order? [call:order_status {{"order_id": "{ORDER}"}}]'
 SECOND = "Thanks. When will it arrive?"
-
-
-def order_status(order_id: str) -> str:
-    """Where an order is."""
-    return f"Order {order_id} was delivered on 2026-11-02."
-
-
-def _wire(message: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role.value, "content": message.content or ""}
-    if message.role == MessageRole.TOOL:
-        out["tool_call_id"] = message.additional_kwargs.get("tool_call_id")
-    calls = message.additional_kwargs.get("tool_calls")
-    if calls:
-        out["tool_calls"] = calls
-    return out
-
-
-class OpenAIToolsLLM(FunctionCallingLLM):
-    """A function-calling chat model behind an OpenAI-compatible chat completions endpoint."""
-
-    api_base: str
-    _client: AsyncOpenAI | None = PrivateAttr(default=None)
-
-    @property
-    def metadata(self) -> LLMMetadata:
-        return LLMMetadata(model_name=MODEL, is_chat_model=True, is_function_calling_model=True)
-
-    def _prepare_chat_with_tools(self, tools: Sequence[Any], user_msg: Any = None,
-                                 chat_history: list[ChatMessage] | None = None,
-                                 verbose: bool = False, allow_parallel_tool_calls: bool = False,
-                                 tool_required: bool = False, **kwargs: Any) -> dict[str, Any]:
-        messages = list(chat_history or [])
-        if user_msg is not None:
-            messages.append(user_msg if isinstance(user_msg, ChatMessage)
-                            else ChatMessage(role="user", content=user_msg))
-        return {"messages": messages, "tools": [t.metadata.to_openai_tool() for t in tools]}
-
-    def get_tool_calls_from_response(self, response: ChatResponse,
-                                     error_on_no_tool_call: bool = True,
-                                     **kwargs: Any) -> list[ToolSelection]:
-        return [ToolSelection(tool_id=c["id"], tool_name=c["function"]["name"],
-                              tool_kwargs=json.loads(c["function"]["arguments"] or "{}"))
-                for c in response.message.additional_kwargs.get("tool_calls") or ()]
-
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        if self._client is None:
-            self._client = AsyncOpenAI(base_url=self.api_base, api_key="sk-offline",
-                                       max_retries=0)
-        extra = {"tools": kwargs["tools"]} if kwargs.get("tools") else {}
-        reply = await self._client.chat.completions.create(
-            model=MODEL, messages=[_wire(m) for m in messages], **extra)
-        message = reply.choices[0].message
-        calls = [c.model_dump(include={"id", "type", "function"})
-                 for c in message.tool_calls or ()]
-        return ChatResponse(message=ChatMessage(
-            role="assistant", content=message.content or "",
-            additional_kwargs={"tool_calls": calls} if calls else {}))
-
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        raise NotImplementedError("async only")
-
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-        raise NotImplementedError("chat only")
-
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-        raise NotImplementedError("chat only")
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-        raise NotImplementedError("not streamed")
-
-    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-        raise NotImplementedError("not streamed")
-
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-        raise NotImplementedError("not streamed")
-
-    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
-                               ) -> Any:
-        raise NotImplementedError("not streamed")
 
 
 def make_agent(base_url: str) -> FunctionAgent:
@@ -117,15 +37,63 @@ async def run(base_url: str) -> list[str]:
     return [str(await agent.run(user_msg=q, memory=memory)) for q in (FIRST, SECOND)]
 
 
+REASON = "an order question"
 HANDOFF = ('Where is my order? [call:handoff {"to_agent": "Order agent", '
-           '"reason": "an order question"}]')
+           f'"reason": "{REASON}"}}]')
 
 
-async def run_workflow(base_url: str) -> str:
+async def run_workflow(base_url: str, question: str = HANDOFF) -> str:
     """A two-agent ``AgentWorkflow``: the triage agent hands off to the order agent."""
     llm = OpenAIToolsLLM(api_base=base_url)
     triage = FunctionAgent(name="Triage agent", description="Routes questions.", tools=[],
                            llm=llm, system_prompt="You route questions.",
                            can_handoff_to=["Order agent"], streaming=False)
     workflow = AgentWorkflow(agents=[triage, make_agent(base_url)], root_agent="Triage agent")
-    return str(await workflow.run(user_msg=HANDOFF))
+    return str(await workflow.run(user_msg=question))
+
+
+REACT = f'Where is my order? [react:order_status {{"order_id": "{ORDER}"}}]'
+
+
+def make_react_agent(base_url: str) -> ReActAgent:
+    """A ``ReActAgent`` (its tools described in its prompt, its calls parsed from the reply
+    text: the stub answers ``[react:NAME {args}]`` in that format)."""
+    return ReActAgent(name="Order agent", description="Answers about orders.",
+                      tools=[order_status], llm=OpenAIToolsLLM(api_base=base_url),
+                      streaming=False)
+
+
+async def run_react(base_url: str) -> list[str]:
+    """Two runs of the ReAct agent over one memory: the tool call, then a follow-up."""
+    agent = make_react_agent(base_url)
+    memory = Memory.from_defaults(session_id="orders-43", token_limit=4000)
+    return [str(await agent.run(user_msg=q, memory=memory)) for q in (REACT, SECOND)]
+
+
+CODE = f'Where is my order? [execute:order_status("{ORDER}")]'
+
+
+async def execute(code: str) -> str:
+    """The code executor a ``CodeActAgent`` is given (its docs' pattern: run the code with
+    the app's functions in scope, return what it printed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"order_status": order_status})  # noqa: S102 - the stub's own code
+    return out.getvalue()
+
+
+async def run_codeact(base_url: str) -> str:
+    """A ``CodeActAgent``: the model writes code calling the tool, the executor runs it, the
+    model answers from its result (the stub answers ``[execute:CODE]`` so)."""
+    agent = CodeActAgent(name="Code agent", tools=[order_status], code_execute_fn=execute,
+                         llm=OpenAIToolsLLM(api_base=base_url), streaming=False)
+    return str(await agent.run(user_msg=CODE))
+
+
+if __name__ == "__main__":  # under ``opentelemetry-instrument`` (test_frameworks_subprocess)
+    import asyncio
+    import os
+
+    url = os.environ["STUB_URL"] + "/v1"
+    print("workflow:", asyncio.run(run_workflow(url)))
+    print("react:", " | ".join(asyncio.run(run_react(url))))

@@ -3,7 +3,8 @@
 the ``openai`` client on the loopback stub (``li_app.memory_engine``): its token-limit flushes
 as budgets with truncations (dropped) or as a compaction into a memory block, the blocks' cut
 by priority, and one id per message shared by the truncation records and the prompt's blocks;
-and a ``FunctionAgent`` over a ``Memory`` (``li_agent_app``): its runs as turns.
+and agents (``li_agent_app``): a ``FunctionAgent`` and a ``ReActAgent`` over a ``Memory``,
+their runs as turns; an ``AgentWorkflow``'s handoff as an envelope of scope ``handoff``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import pytest
 from framework_helpers import framework_on
 from stub_server import REPLY, StubServer
 
+from otel_agent_context._attributes import digest_text
+from otel_agent_context._digest import short_digest
+from otel_agent_context.instrumentation._tokens import estimate_tokens
 from otel_agent_context.instrumentation.llama_index import LlamaIndexContextInstrumentor
 from otel_agent_context.instrumentation.llama_index._items import text_message_id
 from otel_agent_context.testing import CapturedTelemetry
@@ -179,6 +183,18 @@ def test_memory_used_on_its_own_gets_an_implicit_envelope_and_uninstrument_stops
     assert tel.spans() == []
 
 
+def _plain_and_instrumented(setup: Any, run: Any) -> tuple[Any, list[Any], CapturedTelemetry]:
+    """``run()`` (its output and the stub's requests) before and while LlamaIndex is
+    instrumented: the same output and request bodies both times."""
+    plain, plain_requests = run()
+    setup.tel.span_exporter.clear()
+    with framework_on(LlamaIndexContextInstrumentor(), setup) as tel:
+        out, requests = run()
+    assert out == plain
+    assert json.dumps(requests) == json.dumps(plain_requests)
+    return out, requests, tel
+
+
 def _agent_run() -> tuple[list[str], list[Any]]:
     with StubServer() as stub:
         out = asyncio.run(li_agent_app.run(stub.openai_base_url))
@@ -190,12 +206,8 @@ def test_a_function_agents_runs_are_turns_holding_their_model_calls(
     """``FunctionAgent.run`` (a workflow run): one envelope per run with the agent's name;
     the run's model calls (the tool call and the answer after the tool) join it; its memory's
     messages keep one id across the runs' prompts."""
-    plain, plain_requests = _agent_run()
-    capture_setup.tel.span_exporter.clear()
-    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
-        out, requests = _agent_run()
-    assert out == plain == [REPLY, REPLY]
-    assert json.dumps(requests) == json.dumps(plain_requests)
+    out, requests, tel = _plain_and_instrumented(capture_setup, _agent_run)
+    assert out == [REPLY, REPLY]
     assert len(requests) == 3  # the tool call, the answer after it, the follow-up's answer
 
     first, second = tel.bundles()
@@ -220,17 +232,144 @@ def test_a_function_agents_runs_are_turns_holding_their_model_calls(
     assert (ORDER_TEXT in _exported(tel)) is capture_setup.capture
 
 
-def test_an_agent_workflow_run_with_a_handoff_is_one_turn(li_on: CapturedTelemetry) -> None:
-    """``AgentWorkflow.run``: one envelope named after its starting agent, holding the
-    triage agent's call (the handoff) and the order agent's answer."""
-    tel = li_on
+def _workflow(handoff: str) -> tuple[str, list[Any]]:
     with StubServer() as stub:
-        out = asyncio.run(li_agent_app.run_workflow(stub.openai_base_url))
-        requests = stub.requests
+        out = asyncio.run(li_agent_app.run_workflow(stub.openai_base_url, handoff))
+        return out, stub.requests
+
+
+def _ids(assembly: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(b["item_id"], b["context_kind"]) for b in assembly["ordered_blocks"]]
+
+
+def test_an_agent_workflow_handoff_is_a_handoff_envelope_holding_the_next_agents_calls(
+        capture_setup: Any) -> None:
+    """``AgentWorkflow.run`` with a handoff: the run's envelope (the triage agent's, holding
+    its call), and the handoff's (scope ``handoff``, the agent handed to, linked to the run's)
+    with what went across and the order agent's model call."""
+    out, requests, tel = _plain_and_instrumented(
+        capture_setup, lambda: _workflow(li_agent_app.HANDOFF))
+    assert out == REPLY
+    assert len(requests) == 2  # the triage agent's handoff call, the order agent's answer
+
+    turn, handoff = tel.bundles()
+    asked = text_message_id("user", li_agent_app.HANDOFF)
+    envelope = turn["context_envelope"]
+    assert (envelope["scope"], envelope["metadata"], "parent_id" in envelope) == (
+        "turn", {"gen_ai.agent.name": "Triage agent"}, False)
+    (triage,) = turn["context_assemblies"]  # the triage agent's call only
+    assert _ids(triage)[1:] == [(asked, "user_message")]
+    assert "context_selections" not in turn
+
+    sent = handoff["context_envelope"]
+    assert (sent["scope"], sent["parent_id"], sent["metadata"], sent["actor_refs"]) == (
+        "handoff", envelope["context_id"], {"gen_ai.agent.name": "Order agent"},
+        ["agent:Triage agent", "agent:Order agent"])
+    assert handoff["rebuild"]["status"] == turn["rebuild"]["status"] == "complete"
+    # in the run's trace, its span a child of the run's envelope span
+    spans = {s.attributes.get("context.id"): s for s in tel.spans()
+             if s.name == "context.envelope"}
+    child, parent = spans[sent["context_id"]], spans[envelope["context_id"]]
+    assert child.parent is not None and child.parent.span_id == parent.context.span_id
+    assert child.start_time < spans[envelope["context_id"]].end_time
+    (order,) = handoff["context_assemblies"]  # the order agent's call: attributed to it
+    (call,) = [r for r in sent["telemetry_refs"] if r["span_name"].startswith("chat ")]
+    assert call["trace_id"] == envelope["telemetry_refs"][0]["trace_id"]
+    blocks = _ids(order)
+    assert [k for _, k in blocks] == ["system_prompt", "user_message", "session_history",
+                                      "tool_result"]
+    (selection,) = handoff["context_selections"]
+    assert (selection["intent"], selection["selection_policy"]) == ("handoff", "handoff")
+    reason = "llama_index_handoff:" + short_digest("Triage agent", "Order agent",
+                                                    li_agent_app.REASON, length=16)
+    # the reason, then the memory's messages that went across, named as the prompt names them
+    assert selection["selected_item_refs"] == [reason] + [i for i, _ in blocks[1:]]
+    assert [r["rank"] for r in selection["ranking_signals"]] == [1, 2, 3, 4]
+    assert "omitted_item_refs" not in selection
+    items = {i["item_id"]: i for i in handoff["context_items"]}
+    why = items[reason]
+    assert (why["context_kind"], why["token_estimate"], why["digest"]) == (
+        "peer_agent_message", estimate_tokens(li_agent_app.REASON),
+        digest_text(li_agent_app.REASON))
+    capture = capture_setup.capture
+    assert ("content" in why, "rationale" in selection) == (capture, capture)
+    if capture:
+        assert why["content"] == selection["rationale"] == li_agent_app.REASON
+    assert (li_agent_app.REASON in _exported(tel)) is capture
+
+
+def test_a_refused_handoff_is_no_handoff(li_on: CapturedTelemetry) -> None:
+    """A handoff to an agent the workflow does not have: LlamaIndex's tool refuses it, the
+    same agent goes on: one turn, both calls in it, no handoff envelope."""
+    tel = li_on
+    out, requests = _workflow(li_agent_app.HANDOFF.replace("Order agent", "Billing agent"))
     assert out == REPLY and len(requests) == 2
     (bundle,) = tel.bundles()
     assert bundle["context_envelope"]["metadata"]["gen_ai.agent.name"] == "Triage agent"
-    triage, order = bundle["context_assemblies"]
-    assert [b["context_kind"] for b in order["ordered_blocks"]][-1] == "tool_result"
-    assert triage["ordered_blocks"][1]["item_id"] == order["ordered_blocks"][1]["item_id"] == \
-        text_message_id("user", li_agent_app.HANDOFF)
+    assert "context_selections" not in bundle
+    first, second = bundle["context_assemblies"]
+    assert [k for _, k in _ids(second)][-1] == "tool_result"
+
+
+def _react() -> tuple[list[str], list[Any]]:
+    with StubServer() as stub:
+        out = asyncio.run(li_agent_app.run_react(stub.openai_base_url))
+        return out, stub.requests
+
+
+def test_a_react_agents_runs_are_turns_holding_their_model_calls(capture_setup: Any) -> None:
+    """``ReActAgent.run``: one envelope per run with the agent's name; the reasoning call
+    (the tool asked for in the ReAct text format) and the answer after the tool's observation
+    join it; the memory's messages keep one id across the runs' prompts."""
+    out, requests, tel = _plain_and_instrumented(capture_setup, _react)
+    assert out == [REPLY, REPLY]
+    assert len(requests) == 3  # the action, the answer after the observation, the follow-up
+
+    first, second = tel.bundles()
+    for bundle in (first, second):
+        envelope = bundle["context_envelope"]
+        assert (envelope["scope"], envelope["metadata"]) == (
+            "turn", {"gen_ai.agent.name": "Order agent"})
+        assert bundle["rebuild"]["status"] == "complete"
+        assert [b["max_tokens"] for b in bundle["context_budgets"]].count(4000) >= 1
+    asked = text_message_id("user", li_agent_app.REACT)
+    action, answer = (_ids(a) for a in first["context_assemblies"])
+    assert action[0][1] == "system_prompt"  # the ReAct prompt: its tools in words
+    assert action[1:] == [(asked, "user_message")]
+    # the question, the reasoning step (the tool call as text), the tool's observation (a
+    # user message in ReAct's format)
+    assert [k for _, k in answer] == ["system_prompt", "session_history", "session_history",
+                                      "user_message"]
+    assert answer[1][0] == asked
+    (follow_up,) = second["context_assemblies"]
+    # the memory: the question, the agent's reasoning (its steps, as ReActAgent keeps them,
+    # named by the memory like any message), the new question
+    blocks = _ids(follow_up)[1:]
+    assert [blocks[0], blocks[2]] == [
+        (asked, "session_history"), (text_message_id("user", li_agent_app.SECOND),
+                                     "user_message")]
+    assert blocks[1][0].startswith("llama_index_msg:") and blocks[1][1] == "session_history"
+    assert (ORDER_TEXT in _exported(tel)) is capture_setup.capture
+
+
+def test_a_codeact_agents_run_is_a_turn_holding_its_model_calls(capture_setup: Any) -> None:
+    """``CodeActAgent.run``: one envelope with the agent's name holding its two model calls
+    (the code it writes, the answer from the code's result)."""
+    def run() -> tuple[str, list[Any]]:
+        with StubServer() as stub:
+            out = asyncio.run(li_agent_app.run_codeact(stub.openai_base_url))
+            return out, stub.requests
+
+    out, requests, tel = _plain_and_instrumented(capture_setup, run)
+    assert out == REPLY and len(requests) == 2
+    (bundle,) = tel.bundles()
+    assert (bundle["context_envelope"]["scope"], bundle["context_envelope"]["metadata"]) == (
+        "turn", {"gen_ai.agent.name": "Code agent"})
+    code, answer = (_ids(a) for a in bundle["context_assemblies"])
+    asked = text_message_id("user", li_agent_app.CODE)
+    assert code[1:] == [(asked, "user_message")]
+    # the code it wrote and the code's result (a user message in CodeAct's form)
+    assert answer[1:2] == [(asked, "session_history")]
+    assert [k for _, k in answer] == ["system_prompt", "session_history", "session_history",
+                                      "user_message"]
+    assert bundle["rebuild"]["status"] == "complete"
