@@ -42,6 +42,7 @@ from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
     DROP,
     PARALLEL_KEYS,
+    PLAIN_TEXT,
     Repair,
     check_attribute,
     check_event,
@@ -55,7 +56,7 @@ from ..rebuild._boundary import (
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
-from ._wire import LiteRequest, LiteResource, LiteSpan, decode_key_value
+from ._wire import STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
 
 __all__ = [
     "Accepted",
@@ -486,6 +487,8 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
+    if kind == STRING and value and key in PLAIN_TEXT:  # an id seen for the first time
+        return key, value, None
     received = value
     if kind == "array_value":
         kind = _array_kind(buf)
@@ -542,12 +545,14 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     get = _DECODED.get
     rest: Iterable[tuple[bytes, tuple[Any, ...] | None]]
     if len(encoded) > _FEW:
-        entries = [get(buf) for buf in encoded]
-        if None in entries:
-            index = -1
-            for _ in range(entries.count(None)):  # the misses, found in C
-                index = entries.index(None, index + 1)
-                entries[index] = _cache(encoded[index])
+        # a slice is one C call making every element (iterating a upb container asks for
+        # them one by one); ``all`` finds a miss without comparing entries to None
+        encoded = encoded[:]
+        entries = list(map(get, encoded))
+        if not all(entries):
+            for index, entry in enumerate(entries):  # the misses
+                if entry is None:
+                    entries[index] = _cache(encoded[index])
         out: dict[str, Any]
         try:
             out = dict(entries)  # type: ignore[arg-type]
@@ -640,13 +645,14 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
         events.append(EventView(name, time, attributes))
     parent = span.parent_span_id
     links = span.links
+    status = span.status
     # positional: the order of SpanView's fields
     return SpanView(
         trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
         parent.hex() if parent else None, span.dropped_attributes_count,
         span.dropped_events_count,
         [(link.trace_id.hex(), link.span_id.hex()) for link in links] if links else [],
-        span.status.code, resource, repairs, True)
+        LiteStatus.FromString(status).code if status else 0, resource, repairs, True)
 
 
 def _describe(span: Any) -> str:

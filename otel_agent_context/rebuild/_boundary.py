@@ -42,6 +42,7 @@ from ._view import EventView, SpanView
 __all__ = [
     "DROP",
     "PARALLEL_KEYS",
+    "PLAIN_TEXT",
     "REPAIRED",
     "REPAIR_KINDS",
     "Repair",
@@ -379,6 +380,11 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return _ints(key, spec, value)
     return _strings(key, spec, value)
 
+
+#: Text attributes with no enum and no other rule: ``check_attribute`` keeps any non-empty
+#: ``str`` of theirs as it came, with nothing to say (the decoder's shortcut for new ids).
+PLAIN_TEXT = frozenset(name for name, spec in ATTRIBUTES.items()
+                       if spec.type == "string" and not spec.members and name not in _PARALLEL)
 
 #: attribute -> (the Python type a valid value has, its enum members or None): what
 #: needs no further look (arrays and families always take the full check).

@@ -551,3 +551,35 @@ def test_cached_attributes_decode_and_repair_as_fresh_ones(extra: int) -> None:
         assert len(decoded.repairs) == 5
     assert [r for a in runs[0].accepted for r in a.view.repairs] == [
         r for a in runs[1].accepted for r in a.view.repairs]
+
+
+def test_new_plain_text_ids_decode_as_the_full_check_says() -> None:
+    """The decoder keeps a new id of a plain text attribute (``PLAIN_TEXT``) without the
+    full check: for every such attribute, text is kept as it came and an empty value is
+    still dropped and said exactly as ``check_attribute`` does."""
+    from otel_agent_context.processor import _decode
+    from otel_agent_context.rebuild._boundary import DROP, PLAIN_TEXT, check_attribute
+
+    assert S.BUDGET_ID in PLAIN_TEXT and S.CONTEXT_ID in PLAIN_TEXT
+    assert S.BUDGET_TARGET not in PLAIN_TEXT  # an enum: always the full check
+    for name in sorted(PLAIN_TEXT):
+        for text in ("x-new-id", ""):
+            buf = key_values({name: text})[0].SerializeToString()
+            key, value, noted = _decode._decode_checked(buf)
+            checked, repair = check_attribute(name, text, "string_value")
+            if checked is DROP:
+                assert key is None, name
+            else:
+                assert (key, value) == (name, checked), name
+            assert (None if noted is None else noted[:2]) == repair, name
+
+
+def test_span_status_is_read_from_its_bytes() -> None:
+    """The lite span carries its status as bytes, decoded only when present."""
+    spans = envelope_spans(3, "ctx-status", stages=2)
+    spans[1].status.code = 2
+    spans[1].status.message = "boom"
+    spans[2].status.message = "no code"
+    decoded, _ = decode(request(spans))
+    codes = sorted((a.view.span_id, a.view.status_code) for a in decoded.accepted)
+    assert [code for _, code in codes] == [0, 2, 0]
