@@ -564,7 +564,7 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
             out, rest = {}, zip(encoded, entries, strict=True)  # a key repeated
     else:
         out = {}
-        remaining = iter(encoded)
+        remaining = iter(encoded[:])  # a upb container iterated ends in an IndexError
         for buf in remaining:
             found = get(buf)
             if found is None:
@@ -631,7 +631,8 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
     if not clean:  # clean: nothing of the folded form to line up
         span_attributes = parallel_arrays(span_attributes, repairs, span_id)
     events = []
-    for event in raw_events:
+    # guarded and sliced: iterating a upb container ends in an IndexError, even when empty
+    for event in raw_events[:] if raw_events else ():
         name = event.name
         attributes = _checked(event.attributes, repairs, span_id, name)[0]
         lacking = check_event(name, attributes)
@@ -679,28 +680,32 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
         raise InvalidRequest(f"malformed ExportTraceServiceRequest protobuf: {exc}") from None
     context, genai = _NEEDLES
     keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
+    accepted_spans = out.accepted
     for r, rs in enumerate(lite.resource_spans):
         resource: dict[str, Any] | None = None
+        service = ""
         for s, ss in enumerate(rs.scope_spans):
-            for i, raw in enumerate(ss.spans):
-                out.spans += 1
+            spans = ss.spans[:]  # one C call (iterating the container ends in an IndexError)
+            out.spans += len(spans)
+            for i, raw in enumerate(spans):
                 if context not in raw and genai not in raw:
                     out.fast_path += 1
                     continue
                 if resource is None:
                     resource = _attributes(LiteResource.FromString(rs.resource).attributes,
                                            None)
-                accepted = _accept(raw, resource, out)
+                    service = str(resource.get(_SERVICE_NAME, ""))
+                accepted = _accept(raw, resource, service, out)
                 if accepted is not None:
-                    out.accepted.append(accepted)
+                    accepted_spans.append(accepted)
                     keep.append((r, s, i))
     if out.accepted:
         out.wal_payload = body if len(keep) == out.spans else subset(lite, keep, LiteRequest())
     return out
 
 
-def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | None:
-    service = str(resource.get(_SERVICE_NAME, ""))
+def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded
+            ) -> Accepted | None:
     try:
         span = LiteSpan.FromString(raw)
     except DecodeError as exc:
@@ -735,9 +740,8 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     if not context_id:
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
-    accepted = Accepted.of(view)
+    accepted = Accepted.of(view, len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events))
     assert accepted is not None  # the boundary made context.id a string
-    accepted.size = len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events)
     if view.repairs:
         out.repaired(view.repairs, service)
     return accepted
