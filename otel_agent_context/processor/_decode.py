@@ -42,6 +42,7 @@ from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
     DROP,
     PARALLEL_KEYS,
+    PLAIN_INT,
     PLAIN_TEXT,
     Repair,
     check_attribute,
@@ -56,7 +57,7 @@ from ..rebuild._boundary import (
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
-from ._wire import STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
+from ._wire import INT, STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
 
 __all__ = [
     "Accepted",
@@ -487,8 +488,13 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
-    if kind == STRING and value and key in PLAIN_TEXT:  # an id seen for the first time
-        return key, value, None
+    if kind == STRING:
+        if value and key in PLAIN_TEXT:  # an id seen for the first time
+            return key, value, None
+    elif kind == INT:
+        low = PLAIN_INT.get(key)
+        if low is not None and value >= low:  # a count seen for the first time
+            return key, value, None
     received = value
     if kind == "array_value":
         kind = _array_kind(buf)
