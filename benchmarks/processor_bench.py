@@ -1,6 +1,6 @@
 """Throughput, memory and latency of the context processor, against the baselines of issue 3.
 
-    python benchmarks/processor_bench.py [--rounds 7] [--quick]
+    python benchmarks/processor_bench.py [--rounds 7] [--quick] [--cases ctx20,sel100]
 
 Everything runs in one process, one core (``os.sched_setaffinity`` pins it), on requests
 serialised up front with the OTLP protobuf classes (what a receiver is handed):
@@ -230,14 +230,19 @@ def _pipeline(directory: Path, **settings: Any) -> Pipeline:
     return pipeline
 
 
-def throughput(rounds: int, requests: int, tmp: Path) -> list[dict[str, Any]]:
+CASES = (("fast", fast_spans, SPANS_PER_REQUEST, "bare ParseFromString", bare_parse),
+         ("ctx20", ctx20_spans, SPANS_PER_REQUEST, "naive parse-and-walk", naive_walk),
+         ("sel100", sel100_spans, 64, "naive parse-and-walk", naive_walk))
+
+
+def throughput(rounds: int, requests: int, tmp: Path, only: set[str] | None = None
+               ) -> list[dict[str, Any]]:
     """Baseline and processor alternate within each round (the machine may be shared: a
-    ratio is taken inside a round, then the median over rounds)."""
+    ratio is taken inside a round, then the median over rounds). ``only``: these cases."""
     rows = []
-    cases = (("fast", fast_spans, SPANS_PER_REQUEST, "bare ParseFromString", bare_parse),
-             ("ctx20", ctx20_spans, SPANS_PER_REQUEST, "naive parse-and-walk", naive_walk),
-             ("sel100", sel100_spans, 64, "naive parse-and-walk", naive_walk))
-    for name, make, per_request, baseline_name, baseline in cases:
+    for name, make, per_request, baseline_name, baseline in CASES:
+        if only is not None and name not in only:
+            continue
         spans = requests * per_request
         base, ingest, total, ingest_ratio, total_ratio = [], [], [], [], []
         size = 0
@@ -375,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=8, help="requests per round")
     parser.add_argument("--quick", action="store_true", help="3 rounds, fewer envelopes")
+    parser.add_argument("--cases", help="throughput of these cases only (comma-separated: "
+                        + ", ".join(case[0] for case in CASES) + "); no memory or latency")
     args = parser.parse_args(argv)
+    only = set(args.cases.split(",")) if args.cases else None
     rounds = 3 if args.quick else args.rounds
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -385,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="processor-bench-") as directory:
         tmp = Path(directory)
-        rows = throughput(rounds, args.requests, tmp)
-        mem = memory(tmp)
-        lat = latency(tmp, 300 if args.quick else 1000, 200.0)
+        rows = throughput(rounds, args.requests, tmp, only)
+        mem = memory(tmp) if only is None else None
+        lat = latency(tmp, 300 if args.quick else 1000, 200.0) if only is None else None
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -407,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['baseline_us']:.2f} | {row['ingest_us']:.2f} | "
               f"{1e6 / row['ingest_us']:,.0f} | {row['ingest_ratio']:.2f}x | "
               f"{row['total_us']:.2f} | {row['total_ratio']:.2f}x |")
+    if mem is None or lat is None:
+        return 0
     print()
     print(f"memory: {mem['bytes_per_span']:.0f} bytes per buffered 20-attribute span; "
           f"{mem['envelopes_in_flight']:,} envelopes ({mem['spans_in_flight']:,} spans) in "

@@ -42,6 +42,8 @@ from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
     DROP,
     PARALLEL_KEYS,
+    PLAIN_INT,
+    PLAIN_TEXT,
     Repair,
     check_attribute,
     check_event,
@@ -55,7 +57,7 @@ from ..rebuild._boundary import (
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
-from ._wire import LiteRequest, LiteResource, LiteSpan, decode_key_value
+from ._wire import INT, STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
 
 __all__ = [
     "Accepted",
@@ -486,6 +488,13 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
+    if kind == STRING:
+        if value and key in PLAIN_TEXT:  # an id seen for the first time
+            return key, value, None
+    elif kind == INT:
+        low = PLAIN_INT.get(key)
+        if low is not None and value >= low:  # a count seen for the first time
+            return key, value, None
     received = value
     if kind == "array_value":
         kind = _array_kind(buf)
@@ -542,12 +551,14 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     get = _DECODED.get
     rest: Iterable[tuple[bytes, tuple[Any, ...] | None]]
     if len(encoded) > _FEW:
-        entries = [get(buf) for buf in encoded]
-        if None in entries:
-            index = -1
-            for _ in range(entries.count(None)):  # the misses, found in C
-                index = entries.index(None, index + 1)
-                entries[index] = _cache(encoded[index])
+        # a slice is one C call making every element (iterating a upb container asks for
+        # them one by one); ``all`` finds a miss without comparing entries to None
+        encoded = encoded[:]
+        entries = list(map(get, encoded))
+        if not all(entries):
+            for index, entry in enumerate(entries):  # the misses
+                if entry is None:
+                    entries[index] = _cache(encoded[index])
         out: dict[str, Any]
         try:
             out = dict(entries)  # type: ignore[arg-type]
@@ -559,7 +570,7 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
             out, rest = {}, zip(encoded, entries, strict=True)  # a key repeated
     else:
         out = {}
-        remaining = iter(encoded)
+        remaining = iter(encoded[:])  # a upb container iterated ends in an IndexError
         for buf in remaining:
             found = get(buf)
             if found is None:
@@ -626,7 +637,8 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
     if not clean:  # clean: nothing of the folded form to line up
         span_attributes = parallel_arrays(span_attributes, repairs, span_id)
     events = []
-    for event in raw_events:
+    # guarded and sliced: iterating a upb container ends in an IndexError, even when empty
+    for event in raw_events[:] if raw_events else ():
         name = event.name
         attributes = _checked(event.attributes, repairs, span_id, name)[0]
         lacking = check_event(name, attributes)
@@ -640,13 +652,14 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
         events.append(EventView(name, time, attributes))
     parent = span.parent_span_id
     links = span.links
+    status = span.status
     # positional: the order of SpanView's fields
     return SpanView(
         trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
         parent.hex() if parent else None, span.dropped_attributes_count,
         span.dropped_events_count,
         [(link.trace_id.hex(), link.span_id.hex()) for link in links] if links else [],
-        span.status.code, resource, repairs, True)
+        LiteStatus.FromString(status).code if status else 0, resource, repairs, True)
 
 
 def _describe(span: Any) -> str:
@@ -673,28 +686,32 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
         raise InvalidRequest(f"malformed ExportTraceServiceRequest protobuf: {exc}") from None
     context, genai = _NEEDLES
     keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
+    accepted_spans = out.accepted
     for r, rs in enumerate(lite.resource_spans):
         resource: dict[str, Any] | None = None
+        service = ""
         for s, ss in enumerate(rs.scope_spans):
-            for i, raw in enumerate(ss.spans):
-                out.spans += 1
+            spans = ss.spans[:]  # one C call (iterating the container ends in an IndexError)
+            out.spans += len(spans)
+            for i, raw in enumerate(spans):
                 if context not in raw and genai not in raw:
                     out.fast_path += 1
                     continue
                 if resource is None:
                     resource = _attributes(LiteResource.FromString(rs.resource).attributes,
                                            None)
-                accepted = _accept(raw, resource, out)
+                    service = str(resource.get(_SERVICE_NAME, ""))
+                accepted = _accept(raw, resource, service, out)
                 if accepted is not None:
-                    out.accepted.append(accepted)
+                    accepted_spans.append(accepted)
                     keep.append((r, s, i))
     if out.accepted:
         out.wal_payload = body if len(keep) == out.spans else subset(lite, keep, LiteRequest())
     return out
 
 
-def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | None:
-    service = str(resource.get(_SERVICE_NAME, ""))
+def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded
+            ) -> Accepted | None:
     try:
         span = LiteSpan.FromString(raw)
     except DecodeError as exc:
@@ -729,9 +746,8 @@ def _accept(raw: bytes, resource: dict[str, Any], out: Decoded) -> Accepted | No
     if not context_id:
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
-    accepted = Accepted.of(view)
+    accepted = Accepted.of(view, len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events))
     assert accepted is not None  # the boundary made context.id a string
-    accepted.size = len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events)
     if view.repairs:
         out.repaired(view.repairs, service)
     return accepted

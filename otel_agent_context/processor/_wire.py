@@ -30,6 +30,7 @@ __all__ = [
     "LiteRequest",
     "LiteResource",
     "LiteSpan",
+    "LiteStatus",
     "any_value",
     "decode_key_value",
 ]
@@ -74,7 +75,8 @@ def _build() -> dict[str, Any]:
             (11, "events", _F.TYPE_MESSAGE, many, "Event"),
             (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
             (13, "links", _F.TYPE_MESSAGE, many, "Link"),
-            (15, "status", _F.TYPE_MESSAGE, one, "Status"))
+            # bytes: most spans carry none, and reading a message field makes a wrapper
+            (15, "status", _F.TYPE_BYTES, one, None))
     message("Event", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
             (2, "name", _F.TYPE_STRING, one, None),
             (3, "attributes", _F.TYPE_BYTES, many, None))
@@ -99,14 +101,15 @@ def _build() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
-        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "LogsRequest",
-                                            "LogRecord")}
+        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "Status",
+                                            "LogsRequest", "LogRecord")}
 
 
 _CLASSES = _build()
 LiteRequest: Any = _CLASSES["Request"]
 LiteResource: Any = _CLASSES["Resource"]
 LiteSpan: Any = _CLASSES["Span"]
+LiteStatus: Any = _CLASSES["Status"]
 LiteLogsRequest: Any = _CLASSES["LogsRequest"]
 LiteLogRecord: Any = _CLASSES["LogRecord"]
 

@@ -42,6 +42,8 @@ from ._view import EventView, SpanView
 __all__ = [
     "DROP",
     "PARALLEL_KEYS",
+    "PLAIN_INT",
+    "PLAIN_TEXT",
     "REPAIRED",
     "REPAIR_KINDS",
     "Repair",
@@ -379,6 +381,16 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
         return _ints(key, spec, value)
     return _strings(key, spec, value)
 
+
+#: Text attributes with no enum and no other rule: ``check_attribute`` keeps any non-empty
+#: ``str`` of theirs as it came, with nothing to say (the decoder's shortcut for new ids).
+PLAIN_TEXT = frozenset(name for name, spec in ATTRIBUTES.items()
+                       if spec.type == "string" and not spec.members and name not in _PARALLEL)
+#: Int attributes with no enum -> the lowest value ``check_attribute`` keeps as it came (an
+#: OTLP int is 64-bit): from it up, nothing to say.
+PLAIN_INT = {name: _INT64[0] if spec.minimum is None else spec.minimum
+             for name, spec in ATTRIBUTES.items()
+             if spec.type == "int" and not spec.members and name not in _PARALLEL}
 
 #: attribute -> (the Python type a valid value has, its enum members or None): what
 #: needs no further look (arrays and families always take the full check).

@@ -116,9 +116,10 @@ class Accepted:
     size: int = 0
 
     @classmethod
-    def of(cls, view: SpanView) -> Accepted | None:
-        """``view`` (after the boundary) as an envelope's span; None without a usable
-        ``context.id`` (a non-empty string)."""
+    def of(cls, view: SpanView, size: int = 0) -> Accepted | None:
+        """``view`` (after the boundary) as an envelope's span (``size``: what holding it
+        costs, 0 for not counted); None without a usable ``context.id`` (a non-empty
+        string)."""
         attributes = view.attributes
         context_id = attributes.get(S.CONTEXT_ID)
         if not isinstance(context_id, str) or not context_id:
@@ -129,7 +130,7 @@ class Accepted:
         # The boundary made the counts ints (or dropped them).
         return cls(view, context_id, is_envelope,
                    span_count if isinstance(span_count, int) else None,
-                   event_count if isinstance(event_count, int) else None)
+                   event_count if isinstance(event_count, int) else None, size)
 
 
 @dataclasses.dataclass(slots=True)

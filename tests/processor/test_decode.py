@@ -551,3 +551,44 @@ def test_cached_attributes_decode_and_repair_as_fresh_ones(extra: int) -> None:
         assert len(decoded.repairs) == 5
     assert [r for a in runs[0].accepted for r in a.view.repairs] == [
         r for a in runs[1].accepted for r in a.view.repairs]
+
+
+def test_new_plain_ids_and_counts_decode_as_the_full_check_says() -> None:
+    """The decoder keeps a new value of a plain text or int attribute (``PLAIN_TEXT``,
+    ``PLAIN_INT``) without the full check: for every such attribute, what it keeps, drops
+    and says is exactly what ``check_attribute`` does (an empty id, a negative count)."""
+    from otel_agent_context.processor import _decode
+    from otel_agent_context.rebuild._boundary import (
+        DROP,
+        PLAIN_INT,
+        PLAIN_TEXT,
+        check_attribute,
+    )
+
+    assert S.BUDGET_ID in PLAIN_TEXT and S.CONTEXT_ID in PLAIN_TEXT
+    assert S.BUDGET_TARGET not in PLAIN_TEXT  # an enum: always the full check
+    assert S.BUDGET_ACTUAL_TOKENS in PLAIN_INT and S.BUDGET_UTILIZATION not in PLAIN_INT
+    cases = [(name, text, "string_value") for name in sorted(PLAIN_TEXT)
+             for text in ("x-new-id", "")]
+    cases += [(name, number, "int_value") for name in sorted(PLAIN_INT)
+              for number in (0, 7, -1, (1 << 63) - 1, -(1 << 63))]
+    for name, sent, kind in cases:
+        buf = key_values({name: sent})[0].SerializeToString()
+        key, value, noted = _decode._decode_checked(buf)
+        checked, repair = check_attribute(name, sent, kind)
+        if checked is DROP:
+            assert key is None, (name, sent)
+        else:
+            assert (key, value) == (name, checked), (name, sent)
+        assert (None if noted is None else noted[:2]) == repair, (name, sent)
+
+
+def test_span_status_is_read_from_its_bytes() -> None:
+    """The lite span carries its status as bytes, decoded only when present."""
+    spans = envelope_spans(3, "ctx-status", stages=2)
+    spans[1].status.code = 2
+    spans[1].status.message = "boom"
+    spans[2].status.message = "no code"
+    decoded, _ = decode(request(spans))
+    codes = sorted((a.view.span_id, a.view.status_code) for a in decoded.accepted)
+    assert [code for _, code in codes] == [0, 2, 0]
