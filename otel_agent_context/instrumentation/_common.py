@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -54,6 +55,7 @@ from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from . import _frames, _tokens
+from ._inference import LightInference, light_allowed, light_supported
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -356,11 +358,18 @@ class ClientTelemetry:
             not in ("true", "1", "yes")
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
         self.genai_capture: bool = self.handler.should_capture_content()
+        #: Whether a plain call may record its inference through :class:`LightInference`
+        #: (the same span and metrics as util-genai's, for a third of the cost): not under
+        #: content capture (ours or util-genai's), nor with a completion hook.
+        self.light: bool = not self.capture and not self.genai_capture and \
+            light_supported(self.handler)
 
     @guarded
     def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
-              server_address: str | None = None, server_port: int | None = None) -> Call:
-        return Call(self, api, args, kwargs, server_address, server_port)
+              server_address: str | None = None, server_port: int | None = None,
+              light: bool = False) -> Call:
+        return Call(self, api, args, kwargs, server_address, server_port,
+                    light and self.light)
 
 
 def _parent_context() -> Context | None:
@@ -384,7 +393,8 @@ class Call:
     """One model call: the inference invocation and its context stages."""
 
     def __init__(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
-                 kwargs: dict[str, Any], address: str | None, port: int | None) -> None:
+                 kwargs: dict[str, Any], address: str | None, port: int | None,
+                 light: bool = False) -> None:
         self.tel = tel
         self.done = False
         self.env: Envelope | None = None
@@ -392,10 +402,17 @@ class Call:
         self.own_env = False
         self.target: Any = None
         model = kwargs.get("model")
-        inv = tel.handler.inference(api.provider,
-                                    request_model=model if isinstance(model, str) else None,
-                                    server_address=address, server_port=port,
-                                    operation_name="chat", context=_parent_context())
+        parent = _parent_context()
+        inv: Any
+        if light and light_allowed(parent):
+            inv = LightInference(tel.handler, api.provider,
+                                 request_model=model if isinstance(model, str) else None,
+                                 server_address=address, server_port=port, context=parent)
+        else:
+            inv = tel.handler.inference(api.provider,
+                                        request_model=model if isinstance(model, str) else None,
+                                        server_address=address, server_port=port,
+                                        operation_name="chat", context=parent)
         self.invocation = inv
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).
@@ -864,9 +881,21 @@ def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
 
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> Call | None:
+           kwargs: dict[str, Any], light: bool = False) -> Call | None:
     host, port = _server(instance)
-    return tel.start(api, args, kwargs, host, port)
+    return tel.start(api, args, kwargs, host, port, light)
+
+
+def _light(wrapped: Any, streaming: bool) -> bool:
+    """Whether a call may take the light inference path as far as the wrapper can tell:
+    not a stream (util-genai's stream wrappers follow it), and nothing wrapped between us
+    and the client's method (the official GenAI instrumentor wrapped after us would open an
+    inference of its own inside ours, which util-genai merges into one span)."""
+    return not streaming and not isinstance(wrapped, _PROXY)
+
+
+#: what wrapt's function wrappers derive from (wrapt 2: BaseObjectProxy; 1.x: ObjectProxy)
+_PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 
 @guarded
@@ -976,7 +1005,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        call = _begin(tel, api, instance, args, kwargs)
+        streaming = api.is_stream_call(kwargs)
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return wrapped(*args, **kwargs)
         try:
@@ -984,7 +1014,7 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
-        return _wrap_result(call, api, result, api.is_stream_call(kwargs), False)
+        return _wrap_result(call, api, result, streaming, False)
 
     return wrapper
 
@@ -994,7 +1024,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        call = _begin(tel, api, instance, args, kwargs)
+        streaming = api.is_stream_call(kwargs)
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return await wrapped(*args, **kwargs)
         try:
@@ -1002,7 +1033,7 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
-        return _wrap_result(call, api, result, api.is_stream_call(kwargs), True)
+        return _wrap_result(call, api, result, streaming, True)
 
     return wrapper
 
@@ -1026,8 +1057,6 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     application imported it already, else from a post-import hook. Instrumenting imports
     no client library (``openai`` alone takes a second or more to import), so an
     application pays only for the libraries it uses. Returns what to unwrap."""
-    import wrapt
-
     done = Wrapped()
     for _, _, wrapper in targets:
         _frames.hide(wrapper)  # a warning's stacklevel passes over our frame
