@@ -661,8 +661,15 @@ def _segments(req: Request) -> list[Segment]:
     """The window's layout: the used segments in order, the output reserve, then the
     prefixes up to each cache breakpoint (unordered: they overlap the others)."""
     used: dict[str, int] = {}
+    prefixes: list[int] = []  # the tokens up to each cache breakpoint
+    prefix = 0
     for b in req.blocks:
-        used[b.segment] = used.get(b.segment, 0) + b.tokens
+        tokens = b.tokens
+        seg = b.segment
+        used[seg] = used.get(seg, 0) + tokens
+        prefix += tokens
+        if b.cache_breakpoint:
+            prefixes.append(prefix)
     if req.tool_tokens:
         used[SEG_TOOLS] = req.tool_tokens
     out: list[Segment] = []
@@ -671,13 +678,8 @@ def _segments(req: Request) -> list[Segment]:
             out.append((seg, len(out), None, used[seg]))
     if req.reserved_output is not None:
         out.append((SEG_OUTPUT, len(out), req.reserved_output, None))
-    prefix = 0
-    n = 0
-    for b in req.blocks:
-        prefix += b.tokens
-        if b.cache_breakpoint:
-            n += 1
-            out.append((f"cache_prefix_{n}", None, None, prefix))
+    for n, prefix in enumerate(prefixes, 1):
+        out.append((f"cache_prefix_{n}", None, None, prefix))
     return out
 
 
@@ -839,8 +841,16 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
         return value
     if kind is list:
         for i, item in enumerate(value):
-            if type(item) in _PLAIN_TYPES:
+            item_kind = type(item)
+            if item_kind in _PLAIN_TYPES:
                 continue
+            if item_kind is dict and depth < _SETTLE_DEPTH:
+                # a message of plain values (the usual history): no call for it
+                for key, v in item.items():
+                    if type(v) not in _PLAIN_TYPES and key not in _PLAIN_KEYS:
+                        break
+                else:
+                    continue
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
                 value[i] = settled

@@ -83,10 +83,12 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         if capture:
             sys_parts.append(TextPart(content=text))
     messages = list(given(kwargs.get("messages")) or ())
-    last_user = -1
-    for i, m in enumerate(messages):
+    last_user = -1  # the latest user message that is not only tool results
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if _get(m, "role") == "user" and not _only_tool_results(_get(m, "content")):
             last_user = i
+            break
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
