@@ -51,26 +51,9 @@ def given(value: Any) -> Any:
     return value
 
 
-#: (model class, field) -> whether the class has no such field or attribute (a pydantic
-#: model: only its extra fields can hold it). Bounded; a class seen once is not re-read.
-_ABSENT: dict[tuple[type, str], bool] = {}
-
-
 def _get(obj: Any, key: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(key)
-    cls = type(obj)
-    absent = _ABSENT.get((cls, key))
-    if absent is None:
-        # reading a field a pydantic model does not have goes through its __getattr__ and
-        # an AttributeError: ~40x a present one (Anthropic's context_management, each call)
-        fields = getattr(cls, "__pydantic_fields__", None)
-        absent = isinstance(fields, dict) and key not in fields and not hasattr(cls, key)
-        if len(_ABSENT) < 4096:
-            _ABSENT[(cls, key)] = absent
-    if absent:
-        extra = getattr(obj, "__pydantic_extra__", None)
-        return extra.get(key) if isinstance(extra, dict) else None
     return getattr(obj, key, None)
 
 
