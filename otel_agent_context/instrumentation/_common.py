@@ -8,7 +8,10 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   official GenAI instrumentor of the same client is also enabled, the handler merges the two
   nested inference invocations into ONE span whichever wrapper runs outermost: the outer one
   owns the span, the inner one is suppressed and publishes its ``gen_ai.*`` data into it.
-  Our context telemetry always goes on ``invocation.span``, which is that one span.
+  Our context telemetry always goes on ``invocation.span``, which is that one span. A plain
+  non-streaming call with nothing of that kind in play (no content capture, no other
+  wrapper inside ours, no inference under way) records the same span and metrics through
+  :class:`~._inference.LightInference` instead, at a fraction of the cost.
 - Outside any envelope the inference span carries ``context.scope = turn``: it IS the
   (implicit) envelope, and the budget and assembly spans are its children. Inside an envelope
   (``with ctx.envelope(...)``) the stages join that envelope and the injection event goes on
