@@ -212,9 +212,9 @@ def ordered_digest(parts: Iterable[str]) -> str:
     hashes)."""
     keyed = bool(_current_key())
     h = _inner.copy() if keyed else hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\n")
+    items = parts if type(parts) is list else list(parts)
+    if items:  # each part followed by a newline, hashed in one update
+        h.update(("\n".join(items) + "\n").encode("utf-8", "surrogatepass"))
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 

@@ -35,6 +35,7 @@ from ._enums import (
     Visibility,
 )
 from ._failsafe import RECORDER, _guard
+from ._fastattrs import set_attributes
 from ._links import BlockText, Links
 from ._masking import mask
 from ._recorder import _enum, _put, _Recorder
@@ -113,7 +114,7 @@ class Envelope(_Recorder):
             self._pending = None
             pending.update(final)
             final = pending
-        self._span.set_attributes(final)
+        set_attributes(self._span, final)
         inst = self._owner._instruments
         inst.envelopes.add(
             1, {"scope": self._scope, "agent": self._agent, "status": "complete"})
@@ -280,11 +281,11 @@ class Envelope(_Recorder):
         Otherwise they are written at once."""
         pending = self._pending
         if pending is None or span is not self._span:
-            span.set_attributes(attrs)
+            set_attributes(span, attrs)
         elif now:
             pending.update(attrs)
             self._pending = {}
-            span.set_attributes(pending)
+            set_attributes(span, pending)
         else:
             pending.update(attrs)
 

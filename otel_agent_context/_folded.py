@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from . import _semconv as S
-from ._attributes import fields_to_attributes, ordered_hash
+from ._attributes import ordered_hash
 from ._enums import InjectionPoint, Visibility
 from ._masking import has_masker, mask
 from ._stages import Budget
@@ -68,10 +68,15 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     owner = env._owner
     ids = owner._ids
     budget_id = ids.new("bud")
-    attrs = fields_to_attributes(S.SPAN_BUDGET, "ContextBudget", False, budget_id=budget_id,
-                                 target=_MODEL, max_tokens=max_tokens,
-                                 reserved_tokens=reserved_tokens,
-                                 overflow_strategy=overflow_strategy)
+    # the table's ContextBudget fields on the budget span, written out (the generic
+    # fields_to_attributes cost a tenth of the fold; tests/test_folded_budget.py compares)
+    attrs: dict[str, Any] = {S.BUDGET_ID: budget_id, S.BUDGET_TARGET: _MODEL}
+    if max_tokens is not None:
+        attrs[S.BUDGET_MAX_TOKENS] = max_tokens
+    if reserved_tokens is not None:
+        attrs[S.BUDGET_RESERVED_TOKENS] = reserved_tokens
+    if overflow_strategy is not None:
+        attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
     budget = FoldedBudget(env, span, budget_id, attrs)
     if segments:
         attrs[S.WINDOW_SEGMENT_NAMES] = [s[0] for s in segments]

@@ -8,7 +8,10 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   official GenAI instrumentor of the same client is also enabled, the handler merges the two
   nested inference invocations into ONE span whichever wrapper runs outermost: the outer one
   owns the span, the inner one is suppressed and publishes its ``gen_ai.*`` data into it.
-  Our context telemetry always goes on ``invocation.span``, which is that one span.
+  Our context telemetry always goes on ``invocation.span``, which is that one span. A plain
+  non-streaming call with nothing of that kind in play (no content capture, no other
+  wrapper inside ours, no inference under way) records the same span and metrics through
+  :class:`~._inference.LightInference` instead, at a fraction of the cost.
 - Outside any envelope the inference span carries ``context.scope = turn``: it IS the
   (implicit) envelope, and the budget and assembly spans are its children. Inside an envelope
   (``with ctx.envelope(...)``) the stages join that envelope and the injection event goes on
@@ -35,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -54,6 +58,7 @@ from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from . import _frames, _tokens
+from ._inference import LightInference, light_allowed, light_supported
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -356,11 +361,18 @@ class ClientTelemetry:
             not in ("true", "1", "yes")
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
         self.genai_capture: bool = self.handler.should_capture_content()
+        #: Whether a plain call may record its inference through :class:`LightInference`
+        #: (the same span and metrics as util-genai's, for a third of the cost): not under
+        #: content capture (ours or util-genai's), nor with a completion hook.
+        self.light: bool = not self.capture and not self.genai_capture and \
+            light_supported(self.handler)
 
     @guarded
     def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
-              server_address: str | None = None, server_port: int | None = None) -> Call:
-        return Call(self, api, args, kwargs, server_address, server_port)
+              server_address: str | None = None, server_port: int | None = None,
+              light: bool = False) -> Call:
+        return Call(self, api, args, kwargs, server_address, server_port,
+                    light and self.light)
 
 
 def _parent_context() -> Context | None:
@@ -384,7 +396,8 @@ class Call:
     """One model call: the inference invocation and its context stages."""
 
     def __init__(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
-                 kwargs: dict[str, Any], address: str | None, port: int | None) -> None:
+                 kwargs: dict[str, Any], address: str | None, port: int | None,
+                 light: bool = False) -> None:
         self.tel = tel
         self.done = False
         self.env: Envelope | None = None
@@ -392,10 +405,17 @@ class Call:
         self.own_env = False
         self.target: Any = None
         model = kwargs.get("model")
-        inv = tel.handler.inference(api.provider,
-                                    request_model=model if isinstance(model, str) else None,
-                                    server_address=address, server_port=port,
-                                    operation_name="chat", context=_parent_context())
+        parent = _parent_context()
+        inv: Any
+        if light and light_allowed(parent):
+            inv = LightInference(tel.handler, api.provider,
+                                 request_model=model if isinstance(model, str) else None,
+                                 server_address=address, server_port=port, context=parent)
+        else:
+            inv = tel.handler.inference(api.provider,
+                                        request_model=model if isinstance(model, str) else None,
+                                        server_address=address, server_port=port,
+                                        operation_name="chat", context=parent)
         self.invocation = inv
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).
@@ -648,8 +668,15 @@ def _segments(req: Request) -> list[Segment]:
     """The window's layout: the used segments in order, the output reserve, then the
     prefixes up to each cache breakpoint (unordered: they overlap the others)."""
     used: dict[str, int] = {}
+    prefixes: list[int] = []  # the tokens up to each cache breakpoint
+    prefix = 0
     for b in req.blocks:
-        used[b.segment] = used.get(b.segment, 0) + b.tokens
+        tokens = b.tokens
+        seg = b.segment
+        used[seg] = used.get(seg, 0) + tokens
+        prefix += tokens
+        if b.cache_breakpoint:
+            prefixes.append(prefix)
     if req.tool_tokens:
         used[SEG_TOOLS] = req.tool_tokens
     out: list[Segment] = []
@@ -658,13 +685,8 @@ def _segments(req: Request) -> list[Segment]:
             out.append((seg, len(out), None, used[seg]))
     if req.reserved_output is not None:
         out.append((SEG_OUTPUT, len(out), req.reserved_output, None))
-    prefix = 0
-    n = 0
-    for b in req.blocks:
-        prefix += b.tokens
-        if b.cache_breakpoint:
-            n += 1
-            out.append((f"cache_prefix_{n}", None, None, prefix))
+    for n, prefix in enumerate(prefixes, 1):
+        out.append((f"cache_prefix_{n}", None, None, prefix))
     return out
 
 
@@ -826,8 +848,16 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
         return value
     if kind is list:
         for i, item in enumerate(value):
-            if type(item) in _PLAIN_TYPES:
+            item_kind = type(item)
+            if item_kind in _PLAIN_TYPES:
                 continue
+            if item_kind is dict and depth < _SETTLE_DEPTH:
+                # a message of plain values (the usual history): no call for it
+                for key, v in item.items():
+                    if type(v) not in _PLAIN_TYPES and key not in _PLAIN_KEYS:
+                        break
+                else:
+                    continue
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
                 value[i] = settled
@@ -868,9 +898,21 @@ def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
 
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> Call | None:
+           kwargs: dict[str, Any], light: bool = False) -> Call | None:
     host, port = _server(instance)
-    return tel.start(api, args, kwargs, host, port)
+    return tel.start(api, args, kwargs, host, port, light)
+
+
+def _light(wrapped: Any, streaming: bool) -> bool:
+    """Whether a call may take the light inference path as far as the wrapper can tell:
+    not a stream (util-genai's stream wrappers follow it), and nothing wrapped between us
+    and the client's method (the official GenAI instrumentor wrapped after us would open an
+    inference of its own inside ours, which util-genai merges into one span)."""
+    return not streaming and not isinstance(wrapped, _PROXY)
+
+
+#: what wrapt's function wrappers derive from (wrapt 2: BaseObjectProxy; 1.x: ObjectProxy)
+_PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 
 @guarded
@@ -980,7 +1022,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        call = _begin(tel, api, instance, args, kwargs)
+        streaming = api.is_stream_call(kwargs)
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return wrapped(*args, **kwargs)
         try:
@@ -988,7 +1031,7 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
-        return _wrap_result(call, api, result, api.is_stream_call(kwargs), False)
+        return _wrap_result(call, api, result, streaming, False)
 
     return wrapper
 
@@ -998,7 +1041,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        call = _begin(tel, api, instance, args, kwargs)
+        streaming = api.is_stream_call(kwargs)
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return await wrapped(*args, **kwargs)
         try:
@@ -1006,7 +1050,7 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
-        return _wrap_result(call, api, result, api.is_stream_call(kwargs), True)
+        return _wrap_result(call, api, result, streaming, True)
 
     return wrapper
 
@@ -1030,8 +1074,6 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     application imported it already, else from a post-import hook. Instrumenting imports
     no client library (``openai`` alone takes a second or more to import), so an
     application pays only for the libraries it uses. Returns what to unwrap."""
-    import wrapt
-
     done = Wrapped()
     for _, _, wrapper in targets:
         _frames.hide(wrapper)  # a warning's stacklevel passes over our frame

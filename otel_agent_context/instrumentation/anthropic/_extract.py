@@ -83,10 +83,12 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         if capture:
             sys_parts.append(TextPart(content=text))
     messages = list(given(kwargs.get("messages")) or ())
-    last_user = -1
-    for i, m in enumerate(messages):
+    last_user = -1  # the latest user message that is not only tool results
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if _get(m, "role") == "user" and not _only_tool_results(_get(m, "content")):
             last_user = i
+            break
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
@@ -186,13 +188,25 @@ def _edits(out: Outcome, management: Any) -> None:
         out.applied_edits.append(edit if isinstance(edit, dict) else edit.model_dump())
 
 
+def _declared_or_extra(result: Any, key: str) -> Any:
+    """``_get`` for a field a response model may not declare (``context_management``, beta):
+    reading an undeclared one goes through pydantic's ``__getattr__`` and an AttributeError,
+    ~40x a declared field, on every call; a pydantic model's declared fields and extras are
+    read directly instead."""
+    fields = getattr(type(result), "__pydantic_fields__", None)
+    if not isinstance(fields, dict) or key in fields:
+        return _get(result, key)
+    extra = getattr(result, "__pydantic_extra__", None)
+    return extra.get(key) if isinstance(extra, dict) else None
+
+
 def messages_response(result: Any, capture: bool) -> Outcome:
     out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
     stop = _get(result, "stop_reason")
     if stop:
         out.finish_reasons = [_FINISH.get(str(stop), str(stop))]
     _usage(out, _get(result, "usage"))
-    _edits(out, _get(result, "context_management"))
+    _edits(out, _declared_or_extra(result, "context_management"))
     if capture:
         out.output_messages = [OutputMessage(
             role="assistant", parts=[_genai_part(b) for b in _get(result, "content") or ()],

@@ -57,6 +57,14 @@ def _get(obj: Any, key: str) -> Any:
     return getattr(obj, key, None)
 
 
+def _last_user(messages: list[Any]) -> int:
+    """The index of the latest user message (-1: none), scanned from the end."""
+    for i in range(len(messages) - 1, -1, -1):
+        if _get(messages[i], "role") == "user":
+            return i
+    return -1
+
+
 def text_of(content: Any) -> str:
     """The text of a message content: a string, or the text parts of a list."""
     content = given(content)
@@ -133,8 +141,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     n = _int(kwargs.get("n"))
     if n and n != 1:
         req.genai["request_choice_count"] = n
-    last_user = max((i for i, m in enumerate(messages) if _get(m, "role") == "user"),
-                    default=-1)
+    last_user = _last_user(messages)
     inputs: list[InputMessage] = []
     system: list[Any] = []
     append = req.blocks.append
@@ -298,7 +305,7 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
             content_ref=f"openai:responses/{prev}"))
     raw = given(kwargs.get("input"))
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
-    last_user = max((i for i, it in enumerate(items) if _get(it, "role") == "user"), default=-1)
+    last_user = _last_user(items)
     for i, it in enumerate(items):
         block, message = _response_item(it, i == last_user, req, capture)
         if block is not None:

@@ -1,0 +1,141 @@
+"""Probe: instructions (callgrind) of the pieces of one auto-instrumented Anthropic call, in
+process, no network: where a call's cost goes.
+
+    python benchmarks/probes/call_pieces.py [--calls 20]
+
+Each piece runs ``--calls`` times after a warm-up, counted alone (``_callgrind.count``) on an
+SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` into memory (as the benchmarks):
+``whole`` (our ``Call`` from start to completion on a parsed response, the light inference
+path), ``whole_util`` (the same through util-genai's invocation), ``light`` / ``util`` (an
+inference invocation alone, six attributes set), ``bare`` (an SDK span with the same
+attributes), ``request`` / ``response`` (reading them), ``materialize``, ``segments``,
+``fold`` (a span, the call envelope and ``fold_call``), ``envelope`` (a span and the call
+envelope started and stopped). Results: ``benchmarks/instrumentation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _callgrind as callgrind  # noqa: E402
+
+
+def _child(calls: int) -> None:
+    import instrumentation_bench as bench
+    from anthropic.types import Message
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_agent_context._folded import fold_call
+    from otel_agent_context.instrumentation import _common as C
+    from otel_agent_context.instrumentation._inference import LightInference
+    from otel_agent_context.instrumentation.anthropic import _extract as X
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("probe")
+    tel = C.ClientTelemetry("probe", tracer_provider=provider)
+    api = C.Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
+                X.messages_is_stream, X.PROVIDER)
+    msg = Message.model_validate({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "The order shipped yesterday."}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 900, "output_tokens": 12}})
+
+    def kwargs() -> dict[str, Any]:
+        return {"model": "claude-sonnet-4-6", "max_tokens": 300,
+                "system": bench.ANTHROPIC_SYSTEM, "messages": bench.ANTHROPIC_MESSAGES}
+
+    def whole(light: bool = True) -> None:
+        call = tel.start(api, (), kwargs(), "127.0.0.1", 8000, light)
+        C._complete(call, api, msg)
+
+    def invocation(inv: Any) -> None:
+        inv.max_tokens = 300
+        inv.response_id = "msg_1"
+        inv.response_model_name = "claude-sonnet-4-6"
+        inv.finish_reasons = ["end_turn"]
+        inv.input_tokens = 900
+        inv.output_tokens = 12
+        inv.stop()
+
+    start = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
+             "gen_ai.request.model": "claude-sonnet-4-6", "server.address": "127.0.0.1",
+             "server.port": 8000}
+    finish = {"gen_ai.request.max_tokens": 300, "gen_ai.response.finish_reasons": ["end_turn"],
+              "gen_ai.response.model": "claude-sonnet-4-6", "gen_ai.response.id": "msg_1",
+              "gen_ai.usage.input_tokens": 900, "gen_ai.usage.output_tokens": 12}
+
+    def bare() -> None:
+        span = tracer.start_span("chat claude-sonnet-4-6", attributes=start)
+        span.set_attributes(finish)
+        span.end()
+
+    req = X.messages_request((), kwargs(), False)
+    segments = C._segments(req)
+
+    def fold() -> None:
+        span = tracer.start_span("chat claude-sonnet-4-6")
+        env = tel.ctx._call_envelope(span)
+        fold_call(env, span, max_tokens=200_000, reserved_tokens=300,
+                  overflow_strategy="reject", segments=segments, blocks=req.blocks,
+                  sources=None, capture=False)
+        span.end()
+
+    def envelope() -> None:
+        span = tracer.start_span("chat claude-sonnet-4-6")
+        tel.ctx._call_envelope(span).stop()
+        span.end()
+
+    pieces = {
+        "whole": whole,
+        "whole_util": lambda: whole(False),
+        "light": lambda: invocation(LightInference(
+            tel.handler, "anthropic", request_model="claude-sonnet-4-6",
+            server_address="127.0.0.1", server_port=8000, context=None)),
+        "util": lambda: invocation(tel.handler.inference(
+            "anthropic", request_model="claude-sonnet-4-6", server_address="127.0.0.1",
+            server_port=8000, operation_name="chat")),
+        "bare": bare,
+        "request": lambda: X.messages_request((), kwargs(), False),
+        "response": lambda: X.messages_response(msg, False),
+        "materialize": lambda: C._materialize(kwargs()),
+        "segments": lambda: (C._segments(req), C.distinct_ids(req.blocks)),
+        "fold": fold,
+        "envelope": envelope,
+    }
+    for name, fn in pieces.items():
+        for _ in range(3):
+            fn()
+        exporter.clear()
+        callgrind.count(fn, calls, name)
+        exporter.clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.calls)
+        return
+    if not callgrind.available():
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    env = {**os.environ, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"}
+    counts = callgrind.run([sys.executable, __file__, "--child", "--calls", str(args.calls)],
+                           env, args.calls)
+    for name, value in counts.items():
+        print(f"{name:12s} {value / 1e3:8,.0f}K instructions")
+
+
+if __name__ == "__main__":
+    main()

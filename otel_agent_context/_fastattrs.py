@@ -1,0 +1,85 @@
+"""Writing our own attributes on an SDK span without the SDK checking each value again.
+
+``Span.set_attributes`` passes every value, and every element of every array, through the
+SDK's ``_clean_attribute_value``: a Python call and up to six ``isinstance`` checks each,
+~5K instructions a value. An auto-instrumented model call writes ~45 attributes holding
+~110 values (the folded arrays), so the checks cost more than util-genai's whole inference
+invocation (~400K instructions of ~1.5M a call, callgrind, Anthropic benchmark request).
+
+The values we write are built by our own code from plain ``str``, ``int``, ``float`` and
+``bool`` (and lists of them), so the per-value check can only confirm them. :func:`set_attributes`
+checks them in bulk (one ``type`` per attribute, ``set(map(type, v))`` per array: C loops)
+and stores exactly what the SDK would store (arrays as tuples, a rewritten key moved to the
+end), under the same locks. It writes through the SDK's own ``set_attributes`` whenever
+anything differs from that plain case: not the SDK's ``Span`` or ``BoundedAttributes``, a
+value of another type (``None``, nested, bytes, a mapping), a string length limit
+(``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: truncation), a count limit that this write would
+reach (the SDK drops the oldest, with a warning), an ended span (the SDK warns). What is
+recorded is the same either way (``tests/test_fastattrs.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+
+try:  # the SDK is a dependency; an API-only install simply never takes the short path
+    from opentelemetry.sdk.trace import Span as _PublicSpan
+    from opentelemetry.sdk.trace import _Span as _SdkSpan  # what its tracers create
+except ImportError:  # pragma: no cover
+    _PublicSpan = _SdkSpan = None  # type: ignore[assignment,misc]
+
+__all__ = ["set_attributes"]
+
+_SCALARS = frozenset({str, int, float, bool})
+
+
+def set_attributes(span: Any, attrs: Mapping[str, Any]) -> None:
+    """``span.set_attributes(attrs)``, without the per-value checks when every value is a
+    plain scalar or a flat list of them (see the module's docstring)."""
+    if (type(span) is not _SdkSpan and type(span) is not _PublicSpan) or not _plain(attrs):
+        span.set_attributes(attrs)
+        return
+    try:
+        bounded = span._attributes
+        lock = span._lock
+    except AttributeError:  # pragma: no cover - an SDK whose span we do not know
+        span.set_attributes(attrs)
+        return
+    if (type(bounded) is not BoundedAttributes or bounded.max_value_len is not None
+            or bounded._immutable):
+        span.set_attributes(attrs)
+        return
+    written = False
+    with lock:
+        if span._end_time is None:
+            with bounded._lock:
+                stored = bounded._dict
+                maxlen = bounded.maxlen
+                if maxlen is None or len(stored) + len(attrs) <= maxlen:
+                    for key, value in attrs.items():
+                        if key in stored:
+                            del stored[key]
+                        stored[key] = tuple(value) if type(value) is list else value
+                    written = True
+    if not written:  # a limit to apply, or an ended span to warn about: the SDK's way
+        span.set_attributes(attrs)
+
+
+def _plain(attrs: Mapping[str, Any]) -> bool:
+    """Every key a non-empty string, every value a scalar or a flat list or tuple of
+    scalars."""
+    scalars = _SCALARS
+    for key, value in attrs.items():
+        kind = type(value)
+        if kind in scalars:
+            if type(key) is not str or not key:
+                return False
+            continue
+        if (kind is not list and kind is not tuple) or not set(map(type, value)) <= scalars:
+            return False
+        if type(key) is not str or not key:
+            return False
+    return True
