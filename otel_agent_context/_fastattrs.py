@@ -42,28 +42,24 @@ def set_attributes(span: Any, attrs: Mapping[str, Any]) -> None:
     if (type(span) is not _SdkSpan and type(span) is not _PublicSpan) or not _plain(attrs):
         span.set_attributes(attrs)
         return
+    written = False
     try:
         bounded = span._attributes
-        lock = span._lock
-    except AttributeError:  # pragma: no cover - an SDK whose span we do not know
-        span.set_attributes(attrs)
-        return
-    if (type(bounded) is not BoundedAttributes or bounded.max_value_len is not None
-            or bounded._immutable):
-        span.set_attributes(attrs)
-        return
-    written = False
-    with lock:
-        if span._end_time is None:
-            with bounded._lock:
-                stored = bounded._dict
-                maxlen = bounded.maxlen
-                if maxlen is None or len(stored) + len(attrs) <= maxlen:
-                    for key, value in attrs.items():
-                        if key in stored:
-                            del stored[key]
-                        stored[key] = tuple(value) if type(value) is list else value
-                    written = True
+        if (type(bounded) is BoundedAttributes and bounded.max_value_len is None
+                and not bounded._immutable):
+            with span._lock:
+                if span._end_time is None:
+                    with bounded._lock:
+                        stored = bounded._dict
+                        maxlen = bounded.maxlen
+                        if maxlen is None or len(stored) + len(attrs) <= maxlen:
+                            for key, value in attrs.items():
+                                if key in stored:
+                                    del stored[key]
+                                stored[key] = tuple(value) if type(value) is list else value
+                            written = True
+    except AttributeError:  # an SDK whose internals are not the ones we know: its own way
+        written = False
     if not written:  # a limit to apply, or an ended span to warn about: the SDK's way
         span.set_attributes(attrs)
 

@@ -32,11 +32,16 @@ from typing import Any
 from opentelemetry.context import Context, attach, detach, get_value, set_value
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.status import Status, StatusCode
-from opentelemetry.util.genai._conversation_context import CONVERSATION_ID_KEY
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
 from opentelemetry.util.genai.types import Error
 
 from .._fastattrs import set_attributes
+
+try:  # util-genai's private names: a version without them never takes the light path
+    from opentelemetry.util.genai._conversation_context import CONVERSATION_ID_KEY
+    from opentelemetry.util.genai.completion_hook import _NoOpCompletionHook
+except ImportError:  # pragma: no cover - depends on the installed util-genai
+    CONVERSATION_ID_KEY = _NoOpCompletionHook = None  # type: ignore[assignment,misc]
 
 __all__ = ["LightInference", "light_allowed", "light_supported"]
 
@@ -86,8 +91,8 @@ _FIELDS = tuple(f for _, f, _ in _FINISH if f != "conversation_id")
 def light_supported(handler: TelemetryHandler) -> bool:
     """Whether this handler's configuration lets calls take the light path at all: its
     internals are the ones we know, content capture is off and no completion hook is set."""
-    from opentelemetry.util.genai.completion_hook import _NoOpCompletionHook
-
+    if CONVERSATION_ID_KEY is None or _NoOpCompletionHook is None:
+        return False
     return (hasattr(handler, "_tracer") and hasattr(handler, "_instruments")
             and all(hasattr(handler._instruments, name)
                     for name in ("operation_duration", "token_usage"))
