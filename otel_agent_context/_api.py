@@ -35,6 +35,7 @@ from ._envelope import _RUN_ENVELOPE as _RUN_ENVELOPE
 from ._envelope import _run_envelope_parent as _run_envelope_parent
 from ._failsafe import RECORDER, _guard
 from ._failsafe import set_strict as set_strict
+from ._fastattrs import set_attributes
 from ._instruments import _Instruments
 from ._noop import NOOP
 from ._noop import _NoOp as _NoOp
@@ -170,7 +171,7 @@ class AgentContext:
                           (S.CONTEXT_EVIDENCE_REFS, evidence_refs)):
             if refs:
                 attrs[key] = tuple(refs)
-        span.set_attributes(attrs)
+        set_attributes(span, attrs)
         return Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                         agent_name or "unknown", scope_value, self._events.logger())
 

@@ -17,6 +17,7 @@ from ._attributes import digest_text, fields_to_attributes, ordered_hash, to_ns
 from ._checks import compile_check
 from ._enums import ContextKind, InjectionPoint, OmissionReason, OverflowStrategy, Visibility
 from ._failsafe import _guard
+from ._fastattrs import set_attributes
 from ._recorder import _as_item, _enum, _put, _Recorder
 from ._records import ContextItem
 
@@ -75,7 +76,7 @@ class _Stage(_Recorder):
         attrs.update(self._overrides)
         # Set last: span limits drop the oldest attributes first, never the grouping key.
         attrs[S.CONTEXT_ID] = self._env.context_id
-        self._span.set_attributes(attrs)
+        set_attributes(self._span, attrs)
         self._span.end(end_time=to_ns(end_time))
 
 
