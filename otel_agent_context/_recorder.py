@@ -94,7 +94,16 @@ class _Recorder:
         if self._ended:
             return
         end = to_ns(end_time)
-        self._span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
+        self._span.set_status(Status(StatusCode.ERROR, _describe(exc)))
         self._span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         self._ended = True
         self._finish(end)
+
+
+def _describe(exc: BaseException) -> str:
+    """An error's text for a span status; its type's name when it has none (or its
+    ``__str__`` raises: recording the failure must not fail)."""
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:
+        return type(exc).__name__

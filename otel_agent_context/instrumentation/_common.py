@@ -695,11 +695,14 @@ def is_context_length_error(exc: BaseException) -> bool:
     code = getattr(exc, "code", None)
     if code == "context_length_exceeded":
         return True
-    status = getattr(exc, "status_code", None)
-    text = str(exc)
-    return status == 400 and ("prompt is too long" in text
-                              or "maximum context length" in text
-                              or "context_length_exceeded" in text)
+    if getattr(exc, "status_code", None) != 400:
+        return False
+    try:
+        text = str(exc)
+    except Exception:  # an exception without text says nothing of the window
+        return False
+    return ("prompt is too long" in text or "maximum context length" in text
+            or "context_length_exceeded" in text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -903,12 +906,21 @@ def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
     return tel.start(api, args, kwargs, host, port, light)
 
 
-def _light(wrapped: Any, streaming: bool) -> bool:
+def _light(wrapped: Any, streaming: bool | None) -> bool:
     """Whether a call may take the light inference path as far as the wrapper can tell:
     not a stream (util-genai's stream wrappers follow it), and nothing wrapped between us
     and the client's method (the official GenAI instrumentor wrapped after us would open an
     inference of its own inside ours, which util-genai merges into one span)."""
-    return not streaming and not isinstance(wrapped, _PROXY)
+    return streaming is False and not isinstance(wrapped, _PROXY)
+
+
+def _stream_call(api: Api, kwargs: dict[str, Any]) -> bool | None:
+    """Whether the call asks for a stream; None when its ``stream`` argument cannot say
+    (then the client rejects it, recorded as the call's error, as without the light path)."""
+    try:
+        return bool(api.is_stream_call(kwargs))
+    except Exception:
+        return None
 
 
 #: what wrapt's function wrappers derive from (wrapt 2: BaseObjectProxy; 1.x: ObjectProxy)
@@ -1022,7 +1034,7 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        streaming = api.is_stream_call(kwargs)
+        streaming = _stream_call(api, kwargs)
         call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return wrapped(*args, **kwargs)
@@ -1031,6 +1043,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
+        if streaming is None:  # the client took what we could not read: ask again
+            streaming = api.is_stream_call(kwargs)
         return _wrap_result(call, api, result, streaming, False)
 
     return wrapper
@@ -1041,7 +1055,7 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        streaming = api.is_stream_call(kwargs)
+        streaming = _stream_call(api, kwargs)
         call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
         if call is None:
             return await wrapped(*args, **kwargs)
@@ -1050,6 +1064,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
         except BaseException as exc:
             _fail(call, exc)
             raise
+        if streaming is None:  # the client took what we could not read: ask again
+            streaming = api.is_stream_call(kwargs)
         return _wrap_result(call, api, result, streaming, True)
 
     return wrapper

@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
 from opentelemetry.util.genai.types import Error
+from opentelemetry.util.genai.utils import fq_exception_type
 
 from .._fastattrs import set_attributes
 
@@ -61,7 +62,7 @@ _TOKEN_TYPE = "gen_ai.token.type"
 #: version, time to first chunk: a stream's) are not here; setting one is an AttributeError
 #: (slots), so a new use cannot be silently dropped.
 _FINISH: tuple[tuple[str, str, bool], ...] = (
-    ("gen_ai.conversation.id", "conversation_id", False),
+    ("gen_ai.conversation.id", "conversation_id", True),
     ("gen_ai.request.stream", "request_stream", False),
     ("gen_ai.request.temperature", "temperature", False),
     ("gen_ai.request.top_p", "top_p", False),
@@ -159,7 +160,11 @@ class LightInference:
 
     def fail(self, error: Error | BaseException) -> None:
         if isinstance(error, BaseException):
-            error = Error.from_exception(error)
+            exc = error
+            try:
+                error = Error.from_exception(exc)
+            except Exception:  # its str() raised: the span must end all the same
+                error = Error(message=None, type=fq_exception_type(exc), exception=exc)
         self._finish(error)
 
     def _finish(self, error: Error | None) -> None:

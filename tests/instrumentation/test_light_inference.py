@@ -21,6 +21,7 @@ import pytest
 from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor
 from stub_server import StubServer
 
+from otel_agent_context._api import set_strict
 from otel_agent_context.instrumentation import _common, _inference
 from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
@@ -237,3 +238,114 @@ def test_light_inference_covers_what_the_instrumentors_set() -> None:
         setattr(inv, name, 1)
     with pytest.raises(AttributeError):
         inv.input_messages = []  # type: ignore[attr-defined]
+
+
+def _chat_empty_conversation(url: str) -> None:
+    """An empty conversation id left in the context by other code: util-genai writes none."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.util.genai._conversation_context import CONVERSATION_ID_KEY
+
+    token = otel_context.attach(otel_context.set_value(CONVERSATION_ID_KEY, ""))
+    try:
+        _chat(url)
+    finally:
+        otel_context.detach(token)
+
+
+def test_an_empty_conversation_id_is_left_out_as_util_genai_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT", raising=False)
+    with StubServer() as stub:
+        light_spans, _, _ = _record(stub.url, _chat_empty_conversation, light=True,
+                                    monkeypatch=monkeypatch)
+    with StubServer() as stub:
+        util_spans, _, _ = _record(stub.url, _chat_empty_conversation, light=False,
+                                   monkeypatch=monkeypatch)
+    assert light_spans == util_spans
+    assert all("gen_ai.conversation.id" not in attrs for *_, attrs, _ in light_spans)
+
+
+class _Unprintable(BaseException):
+    """Raised by the transport; a BaseException, so that the client passes it on as it is."""
+
+    def __str__(self) -> str:
+        raise TypeError("no text for this error")
+
+
+class _FailingTransport:
+    """An httpx transport that raises the application's own exception."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def handle_request(self, request: Any) -> Any:
+        raise self.error
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_error_without_text_still_ends_the_light_span(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """util-genai's ``Error.from_exception`` needs ``str(exc)``; when that raises, the call's
+    span still ends, the context is restored, and the application gets its exception."""
+    import httpx
+    from opentelemetry import trace
+
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    error = _Unprintable()
+    tel = CapturedTelemetry()
+    inst = OpenAIContextInstrumentor()
+    inst.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider,
+                    agent_context=tel.agent_context)
+    try:
+        client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
+                               http_client=httpx.Client(transport=_FailingTransport(error)))
+        before = trace.get_current_span()
+        with pytest.raises(_Unprintable) as raised:
+            client.chat.completions.create(model="gpt-4o-mini", messages=HISTORY)
+        assert raised.value is error  # the application's own exception, unchanged
+        assert trace.get_current_span() is before
+        (span,) = tel.spans()
+        assert span.name == "chat gpt-4o-mini"
+        assert span.status.status_code.name == "ERROR"
+        assert span.attributes["error.type"].endswith("._Unprintable")
+    finally:
+        inst.uninstrument()
+        tel.shutdown()
+
+
+class _Undecided:
+    """A ``stream`` argument that cannot say whether it is true."""
+
+    def __bool__(self) -> bool:
+        raise ValueError("truth value is ambiguous")
+
+
+def test_a_stream_argument_we_cannot_read_is_the_clients_error_on_the_span(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client rejects it, as without instrumentation, and the call is recorded with that
+    error (our reading of it does not raise first). Outside strict test mode: reading the
+    request fails too, which is logged."""
+    set_strict(False)
+    monkeypatch.setattr("otel_agent_context.instrumentation._common._strict_now", lambda: False)
+    tel = CapturedTelemetry()
+    inst = OpenAIContextInstrumentor()
+    inst.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider,
+                    agent_context=tel.agent_context)
+    try:
+        with StubServer() as stub:
+            client = openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
+            with pytest.raises(ValueError, match="ambiguous") as raised:
+                client.chat.completions.create(model="gpt-4o-mini", messages=HISTORY,
+                                               stream=_Undecided())  # type: ignore[call-overload]
+        frames = [f.name for f in raised.traceback]
+        assert "_stream_call" not in frames and "is_stream_call" not in frames
+        (span,) = tel.spans()
+        assert span.status.status_code.name == "ERROR"
+        assert span.attributes["error.type"] == "ValueError"
+    finally:
+        set_strict(True)
+        inst.uninstrument()
+        tel.shutdown()
