@@ -15,7 +15,8 @@ anything differs from that plain case: not the SDK's ``Span`` or ``BoundedAttrib
 value of another type (``None``, nested, bytes, a mapping), a string length limit
 (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: truncation), a count limit that this write would
 reach (the SDK drops the oldest, with a warning), an ended span (the SDK warns). What is
-recorded is the same either way (``tests/test_fastattrs.py``).
+recorded is the same either way (``tests/test_fastattrs.py``). Events take the same
+shortcut in :mod:`._sdk_events`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk import trace as _sdk_trace
 
-try:  # the SDK is a dependency; an API-only install simply never takes the short path
-    from opentelemetry.sdk.trace import Span as _PublicSpan
-    from opentelemetry.sdk.trace import _Span as _SdkSpan  # what its tracers create
-except ImportError:  # pragma: no cover
-    _PublicSpan = _SdkSpan = None  # type: ignore[assignment,misc]
+from ._sdk_events import _SCALARS  # the values the event path takes as they are, too
+
+_PublicSpan = _sdk_trace.Span
+#: what the SDK's tracers create (private: an SDK without it leaves the public class alone)
+_SdkSpan = getattr(_sdk_trace, "_Span", _PublicSpan)
 
 __all__ = ["set_attributes"]
-
-_SCALARS = frozenset({str, int, float, bool})
 
 
 def set_attributes(span: Any, attrs: Mapping[str, Any]) -> None:
