@@ -362,7 +362,7 @@ class ClientTelemetry:
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
         self.genai_capture: bool = self.handler.should_capture_content()
         #: Whether a plain call may record its inference through :class:`LightInference`
-        #: (the same span and metrics as util-genai's, for a third of the cost): not under
+        #: (the same span and metrics as util-genai's, for about half the cost): not under
         #: content capture (ours or util-genai's), nor with a completion hook.
         self.light: bool = not self.capture and not self.genai_capture and \
             light_supported(self.handler)

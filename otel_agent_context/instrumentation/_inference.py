@@ -1,5 +1,5 @@
 """A lighter GenAI inference invocation for the common call: the same span and metrics as
-``opentelemetry-util-genai``'s ``InferenceInvocation``, at a third of its cost.
+``opentelemetry-util-genai``'s ``InferenceInvocation``, at about half its cost.
 
 util-genai's invocation is built for every case: it composes with other instrumentors of the
 same call (the outer one owns the span, the inner one publishes into it through a context
