@@ -24,6 +24,8 @@ requests/s on its connection (requests over the time spent in its sends).
 ``--serve-env`` and ``--serve-arg`` pass serve an environment variable or an argument
 (``MALLOC_ARENA_MAX=2``, ``--config=x.yaml``); ``--serve-env PYTHONPATH=benchmarks/memprobe
 --serve-env MEMPROBE_DIR=DIR`` splits RSS into its owners (see that probe's docstring).
+``--serve-checkout DIR`` runs serve from another checkout (its own ``.venv``), the code before
+a change, for a comparison on the same machine.
 Results: benchmarks/soak.md.
 """
 
@@ -110,8 +112,12 @@ def _json(req: Any) -> bytes:
 class Serve:
     """``serve`` on fixed ports, so a restart keeps the exporters' addresses."""
 
-    def __init__(self, tmp: Path, env: dict[str, str], extra: list[str]) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], extra: list[str],
+                 checkout: Path | None = None) -> None:
         self.extra = extra
+        # another checkout (with its own .venv): the code before a change, in the same run
+        self.checkout = checkout or REPO
+        self.python = str(checkout / ".venv/bin/python") if checkout else sys.executable
         self.grpc_port, self.http_port = _free_port(), _free_port()
         self.metrics_port = _free_port()
         self.env = {**os.environ, **env}
@@ -125,12 +131,12 @@ class Serve:
         if self.ready.exists():
             self.ready.unlink()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "otel_agent_context", "serve",
+            [self.python, "-m", "otel_agent_context", "serve",
              "--otlp-grpc", f"127.0.0.1:{self.grpc_port}",
              "--otlp-http", f"127.0.0.1:{self.http_port}",
              "--metrics", f"127.0.0.1:{self.metrics_port}",
              "--out", str(self.out), "--ready-file", str(self.ready), *self.extra],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.log, env=self.env)
+            cwd=self.checkout, stdout=subprocess.DEVNULL, stderr=self.log, env=self.env)
         while not self.ready.exists():
             if self.process.poll() is not None:
                 raise SystemExit(f"serve exited {self.process.returncode}: see serve.log")
@@ -302,6 +308,9 @@ def main() -> None:
                         help="an environment variable for serve (e.g. MALLOC_ARENA_MAX=2)")
     parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for serve (e.g. --serve-arg=--config=x.yaml)")
+    parser.add_argument("--serve-checkout", type=Path, metavar="DIR",
+                        help="run serve from another checkout with its own .venv (e.g. a "
+                        "worktree of an older commit), to compare with it on this machine")
     args = parser.parse_args()
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}, aiohttp {version('aiohttp')}, grpcio "
@@ -309,7 +318,7 @@ def main() -> None:
           f"load average at start {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp_dir:
         serve = Serve(Path(tmp_dir), dict(v.split("=", 1) for v in args.serve_env),
-                      args.serve_arg)
+                      args.serve_arg, args.serve_checkout)
         serve.start()
         stop = threading.Event()
         kinds = args.kinds.split(",")
