@@ -12,7 +12,9 @@ envelope (scope ``turn``) with ``gen_ai.agent.name`` = the starting agent's name
 The envelope is current for the whole run, so the model calls the SDK makes (through the
 ``openai`` client, recorded by the OpenAI context instrumentor) join it instead of opening
 one loose envelope each. A streamed run's envelope ends when its run loop task ends. An
-envelope the application already made current is joined, never doubled.
+envelope the application already made current is joined, never doubled; a run started inside
+a run (an agent used as a tool, a guardrail's judge) is an envelope of its own, a child of
+the outer run's (scope ``tool_invocation`` for a tool call, else ``task``).
 
 Mechanism: ``AgentRunner.run`` and ``AgentRunner.run_streamed`` are wrapped when
 ``agents.run`` is imported (a post-import hook), so instrumenting imports nothing;
@@ -30,9 +32,14 @@ across turns.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from ... import _semconv as S
 from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
@@ -65,19 +72,54 @@ def _conversation(kwargs: dict[str, Any]) -> str | None:
     return str(sid) if sid is not None else None
 
 
+#: The envelope of the SDK run under way (ours), to tell a run started inside it (an agent
+#: used as a tool, a guardrail's judge) from one inside the application's own envelope.
+_AGENT_RUN: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
+    "otel_agent_context.openai_agents.run", default=None)
+
+
+def _tool_call_id(kwargs: dict[str, Any]) -> str | None:
+    """The tool call an ``Agent.as_tool`` run answers: the SDK runs it with a ToolContext."""
+    call_id = getattr(kwargs.get("context"), "tool_call_id", None)
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _conversation_of(env: Envelope) -> str | None:
+    value = (getattr(env.span, "attributes", None) or {}).get(S.GEN_AI_CONVERSATION_ID)
+    return value if isinstance(value, str) else None
+
+
 def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
-    """A new run envelope, or None (instrumentation off, or an envelope already current)."""
+    """A new run envelope, or None (instrumentation off, or the application's envelope
+    current: joined). A run inside another SDK run (an agent used as a tool, a judge run by a
+    guardrail) is its own envelope, a child of the outer run's: scope ``tool_invocation``
+    when it answers a tool call, else ``task``; its model calls are not the outer agent's."""
     ctx = _STATE.ctx
-    if ctx is None or current_envelope() is not None:
+    if ctx is None:
+        return None
+    outer = current_envelope()
+    if outer is not None and (outer is not _AGENT_RUN.get() or outer._ended):
         return None
     try:
         agent = args[0] if args else kwargs.get("starting_agent")
         name = getattr(agent, "name", None)
         model = getattr(agent, "model", None)
-        return ctx.envelope(scope=Scope.TURN,
-                            agent_name=name if isinstance(name, str) and name else None,
-                            conversation_id=_conversation(kwargs),
-                            model=model if isinstance(model, str) else None)
+        name = name if isinstance(name, str) and name else None
+        model = model if isinstance(model, str) else None
+        if outer is None:
+            return ctx.envelope(scope=Scope.TURN, agent_name=name,
+                                conversation_id=_conversation(kwargs), model=model)
+        call_id = _tool_call_id(kwargs)
+        # a child of the outer run's envelope span, which is not the current span
+        token = otel_context.attach(trace.set_span_in_context(outer.span))
+        try:
+            return ctx.envelope(
+                scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK, agent_name=name,
+                parent_id=outer.context_id, model=model,
+                conversation_id=_conversation(kwargs) or _conversation_of(outer),
+                runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
+        finally:
+            otel_context.detach(token)
     except Exception:
         _internal_failure("run start")
         return None
@@ -100,7 +142,7 @@ async def _wrap_run(wrapped: Any, instance: Any, args: tuple[Any, ...],
     env = _open(args, kwargs)
     if env is None:
         return await wrapped(*args, **kwargs)
-    token = _RUN_ENVELOPE.set(env)
+    token, run_token = _RUN_ENVELOPE.set(env), _AGENT_RUN.set(env)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as error:
@@ -109,6 +151,7 @@ async def _wrap_run(wrapped: Any, instance: Any, args: tuple[Any, ...],
     finally:
         with contextlib.suppress(ValueError):
             _RUN_ENVELOPE.reset(token)
+            _AGENT_RUN.reset(run_token)
     _close(env, None)
     return result
 
@@ -131,7 +174,7 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
     if env is None:
         return wrapped(*args, **kwargs)
     # the run loop task copies this context when it is created: its model calls join
-    token = _RUN_ENVELOPE.set(env)
+    token, run_token = _RUN_ENVELOPE.set(env), _AGENT_RUN.set(env)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as error:
@@ -139,6 +182,7 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
         raise
     finally:
         _RUN_ENVELOPE.reset(token)
+        _AGENT_RUN.reset(run_token)
     task = getattr(result, "run_loop_task", None)
     if task is None:
         _close(env, None)

@@ -215,3 +215,79 @@ def test_guardrail_tripwires_are_policy_refs_and_blocking_missing_context(
     metric = {(labels["severity"]): value
               for labels, value in tel.metrics()["context.missing.detected"]}
     assert metric == {"blocking": 3}
+
+
+def _nested_runs(base_url: str) -> list[str]:
+    """An orchestrator that uses a translator agent as a tool (``Agent.as_tool``, as the
+    SDK's docs write it) and an input guardrail whose judge is an agent run of its own."""
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+    translator = Agent(name="Translator", instructions="Translate to French.", model=model)
+    judge = Agent(name="Homework judge", instructions="Is this homework?", model=model)
+
+    @input_guardrail
+    async def judged(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+        verdict = await Runner.run(judge, str(given), context=ctx.context)
+        return GuardrailFunctionOutput(output_info=None,
+                                       tripwire_triggered="homework" in verdict.final_output)
+
+    orchestrator = Agent(
+        name="Orchestrator", instructions="Use the tools to translate.", model=model,
+        input_guardrails=[judged],
+        tools=[translator.as_tool(tool_name="translate_fr",
+                                  tool_description="Translate the input to French")])
+
+    async def run() -> list[str]:
+        result = await Runner.run(orchestrator,
+                                  'Say hi in French [call:translate_fr {"input": "hi"}]')
+        return [str(result.final_output)]
+
+    return asyncio.run(run())
+
+
+def test_runs_inside_a_run_are_their_own_envelopes(capture_setup: Any) -> None:
+    with StubServer() as stub:
+        plain = _nested_runs(stub.openai_base_url)  # before the SDK is instrumented
+        plain_bodies = [body for _, body in stub.requests]
+    capture_setup.tel.span_exporter.clear()
+    with _agents_on(capture_setup) as tel, StubServer() as stub:
+        seen = _nested_runs(stub.openai_base_url)
+        bodies = [body for _, body in stub.requests]
+    assert seen == plain
+    assert bodies == plain_bodies  # 4 model calls: judge, orchestrator x2, translator
+    assert len(bodies) == 4
+
+    envs = {e["metadata"]["gen_ai.agent.name"]: e for e in _envelopes(tel)}
+    assert sorted(envs) == ["Homework judge", "Orchestrator", "Translator"]
+    outer, tool, judge = envs["Orchestrator"], envs["Translator"], envs["Homework judge"]
+    assert (outer["scope"], tool["scope"], judge["scope"]) == ("turn", "tool_invocation", "task")
+    assert outer.get("parent_id") is None
+    assert tool["parent_id"] == judge["parent_id"] == outer["context_id"]
+    # the tool run names the call it answers, the id of that call's item in the outer run
+    call_id = tool["runtime_refs"][0].removeprefix("tool_call:")
+    outer_bundle = next(b for b in tel.bundles()
+                        if b["context_envelope"]["context_id"] == outer["context_id"])
+    assert f"tool_call:{call_id}" in {i["item_id"] for i in outer_bundle["context_items"]}
+    assert "runtime_refs" not in judge or not judge["runtime_refs"]
+    # each model call in its own agent's envelope: the translator's instructions are not
+    # the orchestrator's context
+    assert [len(e["assembly_refs"]) for e in (outer, tool, judge)] == [2, 1, 1]
+    spans = {s.context.span_id: s for s in tel.spans()}
+    by_id = {s.attributes["context.id"]: s for s in spans.values()
+             if s.name == "context.envelope"}
+    for inner in (tool, judge):  # children of the outer run's envelope span, in its trace
+        span = by_id[inner["context_id"]]
+        assert span.parent is not None
+        assert span.parent.span_id == by_id[outer["context_id"]].context.span_id
+
+
+def test_a_run_inside_the_applications_envelope_joins_it(capture_setup: Any) -> None:
+    with _agents_on(capture_setup) as tel, StubServer() as stub:
+        client = AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+        agent = Agent(name="Support agent", instructions="Help.",
+                      model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+        with tel.agent_context.envelope(agent_name="my app") as env:
+            asyncio.run(Runner.run(agent, "hello"))
+    (only,) = _envelopes(tel)
+    assert only["context_id"] == env.context_id
+    assert len(only["assembly_refs"]) == 1
