@@ -8,22 +8,23 @@ items generated so far, as the SDK hands them to the next agent) and whose omitt
 are those the handoff's ``input_filter`` (or the run's ``handoff_input_filter``) removed
 (reason ``custom``, detail the filter's name).
 
-Item ids: the SDK's own item id when it has one (``msg_…``, ``fc_…``), else a keyed short
-digest of the item (so the same message has the same id on both sides of the handoff).
+Item ids: those the OpenAI instrumentor gives the same items in the next model call's
+assembly (the SDK hands them to the model as its Responses API input), so one message has
+one id on both sides of the handoff and in the assemblies before and after it.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..._api import AgentContext, current_envelope
-from ..._digest import short_digest
-from ..._enums import ContextKind, OmissionReason, Scope
+from ..._enums import OmissionReason, Scope
 from ..._records import ContextItem
+from .._common import distinct_ids
+from ..openai._extract import responses_request
 
 __all__ = ["filter_name", "record_handoff"]
 
@@ -35,32 +36,14 @@ def _raw(item: Any) -> Any:
     return item
 
 
-def _kind(raw: Any) -> ContextKind:
-    if isinstance(raw, dict):
-        role = raw.get("role")
-        if role == "user":
-            return ContextKind.USER_MESSAGE
-        if role in ("system", "developer"):
-            return ContextKind.DEVELOPER_INSTRUCTION
-        if raw.get("type") in ("function_call_output",):
-            return ContextKind.TOOL_RESULT
-    return ContextKind.SESSION_HISTORY
-
-
-def _text(raw: Any) -> str:
-    try:
-        return json.dumps(raw, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return repr(raw)
-
-
-def _item(raw: Any, capture: bool) -> ContextItem:
-    ident = raw.get("id") if isinstance(raw, dict) else None
-    text = _text(raw)
-    item_id = ident if isinstance(ident, str) and ident else "oai_item_" + short_digest(text)
-    content = raw.get("content") if isinstance(raw, dict) else None
-    return ContextItem(item_id=item_id, context_kind=_kind(raw),
-                       content=content if capture and isinstance(content, str) else None)
+def _items(raws: list[Any], capture: bool) -> list[ContextItem]:
+    """The history as the next model call will name it: the OpenAI instrumentor reads the
+    same items as the Responses API input, so a message has one id on both sides of the
+    handoff and in the next agent's assembly (``user:<digest>``, ``tool_call:<call id>``,
+    ``tool_result:<call id>``, the SDK's own ``msg_…`` ids; a repeat ``#2``)."""
+    request = responses_request((), {"input": raws}, capture)
+    distinct_ids(request.blocks)
+    return [block.item for block in request.blocks]
 
 
 def _history(original_input: Any, *groups: Any) -> list[Any]:
@@ -95,13 +78,12 @@ def record_handoff(ctx: AgentContext, kwargs: dict[str, Any], result: Any,
     with env:
         env.span.set_attribute("openai_agents.handoff.from_agent", str(from_agent))
         capture = ctx.capture_content
-        kept = [_item(raw, capture) for raw in after]
+        kept = _items(after, capture)
         kept_ids = {it.item_id for it in kept}
         with env.selection(policy="handoff", intent="handoff") as sel:
             for rank, it in enumerate(kept):
                 sel.selected(it, rank=rank)
-            for raw in before:
-                it = _item(raw, capture)
+            for it in _items(before, capture):
                 if it.item_id not in kept_ids:
                     sel.omitted(it, reason=OmissionReason.CUSTOM,
                                 detail=f"input_filter:{filter_name}" if filter_name
