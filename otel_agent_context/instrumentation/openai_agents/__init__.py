@@ -19,7 +19,9 @@ the outer run's (scope ``tool_invocation`` for a tool call, else ``task``).
 Mechanism: ``AgentRunner.run`` and ``AgentRunner.run_streamed`` are wrapped when
 ``agents.run`` is imported (a post-import hook), so instrumenting imports nothing;
 ``run_sync`` goes through ``run``. The SDK's own tracing is left as configured (on,
-replaced, or disabled): nothing here depends on it.
+replaced, or disabled): nothing here depends on it. The run's envelope is current in the
+OpenTelemetry context for the run, so what the run starts (the official agents
+instrumentor's workflow span, the model calls) is in its trace, under its span.
 
 A handoff is an envelope of scope ``handoff`` (:mod:`._handoff`): the history that went
 across as selected items, what the handoff's ``input_filter`` removed as omitted items.
@@ -37,12 +39,11 @@ import logging
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from ... import _semconv as S
 from ..._api import Envelope, current_envelope
 from ..._enums import Scope
-from ..._envelope import _RUN_ENVELOPE
+from ..._envelope import _ENVELOPE_KEY
 from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
 from ._guardrails import record_tripwire
 from ._handoff import filter_name, record_handoff
@@ -110,16 +111,13 @@ def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
             return ctx.envelope(scope=Scope.TURN, agent_name=name,
                                 conversation_id=_conversation(kwargs), model=model)
         call_id = _tool_call_id(kwargs)
-        # a child of the outer run's envelope span, which is not the current span
-        token = otel_context.attach(trace.set_span_in_context(outer.span))
-        try:
-            return ctx.envelope(
-                scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK, agent_name=name,
-                parent_id=outer.context_id, model=model,
-                conversation_id=_conversation(kwargs) or _conversation_of(outer),
-                runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
-        finally:
-            otel_context.detach(token)
+        # its span: a child of the current one (the outer run's envelope span, or what runs
+        # the tool under it, e.g. the official instrumentor's execute_tool span)
+        return ctx.envelope(
+            scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK, agent_name=name,
+            parent_id=outer.context_id, model=model,
+            conversation_id=_conversation(kwargs) or _conversation_of(outer),
+            runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
     except Exception:
         _internal_failure("run start")
         return None
@@ -137,21 +135,35 @@ def _close(env: Envelope, error: BaseException | None) -> None:
         _internal_failure("run end")
 
 
+def _enter(env: Envelope) -> tuple[object, contextvars.Token[Envelope | None]]:
+    """Make the run's envelope current in the OpenTelemetry context (its span the parent of
+    what the run starts: the official agents instrumentor's workflow span, the model calls
+    under its agent span, the application's own spans), on this task: ``run`` ends on the
+    task it started on, ``run_streamed``'s loop task copies the context when created."""
+    run = otel_context.set_value(_ENVELOPE_KEY, env, env._ctx)
+    return otel_context.attach(run), _AGENT_RUN.set(env)
+
+
+def _leave(tokens: tuple[object, contextvars.Token[Envelope | None]]) -> None:
+    otel_token, run_token = tokens
+    with contextlib.suppress(ValueError):
+        _AGENT_RUN.reset(run_token)
+    otel_context.detach(otel_token)  # type: ignore[arg-type]
+
+
 async def _wrap_run(wrapped: Any, instance: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
     env = _open(args, kwargs)
     if env is None:
         return await wrapped(*args, **kwargs)
-    token, run_token = _RUN_ENVELOPE.set(env), _AGENT_RUN.set(env)
+    tokens = _enter(env)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as error:
         _close(env, error)
         raise
     finally:
-        with contextlib.suppress(ValueError):
-            _RUN_ENVELOPE.reset(token)
-            _AGENT_RUN.reset(run_token)
+        _leave(tokens)
     _close(env, None)
     return result
 
@@ -174,15 +186,14 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
     if env is None:
         return wrapped(*args, **kwargs)
     # the run loop task copies this context when it is created: its model calls join
-    token, run_token = _RUN_ENVELOPE.set(env), _AGENT_RUN.set(env)
+    tokens = _enter(env)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as error:
         _close(env, error)
         raise
     finally:
-        _RUN_ENVELOPE.reset(token)
-        _AGENT_RUN.reset(run_token)
+        _leave(tokens)
     task = getattr(result, "run_loop_task", None)
     if task is None:
         _close(env, None)

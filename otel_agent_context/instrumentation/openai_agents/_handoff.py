@@ -67,7 +67,8 @@ def record_handoff(ctx: AgentContext, kwargs: dict[str, Any], result: Any,
     after = _history(result.original_input, result.pre_step_items, result.new_step_items)
     parent = current_envelope()
     from_agent = getattr(kwargs.get("public_agent"), "name", None)
-    # a child of the run's envelope span (which is not the current span: see _RUN_ENVELOPE)
+    # a child of the run's envelope span (the current span may be the official agents
+    # instrumentor's agent span, under it)
     token = otel_context.attach(trace.set_span_in_context(parent.span)) if parent else None
     try:
         env = ctx.envelope(scope=Scope.HANDOFF, agent_name=getattr(new_agent, "name", None),

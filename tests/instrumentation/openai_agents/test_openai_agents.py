@@ -306,3 +306,65 @@ def test_a_run_inside_the_applications_envelope_joins_it(capture_setup: Any) -> 
     (only,) = _envelopes(tel)
     assert only["context_id"] == env.context_id
     assert len(only["assembly_refs"]) == 1
+
+
+def test_composed_with_the_official_agents_instrumentor_one_trace(
+        setup: Any, tmp_path: Path) -> None:
+    """The official ``opentelemetry-instrumentation-genai-openai-agents`` on (it needs the
+    SDK's tracing: on here, its platform exporter replaced so nothing leaves loopback), with
+    our OpenAI instrumentor alone or composed with the official OpenAI one either way: one
+    trace a run, the run's envelope span its root, the official's workflow and agent spans
+    under it, each model call one span under the agent that made it; the same bundles."""
+    from agents import set_trace_processors, set_tracing_disabled
+    from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
+
+    with _agents_on(setup) as tel:
+        alone_ids = _bundle_ids(tel, tmp_path, "alone")
+    set_trace_processors([])  # the SDK's default exporter would post to its platform
+    set_tracing_disabled(False)
+    official = OpenAIAgentsInstrumentor()
+    official.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider)
+    try:
+        with _agents_on(setup):
+            composed_ids = _bundle_ids(tel, tmp_path, "composed")
+            spans = tel.spans()
+    finally:
+        official.uninstrument()
+        set_tracing_disabled(True)
+        set_trace_processors([])
+    assert composed_ids == alone_ids and len(alone_ids) == 4
+
+    by_id = {s.context.span_id: s for s in spans}
+    envelopes = [s for s in spans if s.name == "context.envelope"
+                 and s.attributes["context.scope"] == "turn"]
+    assert len(envelopes) == 3
+    for env in envelopes:
+        assert env.parent is None
+        trace_spans = [s for s in spans if s.context.trace_id == env.context.trace_id]
+        names = sorted(s.name.split(" ")[0] for s in trace_spans)
+        workflow = next(s for s in trace_spans if s.name.startswith("invoke_workflow"))
+        assert workflow.parent.span_id == env.context.span_id
+        chats = [s for s in trace_spans if s.name.startswith("chat ")]
+        assert len(chats) == 2  # one span a model call, also composed with the official one
+        for chat in chats:
+            parent = by_id[chat.parent.span_id]
+            assert parent.name.startswith("invoke_agent ")
+            assert chat.attributes["context.id"] == env.attributes["context.id"]
+        assert names.count("invoke_agent") >= 1 and names.count("invoke_workflow") == 1
+    # the handoff: the Spanish agent's call under the Spanish agent's span
+    spanish = [s for s in spans if s.name == "invoke_agent Spanish agent"]
+    assert len(spanish) == 1
+    assert any(by_id[s.parent.span_id] is spanish[0] for s in spans
+               if s.name.startswith("chat ") and s.parent is not None)
+
+
+def _bundle_ids(tel: CapturedTelemetry, tmp_path: Path, name: str
+                ) -> list[tuple[str, list[str]]]:
+    """Each bundle's scope and item ids, in order, after the app ran once."""
+    tel.clear()
+    outputs, _ = _run(tmp_path, name)
+    assert outputs == [REPLY] * 3
+    bundles = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+    return [(b["context_envelope"]["scope"],
+             [re.sub(r"(call|fc|msg)_\d+", r"\1_N", i["item_id"])
+              for i in b.get("context_items", [])]) for b in bundles]
