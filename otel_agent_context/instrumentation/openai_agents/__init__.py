@@ -45,7 +45,7 @@ from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _ENVELOPE_KEY
 from .._lazy_patch import LazyInstrumentor, LazyPatches, Switch, internal_failure
-from ._guardrails import record_tripwire
+from ._guardrails import record_rejection, record_tripwire
 from ._handoff import filter_name, record_handoff
 
 __all__ = ["OpenAIAgentsContextInstrumentor"]
@@ -56,6 +56,7 @@ _instruments = ("openai-agents >= 0.24, < 1",)
 
 _MODULE = "agents.run"
 _HANDOFF_MODULE = "agents.run_internal.turn_resolution"
+_TOOL_GUARDRAILS_MODULE = "agents.tool_guardrails"
 
 
 _STATE = Switch()
@@ -211,6 +212,29 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
     return result
 
 
+def _guardrail_wrapper(kind: str) -> Any:
+    async def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+        output = await wrapped(*args, **kwargs)
+        env = current_envelope() if _STATE.ctx is not None else None
+        if env is not None:
+            try:
+                data = args[0] if args else kwargs.get("data")
+                record_rejection(env, kind, instance, data, output)
+            except Exception:
+                _internal_failure("tool guardrail")
+        return output
+    return wrapper
+
+
+def _tool_input_guardrail(module: Any) -> Any:
+    return getattr(module, "ToolInputGuardrail", None)
+
+
+def _tool_output_guardrail(module: Any) -> Any:
+    return getattr(module, "ToolOutputGuardrail", None)
+
+
 def _module(module: Any) -> Any:
     return module
 
@@ -222,6 +246,9 @@ def _runner(module: Any) -> Any:
 _PATCHES = LazyPatches({
     _MODULE: [(_runner, "run", _wrap_run), (_runner, "run_streamed", _wrap_run_streamed)],
     _HANDOFF_MODULE: [(_module, "execute_handoffs", _wrap_handoff)],
+    _TOOL_GUARDRAILS_MODULE: [
+        (_tool_input_guardrail, "run", _guardrail_wrapper("tool_input")),
+        (_tool_output_guardrail, "run", _guardrail_wrapper("tool_output"))],
 }, _STATE.on)
 
 

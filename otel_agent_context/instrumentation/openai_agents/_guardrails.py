@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..._api import Envelope
-from ..._enums import Severity
+from ..._enums import RedactionState, Severity
 from ..._semconv import CONTEXT_POLICY_REFS
 
-__all__ = ["record_tripwire"]
+__all__ = ["record_rejection", "record_tripwire"]
 
 #: exception class -> (guardrail kind, the action it blocked)
 _TRIPWIRES = {
@@ -40,6 +40,35 @@ def _name(guardrail: Any) -> str:
     return name if isinstance(name, str) and name else type(guardrail).__name__
 
 
+def _add_policy_ref(env: Envelope, ref: str) -> None:
+    span = env.span
+    existing = getattr(span, "attributes", None) or {}
+    refs = tuple(existing.get(CONTEXT_POLICY_REFS, ()))
+    if ref not in refs:
+        span.set_attribute(CONTEXT_POLICY_REFS, (*refs, ref))
+
+
+def record_rejection(env: Envelope, kind: str, guardrail: Any, data: Any, output: Any
+                     ) -> None:
+    """Record a tool guardrail's ``output`` in ``env`` when it rejected content (``kind``:
+    ``tool_input`` or ``tool_output``; ``data``: what the guardrail was given)."""
+    behavior = getattr(output, "behavior", None)
+    if not isinstance(behavior, dict) or behavior.get("type") != "reject_content":
+        return
+    call_id = getattr(getattr(data, "context", None), "tool_call_id", None)
+    if not isinstance(call_id, str) or not call_id:
+        return
+    name = _name(guardrail)
+    ref = f"openai_agents.guardrail:{kind}:{name}"
+    _add_policy_ref(env, ref)
+    item_id = f"tool_result:{call_id}"
+    env.redaction(item_id, state=RedactionState.POLICY_BLOCKED, method="reject_content",
+                  redacted_by=name, policy_ref=ref)
+    if kind == "tool_input":
+        env.missing(missing_id=f"{ref}:{call_id}", needed_for=item_id,
+                    severity=Severity.HIGH, blocked_actions=("tool_call",), status="open")
+
+
 def record_tripwire(env: Envelope, error: BaseException) -> None:
     """Record ``error`` in ``env`` when it is a guardrail tripwire (else nothing)."""
     spec = _TRIPWIRES.get(type(error).__name__)
@@ -51,10 +80,6 @@ def record_tripwire(env: Envelope, error: BaseException) -> None:
     if guardrail is None:
         guardrail = getattr(error, "guardrail", None)
     ref = f"openai_agents.guardrail:{kind}:{_name(guardrail)}"
-    span = env.span
-    existing = getattr(span, "attributes", None) or {}
-    refs = tuple(existing.get(CONTEXT_POLICY_REFS, ()))
-    if ref not in refs:
-        span.set_attribute(CONTEXT_POLICY_REFS, (*refs, ref))
+    _add_policy_ref(env, ref)
     env.missing(missing_id=ref, needed_for=blocked, severity=Severity.BLOCKING,
                 blocked_actions=(blocked,), status="open")

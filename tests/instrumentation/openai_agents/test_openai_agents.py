@@ -368,3 +368,82 @@ def _bundle_ids(tel: CapturedTelemetry, tmp_path: Path, name: str
     return [(b["context_envelope"]["scope"],
              [re.sub(r"(call|fc|msg)_\d+", r"\1_N", i["item_id"])
               for i in b.get("context_items", [])]) for b in bundles]
+
+
+def _rejecting_runs(base_url: str) -> list[str]:
+    """Two tools guarded as the SDK's docs write it: one whose output guardrail rejects an
+    account number, one whose input guardrail rejects a delete; the run goes on both times."""
+    from agents import (
+        ToolGuardrailFunctionOutput,
+        function_tool,
+        tool_input_guardrail,
+        tool_output_guardrail,
+    )
+
+    @tool_output_guardrail
+    def no_account_numbers(data: Any) -> ToolGuardrailFunctionOutput:
+        if "ACCT-" in str(data.output):
+            return ToolGuardrailFunctionOutput.reject_content("Account data withheld.")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @tool_input_guardrail
+    def no_deletes(data: Any) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.reject_content("Deleting is not allowed.")
+
+    @function_tool(tool_output_guardrails=[no_account_numbers])
+    def customer(name: str) -> str:
+        """The customer's record."""
+        return f"{name}: ACCT-4471-0099, gold tier"
+
+    @function_tool(tool_input_guardrails=[no_deletes])
+    def delete_order(order: int) -> str:
+        """Delete an order."""
+        return f"order {order} deleted"
+
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    agent = Agent(name="Support agent", instructions="Help.", tools=[customer, delete_order],
+                  model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+
+    async def runs() -> list[str]:
+        first = await Runner.run(agent, 'Who is Ann? [call:customer {"name": "Ann"}]')
+        second = await Runner.run(agent, 'Drop it [call:delete_order {"order": 7}]')
+        return [str(first.final_output), str(second.final_output)]
+
+    return asyncio.run(runs())
+
+
+def test_tool_guardrail_rejections_are_redactions_and_policy_refs(capture_setup: Any) -> None:
+    with StubServer() as stub:
+        plain = _rejecting_runs(stub.openai_base_url)  # before the SDK is instrumented
+        plain_bodies = [body for _, body in stub.requests]
+    capture_setup.tel.span_exporter.clear()
+    with _agents_on(capture_setup) as tel, StubServer() as stub:
+        seen = _rejecting_runs(stub.openai_base_url)
+        bodies = [body for _, body in stub.requests]
+    assert seen == plain and bodies == plain_bodies
+    # what the model saw instead of the tool's results
+    outputs = [i["output"] for b in bodies for i in b["input"]
+               if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    assert outputs == ["Account data withheld.", "Deleting is not allowed."]
+
+    bundles = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+    assert len(bundles) == 2
+    for bundle, kind, name in zip(bundles, ["tool_output", "tool_input"],
+                                  ["no_account_numbers", "no_deletes"], strict=True):
+        ref = f"openai_agents.guardrail:{kind}:{name}"
+        assert bundle["context_envelope"]["policy_refs"] == [ref]
+        # the redacted item is the tool result's block in the run's second model call
+        blocks = bundle["context_assemblies"][-1]["ordered_blocks"]
+        result_id = next(b["item_id"] for b in blocks if b["item_id"].startswith("tool_result:"))
+        (redaction,) = [e for e in bundle["context_events"]
+                        if e["event_class"] == "context.redaction.applied"]
+        assert redaction["subject_ref"] == f"item:{result_id}"
+        assert redaction["metadata"] == {"state": "policy_blocked", "method": "reject_content",
+                                         "redacted_by": name, "policy_ref": ref}
+    missing = bundles[1]["missing_context"]
+    assert [(m["severity"], m["needed_for"], m["blocked_actions"]) for m in missing] == [
+        ("high", result_id, ["tool_call"])]
+    assert bundles[0].get("missing_context", []) == []
+    text = json.dumps(tel.bundles())
+    assert "ACCT-4471" not in text  # the withheld result never reaches telemetry
+    assert ("Account data withheld." in text) is tel.agent_context.capture_content
