@@ -155,6 +155,19 @@ def test_instrumenting_imports_nothing_and_wraps_on_import() -> None:
     assert out[:2] == ["False False", "FunctionWrapper"]
 
 
+def _without_and_with(setup: Any, app: Any) -> tuple[Any, list[Any], Any, list[Any]]:
+    """``app(base_url)`` run on a fresh stub before the SDK is instrumented and again with
+    it: (what the app saw, the request bodies) both times."""
+    with StubServer() as stub:
+        plain = app(stub.openai_base_url)
+        plain_bodies = [body for _, body in stub.requests]
+    setup.tel.span_exporter.clear()
+    with _agents_on(setup), StubServer() as stub:
+        seen = app(stub.openai_base_url)
+        bodies = [body for _, body in stub.requests]
+    return plain, plain_bodies, seen, bodies
+
+
 @input_guardrail
 async def no_homework(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
     return GuardrailFunctionOutput(output_info={"topic": "school assignment"},
@@ -197,13 +210,8 @@ def _guarded_runs(base_url: str) -> list[str]:
 
 def test_guardrail_tripwires_are_policy_refs_and_blocking_missing_context(
         capture_setup: Any) -> None:
-    with StubServer() as stub:
-        plain = _guarded_runs(stub.openai_base_url)  # before the SDK is instrumented
-        plain_requests = stub.requests
-    capture_setup.tel.span_exporter.clear()
-    with _agents_on(capture_setup) as tel, StubServer() as stub:
-        seen = _guarded_runs(stub.openai_base_url)
-        requests = stub.requests
+    plain, plain_requests, seen, requests = _without_and_with(capture_setup, _guarded_runs)
+    tel = capture_setup.tel
     assert seen == plain
     assert [s.split(":")[0] for s in seen] == [
         "InputGuardrailTripwireTriggered", "OutputGuardrailTripwireTriggered",
@@ -257,13 +265,8 @@ def _nested_runs(base_url: str) -> list[str]:
 
 
 def test_runs_inside_a_run_are_their_own_envelopes(capture_setup: Any) -> None:
-    with StubServer() as stub:
-        plain = _nested_runs(stub.openai_base_url)  # before the SDK is instrumented
-        plain_bodies = [body for _, body in stub.requests]
-    capture_setup.tel.span_exporter.clear()
-    with _agents_on(capture_setup) as tel, StubServer() as stub:
-        seen = _nested_runs(stub.openai_base_url)
-        bodies = [body for _, body in stub.requests]
+    plain, plain_bodies, seen, bodies = _without_and_with(capture_setup, _nested_runs)
+    tel = capture_setup.tel
     assert seen == plain
     # 4 model calls: judge, orchestrator x2, translator (the judge runs beside the first:
     # their order varies, and with it the stub's numbering of its ids)
@@ -413,13 +416,8 @@ def _rejecting_runs(base_url: str) -> list[str]:
 
 
 def test_tool_guardrail_rejections_are_redactions_and_policy_refs(capture_setup: Any) -> None:
-    with StubServer() as stub:
-        plain = _rejecting_runs(stub.openai_base_url)  # before the SDK is instrumented
-        plain_bodies = [body for _, body in stub.requests]
-    capture_setup.tel.span_exporter.clear()
-    with _agents_on(capture_setup) as tel, StubServer() as stub:
-        seen = _rejecting_runs(stub.openai_base_url)
-        bodies = [body for _, body in stub.requests]
+    plain, plain_bodies, seen, bodies = _without_and_with(capture_setup, _rejecting_runs)
+    tel = capture_setup.tel
     assert seen == plain and bodies == plain_bodies
     # what the model saw instead of the tool's results
     outputs = [i["output"] for b in bodies for i in b["input"]
