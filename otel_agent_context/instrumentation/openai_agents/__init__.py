@@ -33,6 +33,7 @@ across turns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -152,11 +153,30 @@ def _leave(tokens: tuple[object, contextvars.Token[Envelope | None]]) -> None:
     otel_context.detach(otel_token)  # type: ignore[arg-type]
 
 
+def _joined() -> contextvars.Token[Envelope | None] | None:
+    """A run that joined the application's envelope: that envelope counts as the SDK run
+    under way, so a run started inside it (an agent used as a tool) is an envelope of its own
+    rather than joining it too. The token to reset, or None (nothing joined)."""
+    if _STATE.ctx is None:
+        return None
+    env = current_envelope()
+    if env is None or env is _AGENT_RUN.get():
+        return None
+    return _AGENT_RUN.set(env)
+
+
 async def _wrap_run(wrapped: Any, instance: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
     env = _open(args, kwargs)
     if env is None:
-        return await wrapped(*args, **kwargs)
+        joined = _joined()
+        if joined is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            with contextlib.suppress(ValueError):
+                _AGENT_RUN.reset(joined)
     tokens = _enter(env)
     try:
         result = await wrapped(*args, **kwargs)
@@ -185,7 +205,12 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> Any:
     env = _open(args, kwargs)
     if env is None:
-        return wrapped(*args, **kwargs)
+        joined = _joined()  # set before the run loop task copies the context
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            if joined is not None:
+                _AGENT_RUN.reset(joined)
     # the run loop task copies this context when it is created: its model calls join
     tokens = _enter(env)
     try:
@@ -201,7 +226,8 @@ def _wrap_run_streamed(wrapped: Any, instance: Any, args: tuple[Any, ...],
         return result
 
     def _done(done: Any) -> None:
-        error = None if done.cancelled() else done.exception()
+        # a cancelled run did not complete (as a cancelled Runner.run fails its envelope)
+        error = asyncio.CancelledError() if done.cancelled() else done.exception()
         _close(env, error)
 
     try:

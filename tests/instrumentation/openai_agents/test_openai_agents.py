@@ -6,6 +6,7 @@ inside it, the handoff as an envelope of scope ``handoff``, and the app unchange
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -309,6 +310,43 @@ def test_a_run_inside_the_applications_envelope_joins_it(capture_setup: Any) -> 
     (only,) = _envelopes(tel)
     assert only["context_id"] == env.context_id
     assert len(only["assembly_refs"]) == 1
+
+
+def test_runs_inside_a_run_that_joined_the_applications_envelope(capture_setup: Any) -> None:
+    """The run joins the application's envelope; an agent used as a tool inside it, and a
+    guardrail's judge, are still envelopes of their own, children of the application's."""
+    tel = capture_setup.tel
+    with _agents_on(capture_setup), StubServer() as stub, \
+            tel.agent_context.envelope(agent_name="my app") as env:
+        _nested_runs(stub.openai_base_url)
+    envs = {e["metadata"]["gen_ai.agent.name"]: e for e in _envelopes(tel)}
+    assert sorted(envs) == ["Homework judge", "Translator", "my app"]
+    assert envs["my app"]["context_id"] == env.context_id
+    assert len(envs["my app"]["assembly_refs"]) == 2  # the orchestrator's two calls
+    assert (envs["Translator"]["scope"], envs["Homework judge"]["scope"]) == (
+        "tool_invocation", "task")
+    assert envs["Translator"]["parent_id"] == envs["Homework judge"]["parent_id"] == (
+        env.context_id)
+
+
+def test_a_cancelled_streamed_run_fails_its_envelope(capture_setup: Any) -> None:
+    tel = capture_setup.tel
+    with _agents_on(capture_setup), StubServer() as stub:
+        client = AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+        agent = Agent(name="Support agent", instructions="Help.",
+                      model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+
+        async def cancelled() -> None:
+            result = Runner.run_streamed(agent, "hello")
+            result.run_loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await result.run_loop_task
+            await asyncio.sleep(0)  # the task's done callbacks
+
+        asyncio.run(cancelled())
+    (span,) = [s for s in tel.spans() if s.name == "context.envelope"]
+    assert span.status.status_code.name == "ERROR"
+    assert span.attributes["error.type"] == "CancelledError"
 
 
 def test_composed_with_the_official_agents_instrumentor_one_trace(
