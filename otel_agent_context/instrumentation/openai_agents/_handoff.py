@@ -10,7 +10,10 @@ are those the handoff's ``input_filter`` (or the run's ``handoff_input_filter``)
 
 Item ids: those the OpenAI instrumentor gives the same items in the next model call's
 assembly (the SDK hands them to the model as its Responses API input), so one message has
-one id on both sides of the handoff and in the assemblies before and after it.
+one id on both sides of the handoff and in the assemblies before and after it. Known gap: a
+message repeated in the history is ``<id>#2`` by position; when the ``input_filter`` drops
+its earlier copy, the kept one is numbered again (``<id>``), as the next assembly numbers it,
+so its id differs from the one it had before the handoff.
 """
 
 from __future__ import annotations
