@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import sqlite3
 import struct
@@ -175,10 +176,11 @@ def bind_plainly() -> None:
     ``__conform__`` attribute lookups cost more than the binding: a quarter of the store's
     instructions for an envelope with a selection of 100 items (benchmarks/store.md). With an
     adapter registered, the lookup finds it at once. The values bound are the same: None
-    stays None (NULL; ``{}.get`` returns None), a bool becomes the int SQLite stored anyway.
+    stays None (NULL; ``{}.get`` returns None), a bool becomes the int SQLite stored anyway
+    (``operator.index``: 1 or 0).
     The registry is global to the process, hence in the store's own process only."""
     sqlite3.register_adapter(type(None), {}.get)  # type: ignore[arg-type] # C, returns None
-    sqlite3.register_adapter(bool, int)
+    sqlite3.register_adapter(bool, operator.index)  # the exact int, without int()'s parsing
 
 
 def write_lines(sink: StoreSink, payload: bytes) -> None:
