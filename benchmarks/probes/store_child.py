@@ -93,6 +93,11 @@ def pieces(lines: list[bytes], tmp: Path, tag: str
 
 
 def main(argv: list[str] | None = None) -> int:
+    with tempfile.TemporaryDirectory(prefix="store-child-") as tmp:
+        return _main(argv, Path(tmp))
+
+
+def _main(argv: list[str] | None, tmp: Path) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--callgrind", action="store_true")
@@ -100,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if hasattr(child, "bind_plainly"):
         child.bind_plainly()  # as the child process does
-    tmp = Path(tempfile.mkdtemp(prefix="store-child-"))
     if args.callgrind and not args.child:
         for case, (_, per_request, requests) in CASES.items():
             counts = _callgrind.run([sys.executable, __file__, "--child", case],
