@@ -82,6 +82,11 @@ def process_run(directory: Path, bodies: list[bytes]) -> tuple[float, float, int
 
 
 def main(argv: list[str] | None = None) -> int:
+    with tempfile.TemporaryDirectory(prefix="store-cpu-") as tmp:  # ~300 MB a run
+        return _main(argv, Path(tmp))
+
+
+def _main(argv: list[str] | None, tmp: Path) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=8)
@@ -92,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         S._SqliteConnection.executemany)
     S._SqliteConnection.commit = _timed_sql(S._SqliteConnection.commit)  # type: ignore[method-assign]
     tune_gc()
-    tmp = Path(tempfile.mkdtemp(prefix="store-cpu-"))
     print("| case | CPU µs/envelope, JSON Lines alone | with the store (thread) | "
           "ratio (alone/with) | store thread | of which bundle_rows | SQLite CPU | "
           "SQLite wall (with fsync) | store.writer process: processor's CPU | ratio "

@@ -113,115 +113,209 @@ def _str(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
+#: whole seconds ("YYYY-MM-DDTHH:MM:SS") -> their nanoseconds (None: not a time), bounded
+_SECONDS: dict[str, int | None] = {}
+
+
 def _ns(value: Any) -> int | None:
+    if not isinstance(value, str):
+        return None
+    # The rebuild's own form, "YYYY-MM-DDTHH:MM:SS[.fraction]Z": the whole seconds parsed
+    # once (rfc3339_to_ns costs about 30K instructions, a seventh of a small bundle's rows),
+    # the fraction added; any other form is parsed in full below.
+    if value[-1:] == "Z" and len(value) >= 20 and value[19] in ".Z":
+        fraction = value[20:-1]
+        if len(value) == 20 or (len(fraction) <= 9 and fraction.isascii() and fraction.isdigit()):
+            head = value[:19]
+            try:
+                whole = _SECONDS[head]
+            except KeyError:
+                try:
+                    whole = rfc3339_to_ns(head + "Z")
+                except (ValueError, OverflowError):
+                    whole = None
+                if len(_SECONDS) >= 4096:
+                    _SECONDS.clear()
+                _SECONDS[head] = whole
+            if whole is None:
+                return None
+            # OTLP times are unsigned 64-bit: a span may start after 2262, beyond BIGINT
+            return _int(whole + int(fraction.ljust(9, "0")) if fraction else whole)
     try:
-        # OTLP times are unsigned 64-bit: a span may start after 2262, beyond BIGINT
-        return _int(rfc3339_to_ns(value)) if isinstance(value, str) else None
+        return _int(rfc3339_to_ns(value))
     except (ValueError, OverflowError):
         return None
 
 
-def _new_item(ident: str, record: Mapping[str, Any]) -> dict[str, Any]:
-    kind, tokens, digest = (record.get("context_kind"), record.get("token_estimate"),
-                            record.get("digest"))
-    uri = None
-    refs = record.get("source_refs")
-    if type(refs) is list:
-        for ref in refs:
-            if isinstance(ref, dict):
-                candidate = ref.get("uri")
-                if type(candidate) is str and candidate:
-                    uri = candidate
-                    break
-    return {"item_id": ident, "context_kind": kind if type(kind) is str and kind else None,
-            "state": "surfaced", "omit_reason": None, "omit_detail": None, "score": None,
-            "rank": None, "tokens": _int(tokens),
-            "truncated": False, "tokens_after_truncation": None, "compacted": False,
-            "compaction_id": None, "injected": False, "injection_point": None,
-            "block_index": None, "digest": digest if type(digest) is str and digest else None,
-            "source_uri": uri}
+#: An item row's values after its key, in ``COLUMNS["items"][2:]`` order, by position.
+_KIND, _STATE, _REASON, _DETAIL, _SCORE, _RANK, _TOKENS, _TRUNCATED, _AFTER, _COMPACTED, \
+    _COMPACTION, _INJECTED, _POINT, _BLOCK = range(1, 15)
+_MIN64 = -_INT64 - 1
+_item_id = operator.itemgetter(0)
+_state = operator.itemgetter(_STATE)
+
+
+def _blank(ident: str) -> list[Any]:
+    """The row of an item no ``context_items`` record describes."""
+    return [ident, None, "surfaced", None, None, None, None, None, False, None, False, None,
+            False, None, None, None, None]
 
 
 def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
-    """The rows of every table for one bundle (a key with no envelope id gets empty rows)."""
+    """The rows of every table for one bundle (a key with no envelope id gets empty rows).
+
+    Written for speed: the store's child process runs it for every envelope
+    (benchmarks/store.md), so items are plain lists indexed by position, the hot loops
+    inline the checks of the helpers above, and sections a bundle lacks cost nothing. It
+    must build exactly the rows the straightforward version did
+    (tests/store/rows_reference.py, tests/store/test_rows_equivalence.py)."""
     env = bundle.get("context_envelope") or {}
-    meta: Mapping[str, Any] = env["metadata"] if isinstance(env.get("metadata"), Mapping) else {}
-    refs = list(_dicts(env.get("telemetry_refs"))) or [{}]
-    trace_id = str(refs[0].get("trace_id", ""))
+    meta = env.get("metadata")
+    if not (type(meta) is dict or isinstance(meta, Mapping)):
+        meta = {}
+    ref: Mapping[str, Any] = {}
+    telemetry_refs = env.get("telemetry_refs")
+    if type(telemetry_refs) is list:
+        for candidate in telemetry_refs:
+            if type(candidate) is dict or isinstance(candidate, Mapping):
+                ref = candidate
+                break
+    trace_id = str(ref.get("trace_id", ""))
     context_id = str(env.get("context_id", ""))
     key = (trace_id, context_id)
-    rebuild: Mapping[str, Any] = (bundle["rebuild"] if isinstance(bundle.get("rebuild"), Mapping)
-                                  else {})
+    rebuild = bundle.get("rebuild")
+    if not (type(rebuild) is dict or isinstance(rebuild, Mapping)):
+        rebuild = {}
 
-    # Items are the bulk of a bundle (hundreds per selection): plain loops and type checks
-    # here, not the helpers above (benchmarks/store_bench.py).
-    items: dict[str, dict[str, Any]] = {}
-    records: dict[str, Mapping[str, Any]] = {}
+    # Items are the bulk of a bundle (hundreds of references per selection): one list per
+    # item, the checks of _int / _num / _str inlined where they run per reference.
+    items: dict[str, list[Any]] = {}
     for record in _list(bundle.get("context_items")):
-        if isinstance(record, dict) and record.get("item_id") is not None:
-            ident = record["item_id"]
-            ident = ident if type(ident) is str else str(ident)
-            records[ident] = record
-            items[ident] = _new_item(ident, record)
+        if not isinstance(record, dict):
+            continue
+        ident = record.get("item_id")
+        if ident is None:
+            continue
+        if type(ident) is not str:
+            ident = str(ident)
+        kind, tokens, digest = (record.get("context_kind"), record.get("token_estimate"),
+                                record.get("digest"))
+        uri = None
+        source_refs = record.get("source_refs")
+        if type(source_refs) is list:
+            for source in source_refs:
+                if isinstance(source, dict):
+                    candidate = source.get("uri")
+                    if type(candidate) is str and candidate:
+                        uri = candidate
+                        break
+        items[ident] = [
+            ident, kind if type(kind) is str and kind else None, "surfaced", None, None, None,
+            None, tokens if type(tokens) is int and _MIN64 <= tokens <= _INT64 else _int(tokens),
+            False, None, False, None, False, None, None,
+            digest if type(digest) is str and digest else None, uri]
+    get = items.get
 
-    def item(item_id: Any) -> dict[str, Any]:
+    def item(item_id: Any) -> list[Any]:
         ident = item_id if type(item_id) is str else str(item_id)
-        row = items.get(ident)
+        row = get(ident)
         if row is None:
-            row = items[ident] = _new_item(ident, records.get(ident, {}))
+            row = items[ident] = _blank(ident)
         return row
 
-    get = items.get
-    for selection in _dicts(bundle.get("context_selections")):
-        for ident in _list(selection.get("candidate_item_refs")):
-            if type(ident) is str:
-                row = get(ident) or item(ident)
-                if row["state"] == "surfaced":
-                    row["state"] = "candidate"
-        for ident in _list(selection.get("selected_item_refs")):
-            if type(ident) is str:
-                (get(ident) or item(ident))["state"] = "selected"
-        for omitted in _list(selection.get("omitted_item_refs")):
-            if not isinstance(omitted, dict) or omitted.get("item_id") is None:
-                continue
-            ident = omitted["item_id"]
-            row = (get(ident) if type(ident) is str else None) or item(ident)
-            reason, detail = omitted.get("reason"), omitted.get("detail")
-            row["state"] = "omitted"
-            row["omit_reason"] = reason if type(reason) is str and reason else None
-            row["omit_detail"] = detail if type(detail) is str and detail else None
-            row["score"] = _num(omitted.get("score"))
-        for signal in _dicts(selection.get("ranking_signals")):
-            if signal.get("item_id") is not None:
-                row = item(signal["item_id"])
-                row["rank"] = _int(signal.get("rank"), _INT32)
-                if row["score"] is None:
-                    row["score"] = _num(signal.get("score"))
+    selections = _dicts(bundle.get("context_selections"))
+    candidates = 0
+    not_injected: list[str] = []
+    for selection in selections:
+        refs = selection.get("candidate_item_refs")
+        if isinstance(refs, list):
+            for ident in refs:
+                if type(ident) is str:
+                    row = get(ident) or item(ident)
+                    if row[_STATE] == "surfaced":
+                        row[_STATE] = "candidate"
+        refs = selection.get("selected_item_refs")
+        if isinstance(refs, list):
+            for ident in refs:
+                if type(ident) is str:
+                    (get(ident) or item(ident))[_STATE] = "selected"
+        refs = selection.get("omitted_item_refs")
+        if isinstance(refs, list):
+            for omitted in refs:
+                if not isinstance(omitted, dict):
+                    continue
+                ident = omitted.get("item_id")
+                if ident is None:
+                    continue
+                row = (get(ident) if type(ident) is str else None) or item(ident)
+                reason, detail, score = (omitted.get("reason"), omitted.get("detail"),
+                                         omitted.get("score"))
+                row[_STATE] = "omitted"
+                row[_REASON] = reason if type(reason) is str and reason else None
+                row[_DETAIL] = detail if type(detail) is str and detail else None
+                row[_SCORE] = (score if type(score) is float and math.isfinite(score)
+                               else _num(score))
+        signals = selection.get("ranking_signals")
+        if type(signals) is list:
+            for signal in signals:
+                if not (type(signal) is dict or isinstance(signal, Mapping)):
+                    continue
+                ident = signal.get("item_id")
+                if ident is None:
+                    continue
+                row = (get(ident) if type(ident) is str else None) or item(ident)
+                rank = signal.get("rank")
+                row[_RANK] = (rank if type(rank) is int and -_INT32 - 1 <= rank <= _INT32
+                              else _int(rank, _INT32))
+                if row[_SCORE] is None:
+                    row[_SCORE] = _num(signal.get("score"))
+        count = _int(selection.get("candidate_count"), _INT32)
+        if count:
+            candidates += count
+        refs = selection.get("not_injected_item_refs")
+        if isinstance(refs, list):
+            not_injected.extend(i for i in refs if type(i) is str)
 
     budgets: list[tuple[Any, ...]] = []
     segments: list[tuple[Any, ...]] = []
     truncated_total = 0
+    any_truncated = False
     for budget in _dicts(bundle.get("context_budgets")):
-        budget_id = str(budget.get("budget_id", ""))
-        truncations = list(_dicts(budget.get("truncation_records")))
+        value = budget.get
+        budget_id = str(value("budget_id", ""))
+        truncations = _dicts(value("truncation_records"))
         truncated_total += len(truncations)
         for truncation in truncations:
             if truncation.get("item_id") is not None:
                 row = item(truncation["item_id"])
-                row["truncated"] = True
-                row["tokens_after_truncation"] = _int(truncation.get("tokens_after"))
-                if row.get("tokens") is None:
-                    row["tokens"] = _int(truncation.get("tokens_before"))
-        budgets.append((*key, budget_id, _str(budget.get("target")),
-                        _int(budget.get("max_tokens")), _int(budget.get("reserved_tokens")),
-                        _int(budget.get("actual_tokens")), _num(budget.get("utilization")),
-                        budget.get("overflow") is True, _int(budget.get("overflow_tokens")),
-                        _str(budget.get("overflow_strategy")), len(truncations)))
-        for order, segment in enumerate(_dicts(budget.get("window_segments"))):
-            segments.append((*key, budget_id, order,
-                              _str(segment.get("segment")),
-                              _int(segment.get("reserved_tokens")),
-                              _int(segment.get("used_tokens"))))
+                row[_TRUNCATED] = any_truncated = True
+                row[_AFTER] = _int(truncation.get("tokens_after"))
+                if row[_TOKENS] is None:
+                    row[_TOKENS] = _int(truncation.get("tokens_before"))
+        # the checks of _int / _num / _str inlined for the values these always are
+        target, strategy = value("target"), value("overflow_strategy")
+        max_tokens, reserved, actual, over, utilization = (
+            value("max_tokens"), value("reserved_tokens"), value("actual_tokens"),
+            value("overflow_tokens"), value("utilization"))
+        budgets.append((
+            trace_id, context_id, budget_id, target if type(target) is str and target else None,
+            max_tokens if type(max_tokens) is int and _MIN64 <= max_tokens <= _INT64
+            else _int(max_tokens),
+            reserved if type(reserved) is int and _MIN64 <= reserved <= _INT64
+            else _int(reserved),
+            actual if type(actual) is int and _MIN64 <= actual <= _INT64 else _int(actual),
+            utilization if type(utilization) is float and math.isfinite(utilization)
+            else _num(utilization),
+            value("overflow") is True,
+            over if type(over) is int and _MIN64 <= over <= _INT64 else _int(over),
+            strategy if type(strategy) is str and strategy else None, len(truncations)))
+        window_segments = value("window_segments")
+        if window_segments:
+            for order, segment in enumerate(_dicts(window_segments)):
+                segments.append((trace_id, context_id, budget_id, order,
+                                 _str(segment.get("segment")),
+                                 _int(segment.get("reserved_tokens")),
+                                 _int(segment.get("used_tokens"))))
 
     compactions: list[tuple[Any, ...]] = []
     compacted_ids: set[str] = set()
@@ -233,8 +327,8 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
         for ident in _list(compaction.get("source_item_refs")):
             if isinstance(ident, str):
                 row = item(ident)
-                row["compacted"] = True
-                row["compaction_id"] = compaction_id
+                row[_COMPACTED] = True
+                row[_COMPACTION] = compaction_id
                 compacted_ids.add(ident)
                 compaction_sources.append(ident)
         compactions.append((*key, compaction_id, _str(compaction.get("method")),
@@ -256,23 +350,34 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     for assembly in _dicts(bundle.get("context_assemblies")):
         assembly_id = str(assembly.get("assembly_id", ""))
         for position, block in enumerate(_dicts(assembly.get("ordered_blocks"))):
-            index = _int(block.get("index"), _INT32)
+            value = block.get
+            index = value("index")
+            index = index if type(index) is int and -_INT32 - 1 <= index <= _INT32 else _int(
+                index, _INT32)
             index = position if index is None else index
-            tokens = _int(block.get("tokens"))
+            tokens = value("tokens")
+            tokens = tokens if type(tokens) is int and _MIN64 <= tokens <= _INT64 else _int(
+                tokens)
             used_tokens += tokens or 0
-            block_item = block.get("item_id")
-            kind = _str(block.get("context_kind"))
-            point = _str(block.get("injection_point"))
-            blocks.append((*key, assembly_id, index,
-                           None if block_item is None else str(block_item), kind, tokens, point))
+            block_item = value("item_id")
+            kind = value("context_kind")
+            kind = kind if type(kind) is str and kind else None
+            point = value("injection_point")
+            point = point if type(point) is str and point else None
+            if block_item is not None:
+                block_item = block_item if type(block_item) is str else str(block_item)
+            blocks.append((trace_id, context_id, assembly_id, index, block_item, kind, tokens,
+                           point))
             by_kind[kind or "unknown"] = by_kind.get(kind or "unknown", 0) + (tokens or 0)
             by_point[point or "unknown"] = by_point.get(point or "unknown", 0) + (tokens or 0)
             if block_item is not None:
-                window[str(block_item)] = None
-                row = item(block_item)
-                if not row["injected"]:
-                    row.update(injected=True, injection_point=point, block_index=index)
-                    row["context_kind"] = row["context_kind"] or kind
+                window[block_item] = None
+                row = get(block_item) or item(block_item)
+                if not row[_INJECTED]:
+                    row[_INJECTED] = True
+                    row[_POINT] = point
+                    row[_BLOCK] = index
+                    row[_KIND] = row[_KIND] or kind
 
     missing: list[tuple[Any, ...]] = []
     blocking = 0
@@ -287,44 +392,44 @@ def bundle_rows(bundle: Mapping[str, Any]) -> Rows:
     window_max = first_budget[4] if first_budget else None
     window_used = first_budget[6] if first_budget and first_budget[6] is not None else (
         _sum(used_tokens) if blocks else None)
-    # kept as JSON, whose readers take 64-bit ints
-    by_kind = {k: max(min(n, _INT64), -_INT64 - 1) for k, n in by_kind.items()}
-    by_point = {k: max(min(n, _INT64), -_INT64 - 1) for k, n in by_point.items()}
+    if by_kind:  # kept as JSON, whose readers take 64-bit ints
+        by_kind = {k: max(min(n, _INT64), _MIN64) for k, n in by_kind.items()}
+        by_point = {k: max(min(n, _INT64), _MIN64) for k, n in by_point.items()}
     utilization = first_budget[7] if first_budget else None
     if utilization is None and window_max and window_used is not None:
         utilization = window_used / window_max
-    selections = list(_dicts(bundle.get("context_selections")))
-    states = [row["state"] for row in items.values()]
+    rows = items.values()
+    states = list(map(_state, rows))
+    omitted_count = states.count("omitted")
+    by_item = sorted(rows, key=_item_id) if omitted_count or any_truncated else ()
     created = _str(env.get("created_at"))
-    by_item = sorted(items.values(), key=lambda r: r["item_id"])
+    overflow_tokens = 0
+    for budget_row in budgets:
+        overflow_tokens += budget_row[9] or 0
     envelope_row = (
-        *key, _str(refs[0].get("span_id")), _str(meta.get(S.GEN_AI_CONVERSATION_ID)),
+        trace_id, context_id, _str(ref.get("span_id")), _str(meta.get(S.GEN_AI_CONVERSATION_ID)),
         _str(meta.get(S.GEN_AI_AGENT_NAME)), _str(env.get("scope")), _str(env.get("lifecycle")),
         _str(rebuild.get("status")),
         [r for r in _list(rebuild.get("partial_reasons")) if isinstance(r, str)],
         _str(meta.get(S.CONTEXT_PARENT_ID)), _str(meta.get(S.GEN_AI_REQUEST_MODEL)),
         created, _ns(created), _str(env.get("completed_at")), window_max, window_used,
-        utilization, any(b[8] for b in budgets), _sum(sum(b[9] or 0 for b in budgets)) or None,
-        _int(sum(_int(s.get("candidate_count"), _INT32) or 0 for s in selections), _INT32)
-        if selections else None,
+        utilization, any(b[8] for b in budgets), _sum(overflow_tokens) or None,
+        _int(candidates, _INT32) if selections else None,
         states.count("selected"),
-        states.count("omitted"), truncated_total, len(compacted_ids), len(missing), blocking,
+        omitted_count, truncated_total, len(compacted_ids), len(missing), blocking,
         list(window), by_kind, by_point,
-        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
-          "reason": r.get("omit_reason"), "detail": r.get("omit_detail"),
-          "score": r.get("score"), "tokens": r["tokens"]}
-         for r in by_item if r["state"] == "omitted"],
-        [{"item_id": r["item_id"], "context_kind": r["context_kind"],
-          "tokens_before": r["tokens"], "tokens_after": r.get("tokens_after_truncation")}
-         for r in by_item if r["truncated"]],
-        [i for s in selections for i in _list(s.get("not_injected_item_refs"))
-         if type(i) is str],
+        [{"item_id": r[0], "context_kind": r[_KIND], "reason": r[_REASON],
+          "detail": r[_DETAIL], "score": r[_SCORE], "tokens": r[_TOKENS]}
+         for r in by_item if r[_STATE] == "omitted"] if omitted_count else [],
+        [{"item_id": r[0], "context_kind": r[_KIND], "tokens_before": r[_TOKENS],
+          "tokens_after": r[_AFTER]}
+         for r in by_item if r[_TRUNCATED]] if any_truncated else [],
+        not_injected,
         bundle,
     )
-    item_values = operator.itemgetter(*COLUMNS["items"][2:])
     return {
         "envelopes": [envelope_row],
-        "items": [key + item_values(row) for row in items.values()],
+        "items": [(trace_id, context_id, *row) for row in rows],
         "blocks": blocks,
         "budgets": budgets,
         "window_segments": segments,

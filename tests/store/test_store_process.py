@@ -138,3 +138,46 @@ def test_a_store_the_process_cannot_open_is_a_configuration_error(tmp_path: Path
     with pytest.raises(ConfigError, match="store.url"):
         sink.open()
     assert sink.pid is None
+
+
+def _contents(path: Path) -> dict[str, list[tuple[str, ...]]]:
+    """Every table's rows as SQL literals (``quote``: the type shows, 1 is not '1' nor 1.0),
+    in key order, the time of storing left out."""
+    from otel_agent_context._store._rows import COLUMNS
+
+    with sqlite3.connect(path) as raw:
+        return {table: raw.execute(
+            f"SELECT {', '.join(f'quote({c})' for c in columns)} FROM {table} "
+            f"ORDER BY {', '.join(f'quote({c})' for c in columns)}").fetchall()
+            for table, columns in COLUMNS.items()}
+
+
+def test_the_store_process_stores_what_the_store_stores_in_process(
+        tmp_path: Path, demo_bundles: list[dict[str, object]]) -> None:
+    """The child binds None and bool through registered adapters (``bind_plainly``) and
+    decodes the lines itself; the tables hold the same values, of the same SQLite types, as
+    the store written in this process with the driver's own binding."""
+    import orjson
+    from test_rows_equivalence import full_bundle
+
+    from otel_agent_context.rebuild._encode import encode_bundle
+
+    bundles = [*demo_bundles, full_bundle()]
+    bundles[-1]["context_budgets"][1]["max_tokens"] = 5  # 2**70: not JSON
+    bundles[-1]["context_budgets"][1]["utilization"] = 0.5  # NaN: not JSON
+    lines = [encode_bundle(b) for b in bundles]
+    batch = [(("", ""), orjson.loads(line), line) for line in lines]
+    here = StoreSink(str(tmp_path / "here.db"))
+    child = StoreProcess(StoreSink(str(tmp_path / "child.db")))
+    try:
+        here.write(batch)
+        child.write(batch[:4])
+        child.write(batch[4:])
+        child.write(batch[2:5])  # written again: replaced, nothing twice
+    finally:
+        here.close()
+        child.close()
+    expected = _contents(tmp_path / "here.db")
+    assert expected["items"] and expected["blocks"] and expected["compactions"]
+    assert any("NULL" in row for row in expected["items"])
+    assert _contents(tmp_path / "child.db") == expected
