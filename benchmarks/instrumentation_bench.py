@@ -16,6 +16,7 @@ included, lands on the calling thread alike; content capture off everywhere):
 - ``OpenLLMetry``: Traceloop's ``opentelemetry-instrumentation-openai`` / ``-anthropic``;
 - ``ours``: ``otel_agent_context.instrumentation.openai`` / ``.anthropic``;
 - ``ours + official``: both, composed into one inference span (ours outermost);
+- ``official + ours``: the same, the official instrumentor outermost;
 - ``bare span``: one current ``CLIENT`` span with 8 GenAI attributes around ``create``, the
   least an instrumentation emitting the inference span can do.
 
@@ -301,6 +302,7 @@ CONFIGS: dict[str, Callable[[], list[Any]]] = {
     "OpenLLMetry": _openllmetry,
     "ours": _ours,
     "ours + official": lambda: _official() + _ours(),
+    "official + ours": lambda: _ours() + _official(),
     "bare span": lambda: [_BareSpan()],
 }
 #: the distributions each configuration needs (beyond the package and its test extra)
@@ -312,6 +314,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "OpenLLMetry": ("opentelemetry-instrumentation-openai",
                     "opentelemetry-instrumentation-anthropic"),
     "ours + official": ("opentelemetry-instrumentation-genai-openai",
+                        "opentelemetry-instrumentation-genai-anthropic"),
+    "official + ours": ("opentelemetry-instrumentation-genai-openai",
                         "opentelemetry-instrumentation-genai-anthropic"),
 }
 COMPARED = "compared checkout"

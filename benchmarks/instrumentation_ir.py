@@ -127,8 +127,9 @@ def main() -> None:
 def _goals(added: dict[str, dict[str, float]]) -> str:
     lines = ["### Goals on instructions (issue 11)", "",
              "| scenario | ours ÷ best of OpenInference and OpenLLMetry (≤ 1) "
-             "| ours ÷ official (≤ 1.5) | ours + official ÷ official (≤ 1.5) |",
-             "|---|---:|---:|---:|"]
+             "| ours ÷ official (≤ 1.5) | ours + official ÷ official (≤ 1.5) "
+             "| official + ours ÷ official (≤ 1.5) |",
+             "|---|---:|---:|---:|---:|"]
 
     def ratio(a: Any, b: Any, goal: float) -> str:
         if a is None or b is None or b <= 0:
@@ -139,7 +140,8 @@ def _goals(added: dict[str, dict[str, float]]) -> str:
         peers = [by[c] for c in ("OpenInference", "OpenLLMetry") if c in by]
         lines.append(f"| {name} | {ratio(by.get('ours'), min(peers) if peers else None, 1.0)}"
                      f" | {ratio(by.get('ours'), by.get('official GenAI'), 1.5)}"
-                     f" | {ratio(by.get('ours + official'), by.get('official GenAI'), 1.5)} |")
+                     f" | {ratio(by.get('ours + official'), by.get('official GenAI'), 1.5)}"
+                     f" | {ratio(by.get('official + ours'), by.get('official GenAI'), 1.5)} |")
     return "\n".join(lines)
 
 

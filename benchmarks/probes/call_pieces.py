@@ -7,7 +7,11 @@ Each piece runs ``--calls`` times after a warm-up, counted alone (``_callgrind.c
 SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` into memory (as the benchmarks):
 ``whole`` (our ``Call`` from start to completion on a parsed response, the light inference
 path), ``whole_util`` (the same through util-genai's invocation), ``light`` / ``util`` (an
-inference invocation alone, six attributes set), ``bare`` (an SDK span with the same
+inference invocation alone, six attributes set), ``ours_outer_*`` / ``ours_inner_*`` (two
+instrumentors' invocations of a call merged into one span, as composed with the official
+instrumentor: ours outermost, through util-genai or the light invocation publishing for the
+other, suppressed, inside; or the other outermost and ours inside, util-genai's suppressed
+invocation or ``LightSuppressed``), ``bare`` (an SDK span with the same
 attributes), ``request`` / ``response`` (reading them), ``materialize``, ``segments``,
 ``fold`` (a span, the call envelope and ``fold_call``), ``envelope`` (a span and the call
 envelope started and stopped). Results: ``benchmarks/instrumentation.md``.
@@ -31,10 +35,15 @@ def _child(calls: int) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.util.genai.handler import TelemetryHandler
 
     from otel_agent_context._folded import fold_call
     from otel_agent_context.instrumentation import _common as C
-    from otel_agent_context.instrumentation._inference import LightInference
+    from otel_agent_context.instrumentation._inference import (
+        LightInference,
+        LightSuppressed,
+        light_mode,
+    )
     from otel_agent_context.instrumentation.anthropic import _extract as X
 
     exporter = InMemorySpanExporter()
@@ -66,6 +75,25 @@ def _child(calls: int) -> None:
         inv.input_tokens = 900
         inv.output_tokens = 12
         inv.stop()
+
+    other = TelemetryHandler(tracer_provider=provider, instrumentation_scope_name="other")
+    where = {"request_model": "claude-sonnet-4-6", "server_address": "127.0.0.1",
+             "server_port": 8000}
+
+    def composed(ours_outer: bool, light: bool) -> None:
+        """Two instrumentors' invocations of one call, merged into one span: ours outer and
+        the other (util-genai, suppressed) inside, or the other outer and ours inside."""
+        if ours_outer:
+            outer: Any = LightInference(tel.handler, "anthropic", context=None, publish=True,
+                                        **where) if light else \
+                tel.handler.inference("anthropic", operation_name="chat", **where)
+            invocation(other.inference("anthropic", operation_name="chat", **where))
+        else:
+            outer = other.inference("anthropic", operation_name="chat", **where)
+            data = light_mode(None)
+            invocation(LightSuppressed(data, "anthropic", context=None, **where) if light
+                       else tel.handler.inference("anthropic", operation_name="chat", **where))
+        invocation(outer)
 
     start = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
              "gen_ai.request.model": "claude-sonnet-4-6", "server.address": "127.0.0.1",
@@ -104,6 +132,10 @@ def _child(calls: int) -> None:
         "util": lambda: invocation(tel.handler.inference(
             "anthropic", request_model="claude-sonnet-4-6", server_address="127.0.0.1",
             server_port=8000, operation_name="chat")),
+        "ours_outer_util": lambda: composed(True, False),
+        "ours_outer_light": lambda: composed(True, True),
+        "ours_inner_util": lambda: composed(False, False),
+        "ours_inner_light": lambda: composed(False, True),
         "bare": bare,
         "request": lambda: X.messages_request((), kwargs(), False),
         "response": lambda: X.messages_response(msg, False),

@@ -9,9 +9,10 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   nested inference invocations into ONE span whichever wrapper runs outermost: the outer one
   owns the span, the inner one is suppressed and publishes its ``gen_ai.*`` data into it.
   Our context telemetry always goes on ``invocation.span``, which is that one span. A plain
-  non-streaming call with nothing of that kind in play (no content capture, no other
-  wrapper inside ours, no inference under way) records the same span and metrics through
-  :class:`~._inference.LightInference` instead, at a fraction of the cost.
+  non-streaming call without content capture records the same span and metrics through
+  :class:`~._inference.LightInference` instead, at a fraction of the cost; composed, it
+  takes util-genai's part in the merge itself (publishing for the other instrumentor inside
+  ours, or :class:`~._inference.LightSuppressed` inside the other one's inference).
 - Outside any envelope the inference span carries ``context.scope = turn``: it IS the
   (implicit) envelope, and the budget and assembly spans are its children. Inside an envelope
   (``with ctx.envelope(...)``) the stages join that envelope and the injection event goes on
@@ -58,7 +59,7 @@ from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from . import _frames, _tokens
-from ._inference import LightInference, light_allowed, light_supported
+from ._inference import LightInference, LightSuppressed, light_mode, light_supported
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -370,9 +371,9 @@ class ClientTelemetry:
     @guarded
     def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
               server_address: str | None = None, server_port: int | None = None,
-              light: bool = False) -> Call:
+              light: bool = False, wrapped_inside: bool = False) -> Call:
         return Call(self, api, args, kwargs, server_address, server_port,
-                    light and self.light)
+                    light and self.light, wrapped_inside)
 
 
 def _parent_context() -> Context | None:
@@ -397,7 +398,7 @@ class Call:
 
     def __init__(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
                  kwargs: dict[str, Any], address: str | None, port: int | None,
-                 light: bool = False) -> None:
+                 light: bool = False, wrapped_inside: bool = False) -> None:
         self.tel = tel
         self.done = False
         self.env: Envelope | None = None
@@ -406,12 +407,20 @@ class Call:
         self.target: Any = None
         model = kwargs.get("model")
         parent = _parent_context()
-        inv: Any
-        if light and light_allowed(parent):
+        inv: Any = None
+        mode = light_mode(parent) if light else False
+        if mode is True:
+            # another wrapper inside ours (the official instrumentor's) opens an inference
+            # of its own: util-genai suppresses it into ours through the published data
             inv = LightInference(tel.handler, api.provider,
                                  request_model=model if isinstance(model, str) else None,
-                                 server_address=address, server_port=port, context=parent)
-        else:
+                                 server_address=address, server_port=port, context=parent,
+                                 publish=wrapped_inside)
+        elif mode is not False:  # an inference under way (the official one outside ours)
+            inv = LightSuppressed(mode, api.provider,
+                                  request_model=model if isinstance(model, str) else None,
+                                  server_address=address, server_port=port, context=parent)
+        if inv is None:
             inv = tel.handler.inference(api.provider,
                                         request_model=model if isinstance(model, str) else None,
                                         server_address=address, server_port=port,
@@ -901,17 +910,18 @@ def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
 
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
-           kwargs: dict[str, Any], light: bool = False) -> Call | None:
+           kwargs: dict[str, Any], light: bool = False, wrapped: Any = None) -> Call | None:
     host, port = _server(instance)
-    return tel.start(api, args, kwargs, host, port, light)
+    # another wrapper between us and the client's method (the official GenAI instrumentor
+    # wrapped before us) may open an inference of its own inside ours: util-genai merges it
+    # into ours through the data ours publishes
+    return tel.start(api, args, kwargs, host, port, light, isinstance(wrapped, _PROXY))
 
 
 def _light(wrapped: Any, streaming: bool | None) -> bool:
     """Whether a call may take the light inference path as far as the wrapper can tell:
-    not a stream (util-genai's stream wrappers follow it), and nothing wrapped between us
-    and the client's method (the official GenAI instrumentor wrapped after us would open an
-    inference of its own inside ours, which util-genai merges into one span)."""
-    return streaming is False and not isinstance(wrapped, _PROXY)
+    not a stream (util-genai's stream wrappers follow it)."""
+    return streaming is False
 
 
 def _stream_call(api: Api, kwargs: dict[str, Any]) -> bool | None:
@@ -1035,7 +1045,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
         streaming = _stream_call(api, kwargs)
-        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming),
+                      wrapped)
         if call is None:
             return wrapped(*args, **kwargs)
         try:
@@ -1056,7 +1067,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
         streaming = _stream_call(api, kwargs)
-        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming))
+        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming),
+                      wrapped)
         if call is None:
             return await wrapped(*args, **kwargs)
         try:

@@ -18,9 +18,26 @@ attributes, on util-genai's own instruments; nothing else (no event: util-genai 
 when asked, and then :func:`light_allowed` says no). ``tests/instrumentation/
 test_light_inference.py`` compares the two on the same calls.
 
-When anything else is in play (content capture, util-genai's event switch or completion hook,
-an inference already under way in the context, another wrapper between ours and the client's
-method, a stream), the call goes through util-genai as before.
+Composed with another util-genai instrumentor of the same call (the official GenAI one),
+util-genai merges the two invocations into one span: the outer one owns it and publishes an
+``InferenceData`` in its context, the inner one is a ``SuppressedInferenceInvocation`` that
+writes its data into it when it ends, and the outer one merges that data (its own values
+first) into its span and metrics. Both roles are here too, with the same results:
+
+- ours outer (another wrapper between ours and the client's method): :class:`LightInference`
+  with ``publish=True`` puts an empty ``InferenceData`` in its context, as util-genai's outer
+  invocation does, so the other instrumentor's own invocation is suppressed and publishes into
+  it; at the end its fields fill ours exactly as util-genai's merge does, and the span's
+  attributes and the metric points are the ones util-genai's outer invocation would record;
+- ours inner (an inference already under way: the official instrumentor outside ours):
+  :class:`LightSuppressed` opens nothing; our records go on the current (outer) span and our
+  fields are written into the outer ``InferenceData`` as util-genai's suppressed invocation
+  writes them (its ``publish_to_context``), without building one (a 50-field dataclass, its
+  field-by-field merge: ~200K instructions a call).
+
+The other instrumentor's code runs unchanged in both orders: its span, metrics and data are
+its own. When anything else is in play (content capture, util-genai's event switch or
+completion hook, a stream), the call goes through util-genai as before.
 """
 
 from __future__ import annotations
@@ -30,9 +47,10 @@ import timeit
 from typing import Any
 
 from opentelemetry.context import Context, attach, detach, get_value, set_value
-from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace import SpanKind, get_current_span, set_span_in_context
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
+from opentelemetry.util.genai.invocation import InferenceData
 from opentelemetry.util.genai.types import Error
 from opentelemetry.util.genai.utils import fq_exception_type
 
@@ -44,7 +62,8 @@ try:  # util-genai's private names: a version without them never takes the light
 except ImportError:  # pragma: no cover - depends on the installed util-genai
     CONVERSATION_ID_KEY = _NoOpCompletionHook = None  # type: ignore[assignment,misc]
 
-__all__ = ["LightInference", "light_allowed", "light_supported"]
+__all__ = ["LightInference", "LightSuppressed", "light_allowed", "light_mode",
+           "light_supported"]
 
 _EMIT_EVENT = "OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT"
 
@@ -88,6 +107,74 @@ _FINISH: tuple[tuple[str, str, bool], ...] = (
 )
 _FIELDS = tuple(f for _, f, _ in _FINISH if f != "conversation_id")
 
+#: our field -> util-genai's ``InferenceData`` field (the invocation's properties write these)
+_DATA_FIELD: dict[str, str] = {
+    "conversation_id": "conversation_id", "request_stream": "request_stream",
+    "temperature": "request_temperature", "top_p": "request_top_p", "top_k": "request_top_k",
+    "frequency_penalty": "request_frequency_penalty",
+    "presence_penalty": "request_presence_penalty", "max_tokens": "request_max_tokens",
+    "stop_sequences": "request_stop_sequences", "seed": "request_seed",
+    "finish_reasons": "response_finish_reasons", "response_model_name": "response_model",
+    "response_id": "response_id", "input_tokens": "usage_input_tokens",
+    "output_tokens": "usage_output_tokens", "request_choice_count": "request_choice_count",
+    "output_type": "output_type",
+    "cache_write_input_tokens": "usage_cache_write_input_tokens",
+    "cache_read_input_tokens": "usage_cache_read_input_tokens",
+    "thinking_tokens": "usage_reasoning_output_tokens",
+    "reasoning_level": "request_reasoning_level",
+    "previous_response_id": "request_previous_response_id",
+    "conversation_compacted": "conversation_compacted",
+}
+#: the lists util-genai's setters copy
+_LISTS = frozenset({"finish_reasons", "stop_sequences"})
+
+#: util-genai's span attributes of an inference (``InferenceInvocation._get_attributes``), in
+#: its order: (key, ``InferenceData`` field, how: "" the value, "or" zero is absent, "flag"
+#: True when set). The composed outer invocation writes these from the merged data.
+_ALL: tuple[tuple[str, str, str], ...] = (
+    (_PROVIDER, "provider_name", ""),
+    (_REQUEST_MODEL, "request_model", ""),
+    (_SERVER_ADDRESS, "server_address", ""),
+    (_SERVER_PORT, "server_port", ""),
+    ("gen_ai.conversation.id", "conversation_id", ""),
+    ("gen_ai.request.stream", "request_stream", ""),
+    ("gen_ai.request.temperature", "request_temperature", ""),
+    ("gen_ai.request.top_p", "request_top_p", ""),
+    ("gen_ai.request.top_k", "request_top_k", ""),
+    ("gen_ai.request.frequency_penalty", "request_frequency_penalty", ""),
+    ("gen_ai.request.presence_penalty", "request_presence_penalty", ""),
+    ("gen_ai.request.max_tokens", "request_max_tokens", ""),
+    ("gen_ai.request.stop_sequences", "request_stop_sequences", ""),
+    ("gen_ai.request.seed", "request_seed", ""),
+    ("gen_ai.response.finish_reasons", "response_finish_reasons", "or"),
+    (_RESPONSE_MODEL, "response_model", ""),
+    ("gen_ai.response.id", "response_id", ""),
+    ("gen_ai.usage.input_tokens", "usage_input_tokens", ""),
+    ("gen_ai.usage.output_tokens", "usage_output_tokens", ""),
+    ("gen_ai.request.choice.count", "request_choice_count", ""),
+    ("gen_ai.output.type", "output_type", ""),
+    ("gen_ai.usage.cache_write.input_tokens", "usage_cache_write_input_tokens", "or"),
+    ("gen_ai.usage.cache_read.input_tokens", "usage_cache_read_input_tokens", "or"),
+    ("gen_ai.usage.reasoning.output_tokens", "usage_reasoning_output_tokens", "or"),
+    ("gen_ai.usage.text.input_tokens", "usage_text_input_tokens", "or"),
+    ("gen_ai.usage.image.input_tokens", "usage_image_input_tokens", "or"),
+    ("gen_ai.usage.audio.input_tokens", "usage_audio_input_tokens", "or"),
+    ("gen_ai.usage.text.output_tokens", "usage_text_output_tokens", "or"),
+    ("gen_ai.usage.image.output_tokens", "usage_image_output_tokens", "or"),
+    ("gen_ai.usage.audio.output_tokens", "usage_audio_output_tokens", "or"),
+    ("gen_ai.usage.text.cache_read.input_tokens", "usage_text_cache_read_input_tokens", "or"),
+    ("gen_ai.usage.image.cache_read.input_tokens", "usage_image_cache_read_input_tokens",
+     "or"),
+    ("gen_ai.usage.audio.cache_read.input_tokens", "usage_audio_cache_read_input_tokens",
+     "or"),
+    ("gen_ai.request.reasoning.level", "request_reasoning_level", ""),
+    ("gen_ai.request.previous_response.id", "request_previous_response_id", ""),
+    ("gen_ai.conversation.compacted", "conversation_compacted", "flag"),
+    ("gen_ai.prompt.name", "prompt_name", ""),
+    ("gen_ai.prompt.version", "prompt_version", ""),
+    ("gen_ai.response.time_to_first_chunk", "response_time_to_first_chunk", ""),
+)
+
 
 def light_supported(handler: TelemetryHandler) -> bool:
     """Whether this handler's configuration lets calls take the light path at all: its
@@ -110,12 +197,26 @@ def light_allowed(parent: Context | None) -> bool:
     return get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent) is None
 
 
+def light_mode(parent: Context | None) -> InferenceData | bool:
+    """How this call may take the light path now: True, an inference of its own
+    (:class:`LightInference`; util-genai would emit no event); the outer inference's data when
+    one is under way whose data util-genai's suppressed invocation would receive without
+    content or an upload (:class:`LightSuppressed`); False, through util-genai."""
+    data = get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent)
+    if data is None:
+        return os.environ.get(_EMIT_EVENT, "").strip().lower() != "true"
+    if type(data) is InferenceData and not data.capture_content and \
+            not data.upload_completion:
+        return data
+    return False
+
+
 class LightInference:
     """The subset of util-genai's ``InferenceInvocation`` our instrumentors use, for a
     non-streaming call (see the module's docstring)."""
 
     __slots__ = ("span", "_instruments", "_start_attributes", "_span_context", "_token",
-                 "_start", "_finished", "conversation_id", "_error_type", *_FIELDS)
+                 "_start", "_finished", "conversation_id", "_error_type", "_data", *_FIELDS)
 
     # the fields read here (the others are set by name, see _FINISH)
     response_model_name: str | None
@@ -124,10 +225,14 @@ class LightInference:
 
     def __init__(self, handler: TelemetryHandler, provider: str, *,
                  request_model: str | None, server_address: str | None,
-                 server_port: int | None, context: Context | None) -> None:
+                 server_port: int | None, context: Context | None,
+                 publish: bool = False) -> None:
         for name in _FIELDS:
             setattr(self, name, None)
         self._error_type: str | None = None
+        #: with ``publish``: what another util-genai instrumentor of this call, inside ours,
+        #: publishes for us (util-genai's outer invocation puts the same in its context)
+        self._data: InferenceData | None = InferenceData() if publish else None
         self._finished = False
         self._instruments = handler._instruments
         start: dict[str, Any] = {_OPERATION: "chat", _PROVIDER: provider}
@@ -146,6 +251,9 @@ class LightInference:
             name=f"chat {request_model}" if request_model else "chat", kind=SpanKind.CLIENT,
             attributes=start, context=context)
         self._span_context = set_span_in_context(self.span, context)
+        if self._data is not None:
+            self._span_context = set_value(CLIENT_INFERENCE_CONTEXT_KEY, self._data,
+                                           self._span_context)
         self._token: Any = attach(self._span_context)
         self._start = timeit.default_timer()
 
@@ -176,6 +284,9 @@ class LightInference:
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, error.message))
                 self._error_type = error.type
+            if self._data is not None:
+                self._finish_merged(self._data)
+                return
             attrs: dict[str, Any] = {}
             for key, name, zero_absent in _FINISH:
                 value = getattr(self, name)
@@ -197,10 +308,122 @@ class LightInference:
             attrs[_RESPONSE_MODEL] = self.response_model_name
         if self._error_type is not None:
             attrs[_ERROR_TYPE] = self._error_type
+        self._record(attrs, self.input_tokens, self.output_tokens)
+
+    def _record(self, attrs: dict[str, Any], input_tokens: int | None,
+                output_tokens: int | None) -> None:
         instruments, context = self._instruments, self._span_context
         instruments.operation_duration.record(
             max(timeit.default_timer() - self._start, 0.0), attributes=attrs, context=context)
-        for token_type, count in (("input", self.input_tokens), ("output", self.output_tokens)):
+        for token_type, count in (("input", input_tokens), ("output", output_tokens)):
             if count is not None:
                 instruments.token_usage.record(count, attributes=attrs | {_TOKEN_TYPE: token_type},
                                                context=context)
+
+    def _finish_merged(self, data: InferenceData) -> None:
+        """The end of an outer invocation that published ``data``: util-genai's outer
+        ``_apply_finish`` after ``enrich_from_context`` (our values first, the published
+        ones where ours are unset; no content: it merges none without content capture)."""
+        values: dict[str, Any] = {"provider_name": self._start_attributes[_PROVIDER],
+                                  "request_model": self._start_attributes.get(_REQUEST_MODEL),
+                                  "server_address": self._start_attributes.get(_SERVER_ADDRESS),
+                                  "server_port": self._start_attributes.get(_SERVER_PORT),
+                                  "conversation_id": None}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                values[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
+
+        def merged(field: str) -> Any:
+            value = values.get(field)
+            return value if value is not None else getattr(data, field)
+
+        attrs: dict[str, Any] = {}
+        for key, field, how in _ALL:
+            if field == "conversation_id":  # the invocation's own, else the published one
+                value = self.conversation_id or data.conversation_id
+            else:
+                value = merged(field)
+            if how == "or":
+                if value is not None and field == "response_finish_reasons":
+                    value = list(value)
+                value = value or None
+            elif how == "flag":
+                value = True if value else None
+            if value is not None:
+                attrs[key] = value
+        attrs.update(self._own_first(data.attributes))
+        start = self._start_attributes
+        set_attributes(self.span, {k: v for k, v in attrs.items() if k not in start})
+        metric = dict(start)
+        for key, field in ((_PROVIDER, "provider_name"), (_REQUEST_MODEL, "request_model"),
+                           (_RESPONSE_MODEL, "response_model"),
+                           (_SERVER_ADDRESS, "server_address"), (_SERVER_PORT, "server_port")):
+            value = merged(field)
+            if value is not None:
+                metric[key] = value
+        metric.update(self._own_first(data.metric_attributes))
+        self._record(metric, merged("usage_input_tokens"), merged("usage_output_tokens"))
+
+
+    def _own_first(self, published: dict[str, Any]) -> dict[str, Any]:
+        """The invocation's own (span or metric) attributes after the merge: error.type
+        first, then the published ones."""
+        own: dict[str, Any] = {}
+        if self._error_type is not None:
+            own[_ERROR_TYPE] = self._error_type
+        for key, value in published.items():
+            own.setdefault(key, value)
+        return own
+
+
+class LightSuppressed:
+    """Ours inside another util-genai inference of the same call (the official instrumentor
+    outside ours): what util-genai's ``SuppressedInferenceInvocation`` does there, without
+    its dataclass (see the module's docstring). No span, no metrics: ``span`` is the outer
+    one (current), and at the end our fields go into the outer invocation's data, which
+    merges them under its own."""
+
+    __slots__ = ("span", "_data", "_finished", "_published", "conversation_id", *_FIELDS)
+
+    def __init__(self, data: InferenceData, provider: str, *, request_model: str | None,
+                 server_address: str | None, server_port: int | None,
+                 context: Context | None) -> None:
+        for name in _FIELDS:
+            setattr(self, name, None)
+        self._data = data
+        self._finished = False
+        conversation_id = get_value(CONVERSATION_ID_KEY, context)
+        self.conversation_id = conversation_id if isinstance(conversation_id, str) else None
+        # util-genai's data of the suppressed invocation, before its fields are set
+        self._published: dict[str, Any] = {"provider_name": provider, "operation_name": "chat"}
+        for field, value in (("request_model", request_model),
+                             ("server_address", server_address),
+                             ("server_port", server_port)):
+            if value is not None:
+                self._published[field] = value
+        self.span = get_current_span(context)
+
+    def suspend(self) -> None:
+        """Nothing to restore: a suppressed invocation makes nothing current."""
+
+    def stop(self) -> None:
+        self._finish()
+
+    def fail(self, error: Error | BaseException) -> None:
+        self._finish()  # util-genai publishes no error from a suppressed invocation
+
+    def _finish(self) -> None:
+        """``publish_to_context``: every field set here overwrites the outer data's."""
+        if self._finished:
+            return
+        self._finished = True
+        data, published = self._data, self._published
+        if self.conversation_id is not None:
+            published["conversation_id"] = self.conversation_id
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                published[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
+        for field, value in published.items():
+            setattr(data, field, value)

@@ -20,10 +20,10 @@ SCENARIOS = ("openai chat.completions", "openai chat.completions stream",
              "openai chat.completions async", "openai responses", "anthropic messages",
              "anthropic messages.stream")
 CONFIGS = ("official GenAI", "OpenInference", "OpenLLMetry", "ours", "ours + official",
-           "bare span")
+           "official + ours", "bare span")
 #: ours and the official instrumentors are always installed with the test extra; the
 #: peers come with the bench extra, and a peer that is not installed is named, not timed
-ALWAYS = ("official GenAI", "ours", "ours + official", "bare span")
+ALWAYS = ("official GenAI", "ours", "ours + official", "official + ours", "bare span")
 
 
 def test_benchmark_reports_every_scenario_and_configuration(tmp_path: Path) -> None:
