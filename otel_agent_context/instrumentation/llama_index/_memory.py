@@ -92,14 +92,18 @@ def _named(message: Any) -> tuple[str, str]:
 
 
 def name_messages(messages: Sequence[Any], new_input: Any = None,
-                  ids: dict[int, str] | None = None, input_id: str | None = None) -> None:
+                  ids: dict[int, str] | None = None, input_id: str | None = None,
+                  keys: dict[int, tuple[str, str]] | None = None,
+                  input_key: tuple[str, str] | None = None) -> None:
     """The next model calls' blocks carrying these messages (and the new user message
     ``new_input``, a string or a message) take their ids (``ids`` by ``id()`` and
     ``input_id``, else ``message_id``): added to the turn's names (shared by the tasks of its
-    run), else set in this context."""
-    named = [(*_named(m), ids.get(id(m)) if ids else None) for m in messages]
+    run), else set in this context. ``keys`` / ``input_key``: the (role, text) of messages
+    already read (by ``id()``) and of ``new_input``."""
+    named = [(*((keys.get(id(m)) if keys else None) or _named(m)),
+              ids.get(id(m)) if ids else None) for m in messages]
     if new_input is not None:
-        named.append((*_named(new_input), input_id))
+        named.append((*(input_key or _named(new_input)), input_id))
     named = [(role, text, i) for role, text, i in named if role and text]
     if not named:
         return
@@ -130,10 +134,12 @@ def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
     new_input = kwargs.get("input", args[0] if args else None)
     try:
         # by their place in the whole conversation (what the memory read), else in the result
+        input_key = _named(new_input) if new_input is not None else None
+        keys: dict[int, tuple[str, str]] = {}
         ids, input_id = positional_ids(
             read[0] if read else result, [*read[0], *result] if read else result,
-            _named(new_input) if new_input is not None else None)
-        name_messages(result, new_input, ids, input_id)
+            input_key, keys)
+        name_messages(result, new_input, ids, input_id, keys, input_key)
     except Exception:
         ids = {}
         failed("chat memory ids")
