@@ -93,7 +93,16 @@ def message_id(message: Any) -> str:
 
 def message_role(message: Any) -> str:
     role = getattr(message, "role", "")
-    return str(getattr(role, "value", role))
+    if type(role) is str:
+        return role
+    # an Enum member (``MessageRole``): its value without going through the property
+    value = getattr(role, "_value_", _NO_VALUE)
+    if value is _NO_VALUE:
+        value = getattr(role, "value", role)
+    return value if type(value) is str else str(value)
+
+
+_NO_VALUE = object()
 
 
 def text_message_id(role: str, text: str) -> str:
