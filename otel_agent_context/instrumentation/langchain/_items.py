@@ -161,21 +161,25 @@ class DocIndex:
         self._keep: list[Any] = []  # keeps id() keys valid
 
     def find(self, doc: Any) -> str | None:
+        return self._lookup(doc)[0]
+
+    def _lookup(self, doc: Any) -> tuple[str | None, str | None]:
+        """The document's item id if seen, and its metadata key when it was computed."""
         iid = self._by_obj.get(id(doc))
         if iid is not None:
-            return iid
+            return iid, None
         native = _native_id(doc)
         if native is not None and native in self._by_native:
-            return self._by_native[native]
+            return self._by_native[native], None
         mkey = _metadata_key(doc)
         iid = self._by_content.get((doc_text(doc), mkey))
         if iid is not None:
-            return iid
+            return iid, mkey
         # a compressor that rewrote the text (an extractor) keeps the metadata
-        return self._by_metadata.get(mkey) if mkey != "{}" else None
+        return (self._by_metadata.get(mkey) if mkey != "{}" else None), mkey
 
     def add(self, doc: Any) -> str:
-        iid = self.find(doc)
+        iid, mkey = self._lookup(doc)
         if iid is None:
             iid = base = _derived_id(doc)
             n = 1
@@ -186,7 +190,8 @@ class DocIndex:
             native = _native_id(doc)
             if native is not None:
                 self._by_native.setdefault(native, iid)
-            mkey = _metadata_key(doc)
+            if mkey is None:  # (the lookup stops before it only for a document already seen)
+                mkey = _metadata_key(doc)
             self._by_content.setdefault((doc_text(doc), mkey), iid)
             self._by_metadata[mkey] = None if mkey in self._by_metadata else iid
         self._by_obj[id(doc)] = iid
