@@ -13,12 +13,22 @@ are compared and :data:`MAX_TEXTS` texts remembered per envelope; the blocks of 
 searched together, one substring search per item over their joined text; a block already
 searched (same digest, same items) is not searched again. An envelope with nothing to
 compare costs nothing more.
+
+Normalising a block's whitespace (a split and a join) cost most of a search, so the blocks are
+searched as they are first: an item's normalised text found in a block's own text is in the
+block's normalised text too (its words are separated by single spaces there as well). Only a
+block that holds the item's probe, the longer of its first and last words (every word of a
+normalised item that a normalised block contains is in the block's own text), without
+holding its text as it is is normalised and searched again; a block shorter than an item's
+text never holds it. Normalised texts are remembered beside the digests (``_digest``).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+
+from ._digest import recall, remember
 
 __all__ = ["MAX_ITEMS", "MAX_TEXTS", "MIN_CHARS", "Links", "normalise"]
 
@@ -32,14 +42,23 @@ MAX_TEXTS = 1024
 _MAX_CACHE = 4096
 #: Between the blocks of the joined text: never inside a normalised item text.
 _SEP = "\x00"
+#: The memo key of a normalised text (beside the digests' keys: texts and tuples of them).
+_NORMALISED = "otel_agent_context.links.normalised"
 
 #: One block to search: (its item id, its digest or None, its text or None).
 BlockText = tuple[str, str | None, str | None]
 
 
 def normalise(text: str) -> str:
-    """``text`` with every run of whitespace as one space, none at either end."""
-    return " ".join(text.split())
+    """``text`` with every run of whitespace as one space, none at either end (remembered
+    for the texts seen lately, beside their digests: an item or a block of history is
+    compared again turn after turn)."""
+    key = (_NORMALISED, text)
+    found = recall(key)
+    if found is None:
+        found = " ".join(text.split())
+        remember(key, 2 * len(text), found)
+    return found  # type: ignore[no-any-return]
 
 
 class Links:
@@ -60,8 +79,9 @@ class Links:
         self._version = 0
         #: block digest -> (version, ids found in it)
         self._cache: dict[str, tuple[int, tuple[str, ...]]] = {}
-        #: (version, (id, text) searched inside blocks, short text -> ids equal to a block)
-        self._plan: tuple[int, list[tuple[str, str]], dict[str, list[str]]] | None = None
+        #: (version, (id, text, probe) searched inside blocks, short text -> ids equal to a
+        #: block, the shortest text searched inside blocks)
+        self._plan: tuple[int, list[tuple[str, str, str]], dict[str, list[str]], int] | None = None
 
     def _remember(self, item_id: str, text: str | None) -> None:
         if (text and (item_id in self._texts or len(self._texts) < MAX_TEXTS)
@@ -102,22 +122,31 @@ class Links:
             needle = self._needles[item_id] = normalise(self._texts[item_id])
         return needle
 
-    def _partition(self) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
-        """The items to search for inside blocks, and the short ones a block must equal."""
+    def _partition(self) -> tuple[list[tuple[str, str, str]], dict[str, list[str]], int]:
+        """The items to search for inside blocks (id, normalised text, its probe: the longer
+        of its first and last words), the short ones a block must equal, and the length of
+        the shortest text searched inside blocks."""
         plan = self._plan
         if plan is None or plan[0] != self._version:
             version = self._version
-            inside: list[tuple[str, str]] = []
+            inside: list[tuple[str, str, str]] = []
             whole: dict[str, list[str]] = {}
+            shortest = 0
             # a snapshot: another thread of the envelope may select items meanwhile
             for item_id in tuple(self._linkable):
                 needle = self._needle(item_id)
-                if len(needle) >= MIN_CHARS:
-                    inside.append((item_id, needle))
+                size = len(needle)
+                if size >= MIN_CHARS:
+                    # the longer of its first and last words (a space: found from either end)
+                    first = needle[:needle.find(" ")] if " " in needle else needle
+                    last = needle[needle.rfind(" ") + 1:]
+                    inside.append((item_id, needle, first if len(first) >= len(last) else last))
+                    if not shortest or size < shortest:
+                        shortest = size
                 elif needle:
                     whole.setdefault(needle, []).append(item_id)
-            plan = self._plan = (version, inside, whole)
-        return plan[1], plan[2]
+            plan = self._plan = (version, inside, whole, shortest or MIN_CHARS)
+        return plan[1], plan[2], plan[3]
 
     def sources(self, blocks: Sequence[BlockText]) -> list[tuple[str, ...]] | None:
         """For each block, the ids of the items its text contains (its own item left out);
@@ -125,14 +154,15 @@ class Links:
         if not self._linkable:
             return None
         version = self._version
-        inside, whole = self._partition()
-        shortest = 1 if whole else MIN_CHARS
+        inside, whole, shortest = self._partition()
+        if whole:
+            shortest = 1
         cache = self._cache
         out: list[tuple[str, ...]] = [()] * len(blocks)
         todo: list[int] = []
         texts: list[str] = []
         for i, (item_id, digest, text) in enumerate(blocks):
-            if not text or len(text) < shortest:
+            if not text:
                 continue
             if digest is not None:
                 hit = cache.get(digest)
@@ -140,25 +170,14 @@ class Links:
                     if hit[1]:
                         out[i] = tuple(s for s in hit[1] if s != item_id)
                     continue
+            if len(text) < shortest:  # shorter than every item's text: holds none
+                continue
             todo.append(i)
-            texts.append(normalise(text))
+            texts.append(text)
         if not todo:
             return out
-        haystack = _SEP.join(texts)
-        starts: list[int] = []
-        at = 0
-        for text in texts:
-            starts.append(at)
-            at += len(text) + 1
-        found: list[list[str]] = [list(whole.get(text, ())) for text in texts]
-        for item_id, needle in inside:
-            pos = haystack.find(needle)
-            while pos != -1:
-                k = bisect.bisect_right(starts, pos) - 1
-                found[k].append(item_id)
-                if k + 1 >= len(starts):
-                    break
-                pos = haystack.find(needle, starts[k + 1])
+        found = (_search_normalised(texts, inside, whole) if whole
+                 else _search(texts, inside))
         for k, i in enumerate(todo):
             item_id, digest, _ = blocks[i]
             result = tuple(found[k])
@@ -167,3 +186,68 @@ class Links:
             if result:
                 out[i] = tuple(s for s in result if s != item_id)
         return out
+
+
+def _starts(texts: Sequence[str]) -> list[int]:
+    """Where each text starts in ``_SEP.join(texts)``."""
+    starts: list[int] = []
+    at = 0
+    for text in texts:
+        starts.append(at)
+        at += len(text) + 1
+    return starts
+
+
+def _search_normalised(texts: Sequence[str], inside: Sequence[tuple[str, str, str]],
+                       whole: dict[str, list[str]]) -> list[list[str]]:
+    """For each block text, the ids of the items it holds, every block normalised (the short
+    items must equal a whole block)."""
+    texts = [normalise(text) for text in texts]
+    haystack = _SEP.join(texts)
+    starts = _starts(texts)
+    found: list[list[str]] = [list(whole.get(text, ())) for text in texts]
+    for item_id, needle, _ in inside:
+        pos = haystack.find(needle)
+        while pos != -1:
+            k = bisect.bisect_right(starts, pos) - 1
+            found[k].append(item_id)
+            if k + 1 >= len(starts):
+                break
+            pos = haystack.find(needle, starts[k + 1])
+    return found
+
+
+def _search(texts: Sequence[str], inside: Sequence[tuple[str, str, str]]) -> list[list[str]]:
+    """What :func:`_search_normalised` finds without short items, normalising only the blocks
+    that hold an item's probe but not its text as it is (see the module's docstring)."""
+    haystack = _SEP.join(texts)
+    starts = _starts(texts)
+    last = len(starts) - 1
+    found: list[list[str]] = [[] for _ in texts]
+    normalised: dict[int, str] = {}
+    for item_id, needle, probe in inside:
+        held: set[int] = set()
+        pos = haystack.find(needle)
+        while pos != -1:
+            k = bisect.bisect_right(starts, pos) - 1
+            held.add(k)
+            if k >= last:
+                break
+            pos = haystack.find(needle, starts[k + 1])
+        if probe != needle:  # else the search above was the probe's too
+            size = len(needle)
+            pos = haystack.find(probe)
+            while pos != -1:
+                k = bisect.bisect_right(starts, pos) - 1
+                if k not in held and len(texts[k]) >= size:
+                    text = normalised.get(k)
+                    if text is None:
+                        text = normalised[k] = normalise(texts[k])
+                    if needle in text:
+                        held.add(k)
+                if k >= last:
+                    break
+                pos = haystack.find(probe, starts[k + 1])
+        for k in sorted(held):
+            found[k].append(item_id)
+    return found

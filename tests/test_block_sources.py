@@ -218,3 +218,61 @@ def test_links_are_bounded_and_cached() -> None:
     (again,) = links.sources([("b", "digest-1", text)])  # type: ignore[misc]
     assert "d0" not in again and len(again) == MAX_ITEMS - 1
     assert Links().sources([("b", None, text)]) is None  # nothing to compare: None
+
+
+def _reference(items: dict[str, str], text: str) -> tuple[str, ...]:
+    """What a block holds by the definition: every item whose normalised text is in the
+    block's normalised text (an item shorter than MIN_CHARS only when it is the whole)."""
+    block = " ".join(text.split())
+    found = []
+    for item_id, item_text in items.items():
+        needle = " ".join(item_text.split())
+        if needle and (needle == block if len(needle) < MIN_CHARS else needle in block):
+            found.append(item_id)
+    return tuple(found)
+
+
+def test_a_block_is_searched_as_it_is_first_and_normalised_only_when_that_can_differ() -> None:
+    # the item's words are in the block, but across a line break and a double space: found
+    # only once the block is normalised; a block shorter than the item is never a source
+    links = Links()
+    links.selected("refunds", REFUNDS)
+    links.selected("shipping", SHIPPING)
+    spread = "Policy:\n" + REFUNDS.replace(" within ", "\n within  ") + "\n\nThanks."
+    verbatim = f"Context: {SHIPPING} and more."
+    short = "Refunds are issued."
+    assert links.sources([("a", None, spread), ("b", None, verbatim), ("c", None, short),
+                          ("d", None, SHIPPING + " " + REFUNDS)]) == [
+        ("refunds",), ("shipping",), (), ("refunds", "shipping")]
+
+
+def test_block_sources_match_the_definition_for_any_whitespace() -> None:
+    import random
+
+    rnd = random.Random(12)
+    words = ["refund", "returns", "ship", "a", "the", "packaging", "days", "ünï", "x", "yes"]
+    spaces = [" ", "  ", "\n", "\t", " \n ", "\u00a0", "\x1c"]
+
+    def text(n: int) -> str:
+        out = "".join(rnd.choice(words) + (rnd.choice(spaces) if rnd.random() < 0.3 else " ")
+                      for _ in range(n))
+        return (rnd.choice(spaces) + out) if rnd.random() < 0.3 else out
+
+    for _ in range(400):
+        items = {f"i{j}": text(rnd.randint(1, 12)) for j in range(rnd.randint(1, 5))}
+        blocks = []
+        for b in range(rnd.randint(1, 5)):
+            parts = [text(rnd.randint(0, 6))]
+            for item_text in items.values():
+                if rnd.random() < 0.4:  # as it is, or with its whitespace changed
+                    parts.append(item_text if rnd.random() < 0.5 else " ".join(
+                        item_text.split()).replace(" ", rnd.choice(spaces)))
+                    parts.append(text(rnd.randint(0, 3)))
+            blocks.append((f"b{b}", None, "".join(parts)))
+        if rnd.random() < 0.2:  # a short item: a block that is its whole text
+            items["short"] = "yes"
+            blocks.append(("whole", None, " yes\n"))
+        links = Links()
+        for item_id, item_text in items.items():
+            links.selected(item_id, item_text)
+        assert links.sources(blocks) == [_reference(items, t) for _, _, t in blocks]

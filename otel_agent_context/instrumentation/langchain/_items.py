@@ -7,6 +7,7 @@ document to the id it got when first seen, by object, native id, content and met
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -129,17 +130,23 @@ def doc_item(doc: Any, item_id: str, source_kind: str | None,
     title = md.get("title")
     sensitivity = md.get("sensitivity")
     src = _source_ref(origin, source_kind)
-    return ContextItem(
-        item_id=item_id,
-        context_kind=ContextKind.RETRIEVAL_RESULT,
-        content_mode=ContentMode.INLINE,
-        content=text,
-        title=title if isinstance(title, str) else None,
-        token_estimate=estimate_tokens(text),
-        byte_size=len(text.encode("utf-8", "surrogatepass")),
-        sensitivity=sensitivity if isinstance(sensitivity, str) else None,
-        source_refs=[src] if src is not None else [],
-    )
+    # copied from a template, not constructed: every field set has its checked type already
+    # (validating a record per document was most of a retrieval's cost)
+    item = copy.copy(_ITEM)
+    item.item_id = item_id
+    item.content = text
+    item.title = title if isinstance(title, str) else None
+    item.token_estimate = estimate_tokens(text)
+    item.byte_size = len(text.encode("utf-8", "surrogatepass"))
+    item.sensitivity = sensitivity if isinstance(sensitivity, str) else None
+    item.source_refs = [src] if src is not None else []
+    return item
+
+
+#: The record :func:`doc_item` copies (its other, empty containers are shared and never
+#: mutated).
+_ITEM = ContextItem(item_id="-", context_kind=ContextKind.RETRIEVAL_RESULT,
+                    content_mode=ContentMode.INLINE)
 
 
 class DocIndex:
@@ -154,21 +161,25 @@ class DocIndex:
         self._keep: list[Any] = []  # keeps id() keys valid
 
     def find(self, doc: Any) -> str | None:
+        return self._lookup(doc)[0]
+
+    def _lookup(self, doc: Any) -> tuple[str | None, str | None]:
+        """The document's item id if seen, and its metadata key when it was computed."""
         iid = self._by_obj.get(id(doc))
         if iid is not None:
-            return iid
+            return iid, None
         native = _native_id(doc)
         if native is not None and native in self._by_native:
-            return self._by_native[native]
+            return self._by_native[native], None
         mkey = _metadata_key(doc)
         iid = self._by_content.get((doc_text(doc), mkey))
         if iid is not None:
-            return iid
+            return iid, mkey
         # a compressor that rewrote the text (an extractor) keeps the metadata
-        return self._by_metadata.get(mkey) if mkey != "{}" else None
+        return (self._by_metadata.get(mkey) if mkey != "{}" else None), mkey
 
     def add(self, doc: Any) -> str:
-        iid = self.find(doc)
+        iid, mkey = self._lookup(doc)
         if iid is None:
             iid = base = _derived_id(doc)
             n = 1
@@ -179,7 +190,8 @@ class DocIndex:
             native = _native_id(doc)
             if native is not None:
                 self._by_native.setdefault(native, iid)
-            mkey = _metadata_key(doc)
+            if mkey is None:  # (the lookup stops before it only for a document already seen)
+                mkey = _metadata_key(doc)
             self._by_content.setdefault((doc_text(doc), mkey), iid)
             self._by_metadata[mkey] = None if mkey in self._by_metadata else iid
         self._by_obj[id(doc)] = iid

@@ -147,8 +147,10 @@ class Retrieval:
         self.add_candidates(outputs)
         kind = self.source_kind
         surface = env.surface(start_time=self.start_ns)
+        items = {}  # one item per candidate, for its surface and selection events
         for iid in self.candidates:
-            surface.add(doc_item(self.index.docs[iid], iid, kind))
+            item = items[iid] = doc_item(self.index.docs[iid], iid, kind)
+            surface.add(item)
         surface.stop()
         selection = env.selection(surface_id=surface.surface_id, intent="retrieval",
                                   query=self.query, policy=self.name,
@@ -164,7 +166,10 @@ class Retrieval:
             chosen[found] = None
             scores = doc_scores(doc) or self.scores.get(found, {})
             origin = self.index.docs[found]
-            selection.selected(doc_item(doc, found, kind, origin), rank=len(chosen),
+            # the candidate's item, unless another document of that id was returned
+            item = items[found] if doc is origin and found in items else doc_item(
+                doc, found, kind, origin)
+            selection.selected(item, rank=len(chosen),
                                score=next(iter(scores.values()), None),
                                signals=scores if len(scores) > 1 else None)
         for iid in self.candidates:
@@ -173,7 +178,7 @@ class Retrieval:
             doc = self.index.docs[iid]
             reason, detail = self.drops.get(iid, (_LOW, f"not returned by {self.name}"))
             scores = self.scores.get(iid) or doc_scores(doc)
-            selection.omitted(doc_item(doc, iid, kind), reason=reason, detail=detail,
+            selection.omitted(items[iid], reason=reason, detail=detail,
                               score=next(iter(scores.values()), None))
         selection.stop()
 

@@ -49,7 +49,7 @@ import wrapt
 
 from .._lazy_patch import LazyInstrumentor, LazyPatches
 from . import _memory_queue as queue
-from ._memory import wrap_get, wrap_get_all
+from ._memory import wrap_count, wrap_get, wrap_get_all
 from ._state import STATE
 
 __all__ = ["LlamaIndexContextInstrumentor"]
@@ -82,7 +82,8 @@ def _sql_store(module: Any) -> Any:
 
 
 _PATCHES = LazyPatches({
-    _MEMORY_MODULE: [(_buffer, "get", wrap_get)],
+    _MEMORY_MODULE: [(_buffer, "get", wrap_get),
+                     (_buffer, "_token_count_for_messages", wrap_count)],
     _MEMORY_TYPES: [(_store_memory, "get_all", wrap_get_all)],
     _QUEUE_MODULE: [(_queue_memory, "get", queue.wrap_get),
                     (_queue_memory, "aget", queue.wrap_aget),

@@ -56,6 +56,8 @@ _UUID = 36  # a span id ends with "-" and a uuid4
 
 def _role(instance: Any, id_: str) -> str | None:
     cls = type(instance)
+    if _BASES.get(cls, 0) is None:  # a class with no method of ours (most spans of a turn)
+        return None
     cut = len(id_) - _UUID - 1
     prefix = id_[:cut] if cut > 0 and id_[cut] == "-" else id_.split("-", 1)[0]
     key = (cls, prefix)

@@ -93,7 +93,16 @@ def message_id(message: Any) -> str:
 
 def message_role(message: Any) -> str:
     role = getattr(message, "role", "")
-    return str(getattr(role, "value", role))
+    if type(role) is str:
+        return role
+    # an Enum member (``MessageRole``): its value without going through the property
+    value = getattr(role, "_value_", _NO_VALUE)
+    if value is _NO_VALUE:
+        value = getattr(role, "value", role)
+    return value if type(value) is str else str(value)
+
+
+_NO_VALUE = object()
 
 
 def text_message_id(role: str, text: str) -> str:
@@ -101,18 +110,24 @@ def text_message_id(role: str, text: str) -> str:
 
 
 def positional_ids(history: Sequence[Any], wanted: Sequence[Any],
-                   new_input: tuple[str, str] | None = None) -> tuple[dict[int, str], str | None]:
+                   new_input: tuple[str, str] | None = None,
+                   keys: dict[int, tuple[str, str]] | None = None,
+                   ) -> tuple[dict[int, str], str | None]:
     """The ids of the messages of ``wanted`` (by ``id()``) by their place in ``history``, the
     conversation from its start: the first message of a role and text is its ``message_id``,
     a later identical one ``<id>#2``, ``#3``... (the suffix an assembly gives a repeated
     block), so that the id is stable across calls while the conversation grows and two
     identical messages at different positions are told apart. ``new_input`` (role, text):
-    the message about to follow the history, and its id."""
+    the message about to follow the history, and its id. ``keys``, when given, receives each
+    history message's (role, text) by ``id()`` (a message's text is a property that joins
+    its blocks: read once)."""
     want = {id(m) for m in wanted}
     seen: dict[tuple[str, str], int] = {}
     out: dict[int, str] = {}
     for message in history:
         key = (message_role(message), message_text(message))
+        if keys is not None:
+            keys[id(message)] = key
         n = seen[key] = seen.get(key, 0) + 1
         if id(message) in want:
             base = text_message_id(*key)

@@ -5,7 +5,9 @@ The buffer keeps the newest messages whose tokens (its own ``tokenizer_fn``, plu
 what is left after its system prompt and context, before the new message: a cut in the middle
 of the prompt (``truncate_middle``). The history the buffer read is taken from its own
 ``get_all`` call (watched for the duration of ``get``), never read a second time from the
-chat store; the token counts are the buffer's tokenizer's, so the budget is in its units.
+chat store; the token counts are the buffer's tokenizer's, so the budget is in its units:
+the counts the buffer made while it chose (of the whole history, of what it kept) are taken
+as it made them (``wrap_count``), only each message left out is counted on its own.
 
 LlamaIndex messages carry no id of their own (the chat store's row ids stay inside it), so a
 message is named by a keyed digest of its role and text (``message_id``), and, here, by its
@@ -30,11 +32,32 @@ from .._common import KNOWN_MESSAGES
 from ._items import message_id, message_role, message_text, positional_ids, text_message_id
 from ._state import STATE, TURN, failed
 
-__all__ = ["name_messages", "wrap_get", "wrap_get_all"]
+__all__ = ["name_messages", "wrap_count", "wrap_get", "wrap_get_all"]
 
 _STRATEGY = OverflowStrategy.TRUNCATE_MIDDLE
-#: Set while a watched ``get`` runs: its ``get_all`` result goes here.
-_READ: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+class _Watch:
+    """What a watched ``get`` of ``memory`` read: its history (``get_all``), and the token
+    counts the buffer made of it (number of messages, the first of them, the count)."""
+
+    __slots__ = ("counts", "history", "memory")
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.history: list[Any] | None = None
+        self.counts: list[tuple[int, Any, int]] = []
+
+    def counted(self, messages: list[Any]) -> int | None:
+        """The buffer's own count of ``messages`` (a tail of the history: the history itself
+        is its first count, what it returns its last), or None."""
+        if not messages or not self.counts:
+            return None
+        found = self.counts[0] if messages is self.history else self.counts[-1]
+        size, first, count = found
+        return count if size == len(messages) and first is messages[0] else None
+
+
+#: Set while a watched ``get`` runs: what it read goes here.
+_READ: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar(
     "otel_agent_context.llama_index.memory_read", default=None)
 
 
@@ -42,9 +65,23 @@ def wrap_get_all(wrapped: Any, instance: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
     read = _READ.get()
-    if read is not None and not read and isinstance(result, list):
-        read.append(result)
+    if read is not None and read.history is None and isinstance(result, list):
+        read.history = result
     return result
+
+
+def wrap_count(wrapped: Any, instance: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+    """``ChatMemoryBuffer._token_count_for_messages``: inside a watched ``get``, the counts
+    the buffer makes (of its whole history first, of what it keeps last) are the budget's,
+    not counted again (the tokenizer is the application's, and may be costly)."""
+    count = wrapped(*args, **kwargs)
+    read = _READ.get()
+    if read is not None and read.memory is instance and isinstance(count, int):
+        messages = args[0] if args else kwargs.get("messages")
+        if isinstance(messages, list) and messages:
+            read.counts.append((len(messages), messages[0], count))
+    return count
 
 
 def _count(memory: Any, messages: Sequence[Any]) -> int | None:
@@ -55,7 +92,7 @@ def _count(memory: Any, messages: Sequence[Any]) -> int | None:
     return count if isinstance(count, int) else None
 
 
-def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
+def _record(memory: Any, read: _Watch, history: list[Any], result: list[Any], initial: int,
             start: int, ids: dict[int, str]) -> None:
     limit = getattr(memory, "token_limit", None)
     if not isinstance(limit, int):
@@ -72,11 +109,15 @@ def _record(memory: Any, history: list[Any], result: list[Any], initial: int,
             budget.truncated(item_id=ids.get(id(message)) or message_id(message),
                              strategy=_STRATEGY,
                              tokens_before=_count(memory, [message]), tokens_after=0)
-        after = _count(memory, result)
+        after = read.counted(result)
+        if after is None:
+            after = _count(memory, result)
         if after is not None:
             budget.actual(tokens=after + initial, items=len(result))
         if dropped:
-            before = _count(memory, history)
+            before = read.counted(history)
+            if before is None:
+                before = _count(memory, history)
             over = before + initial - limit if before is not None else None
             budget.overflowed(overflow_tokens=over if over and over > 0 else None)
         budget.stop()
@@ -92,14 +133,18 @@ def _named(message: Any) -> tuple[str, str]:
 
 
 def name_messages(messages: Sequence[Any], new_input: Any = None,
-                  ids: dict[int, str] | None = None, input_id: str | None = None) -> None:
+                  ids: dict[int, str] | None = None, input_id: str | None = None,
+                  keys: dict[int, tuple[str, str]] | None = None,
+                  input_key: tuple[str, str] | None = None) -> None:
     """The next model calls' blocks carrying these messages (and the new user message
     ``new_input``, a string or a message) take their ids (``ids`` by ``id()`` and
     ``input_id``, else ``message_id``): added to the turn's names (shared by the tasks of its
-    run), else set in this context."""
-    named = [(*_named(m), ids.get(id(m)) if ids else None) for m in messages]
+    run), else set in this context. ``keys`` / ``input_key``: the (role, text) of messages
+    already read (by ``id()``) and of ``new_input``."""
+    named = [(*((keys.get(id(m)) if keys else None) or _named(m)),
+              ids.get(id(m)) if ids else None) for m in messages]
     if new_input is not None:
-        named.append((*_named(new_input), input_id))
+        named.append((*(input_key or _named(new_input)), input_id))
     named = [(role, text, i) for role, text, i in named if role and text]
     if not named:
         return
@@ -118,7 +163,7 @@ def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
     if STATE.ctx is None or _READ.get() is not None:
         return wrapped(*args, **kwargs)
-    read: list[Any] = []
+    read = _Watch(instance)
     start = time.time_ns()
     token = _READ.set(read)
     try:
@@ -130,18 +175,21 @@ def wrap_get(wrapped: Any, instance: Any, args: tuple[Any, ...],
     new_input = kwargs.get("input", args[0] if args else None)
     try:
         # by their place in the whole conversation (what the memory read), else in the result
+        input_key = _named(new_input) if new_input is not None else None
+        keys: dict[int, tuple[str, str]] = {}
+        history = read.history
         ids, input_id = positional_ids(
-            read[0] if read else result, [*read[0], *result] if read else result,
-            _named(new_input) if new_input is not None else None)
-        name_messages(result, new_input, ids, input_id)
+            history if history is not None else result,
+            [*history, *result] if history is not None else result, input_key, keys)
+        name_messages(result, new_input, ids, input_id, keys, input_key)
     except Exception:
         ids = {}
         failed("chat memory ids")
-    if read:
+    if read.history is not None:
         try:
             initial = kwargs.get("initial_token_count", 0)
-            _record(instance, read[0], result, initial if isinstance(initial, int) else 0,
-                    start, ids)
+            _record(instance, read, read.history, result,
+                    initial if isinstance(initial, int) else 0, start, ids)
         except Exception:
             failed("chat memory")
     return result

@@ -290,3 +290,39 @@ def test_watching_the_filter_s_similarity_leaves_the_filter_as_it_was(tel) -> No
     LangChainContextInstrumentor().uninstrument()
     assert [d.page_content for d in flt.compress_documents(docs, QUERY)] == \
         [d.page_content for d in kept]
+
+
+def test_document_items_equal_validated_records() -> None:
+    """A document's item (copied from a template, not validated: the retrieval's hot path)
+    is the record the validated constructor makes from the same fields, and copies share no
+    source refs."""
+    from langchain_core.documents import Document
+
+    from otel_agent_context._records import ContextItem, ContextSourceRef
+    from otel_agent_context.instrumentation._tokens import estimate_tokens
+    from otel_agent_context.instrumentation.langchain._items import doc_item
+
+    text = "Refunds are issued within 14 days — é."
+    cases = [
+        (Document(page_content=text), None, None, None, []),
+        (Document(page_content=text, id="d1",
+                  metadata={"source": "kb/b.md", "title": "Refunds", "page": 2,
+                            "sensitivity": "internal"}),
+         "faiss", "Refunds", "internal",
+         [ContextSourceRef(source_id="d1", uri="kb/b.md", source_kind="faiss",
+                           selector="page:2")]),
+        (Document(page_content="", metadata={"title": 7, "sensitivity": None}), None, None,
+         None, []),
+    ]
+    made = []
+    for doc, kind, title, sensitivity, refs in cases:
+        expected = ContextItem(
+            item_id="i", context_kind="retrieval_result", content_mode="inline",
+            content=doc.page_content, title=title, token_estimate=estimate_tokens(
+                doc.page_content), byte_size=len(doc.page_content.encode("utf-8")),
+            sensitivity=sensitivity, source_refs=refs)
+        item = doc_item(doc, "i", kind)
+        assert item == expected
+        assert item.to_dict() == expected.to_dict()
+        made.append(item)
+    assert made[0].source_refs is not made[2].source_refs

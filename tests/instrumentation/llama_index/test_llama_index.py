@@ -317,3 +317,37 @@ def test_identical_messages_at_different_places_have_their_own_ids(
     assert not set(cut) & set(blocks[2])
     items = [i["item_id"] for i in bundles[2]["context_items"]]
     assert len(items) == len(set(items))
+
+
+def test_memory_budget_takes_the_buffers_own_counts(capture_setup: Any) -> None:
+    """The buffer counted its whole history and what it kept while it chose: the budget
+    takes those counts (the tokenizer is the application's, maybe costly); only each message
+    left out is counted again, for its truncation record."""
+    calls: list[str] = []
+
+    def tokenizer(text: str) -> list[str]:
+        calls.append(text)
+        return text.split()
+
+    history = [ChatMessage(role=role, content=text) for role, text in (
+        ("user", "When does support answer the phone?"), ("assistant", REPLY),
+        ("user", "And how long do refunds take?"), ("assistant", REPLY))]
+
+    def get() -> list[Any]:
+        memory = ChatMemoryBuffer.from_defaults(chat_history=list(history),
+                                                token_limit=li_app.TOKEN_LIMIT,
+                                                tokenizer_fn=tokenizer)
+        calls.clear()
+        return memory.get()
+
+    plain = get()
+    plain_calls = len(calls)
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup) as tel:
+        kept = get()
+    assert kept == plain and len(kept) == 2
+    assert len(calls) == plain_calls + 2  # the two messages left out, nothing else
+    (bundle,) = tel.bundles()
+    (budget,) = bundle["context_budgets"]
+    assert (budget["actual_items"], budget["actual_tokens"]) == (2, 17)  # 6 + 11 words
+    assert (budget["overflow"], budget["overflow_tokens"]) == (True, 34 - li_app.TOKEN_LIMIT)
+    assert [r["tokens_before"] for r in budget["truncation_records"]] == [6, 11]
