@@ -59,7 +59,13 @@ from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
 from . import _frames, _tokens
-from ._inference import LightInference, LightSuppressed, light_mode, light_supported
+from ._inference import (
+    COMPOSABLE,
+    LightInference,
+    LightSuppressed,
+    light_mode,
+    light_supported,
+)
 from ._models import context_window
 from ._tokens import estimate_tokens
 
@@ -409,6 +415,8 @@ class Call:
         parent = _parent_context()
         inv: Any = None
         mode = light_mode(parent) if light else False
+        if mode is True and wrapped_inside and not COMPOSABLE:
+            mode = False  # the official one inside: util-genai's outer invocation merges it
         if mode is True:
             # another wrapper inside ours (the official instrumentor's) opens an inference
             # of its own: util-genai suppresses it into ours through the published data
@@ -426,10 +434,24 @@ class Call:
                                         server_address=address, server_port=port,
                                         operation_name="chat", context=parent)
         self.invocation = inv
+        self.req: Request | None = None
+        try:
+            self._read(tel, api, args, kwargs, inv)
+        except BaseException as exc:
+            # the invocation is open (its context attached, its data published): an
+            # interrupt here (Ctrl-C in the application's message generator, SystemExit)
+            # or our error in strict mode ends it, or every later call would join it
+            if not self.done:
+                self.done = True
+                inv.fail(exc)
+            raise
+
+    def _read(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
+              kwargs: dict[str, Any], inv: Any) -> None:
+        """Read the request and begin the call's stages."""
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).
         # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
-        self.req: Request | None = None
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
         if not _materialize(kwargs):
@@ -438,6 +460,7 @@ class Call:
             self.req = api.parse_request(args, kwargs, tel.capture)
         except Exception:
             if _strict_now():
+                self.done = True
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
                 raise
             _log.warning("otel_agent_context: could not read the request", exc_info=True)
@@ -455,6 +478,7 @@ class Call:
             self.env = self.budget = None
             self.own_env = False
             if _strict_now():
+                self.done = True
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
                 raise
             _log.warning("otel_agent_context: context stages failed", exc_info=True)

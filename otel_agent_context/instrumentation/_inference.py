@@ -50,19 +50,22 @@ from opentelemetry.context import Context, attach, detach, get_value, set_value
 from opentelemetry.trace import SpanKind, get_current_span, set_span_in_context
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
-from opentelemetry.util.genai.invocation import InferenceData
 from opentelemetry.util.genai.types import Error
 from opentelemetry.util.genai.utils import fq_exception_type
 
 from .._fastattrs import set_attributes
 
+try:  # the data util-genai's composed invocations share: a version without it never composes
+    from opentelemetry.util.genai.invocation import InferenceData
+except ImportError:  # pragma: no cover - depends on the installed util-genai
+    InferenceData = None  # type: ignore[assignment,misc]
 try:  # util-genai's private names: a version without them never takes the light path
     from opentelemetry.util.genai._conversation_context import CONVERSATION_ID_KEY
     from opentelemetry.util.genai.completion_hook import _NoOpCompletionHook
 except ImportError:  # pragma: no cover - depends on the installed util-genai
     CONVERSATION_ID_KEY = _NoOpCompletionHook = None  # type: ignore[assignment,misc]
 
-__all__ = ["LightInference", "LightSuppressed", "light_allowed", "light_mode",
+__all__ = ["COMPOSABLE", "LightInference", "LightSuppressed", "light_allowed", "light_mode",
            "light_supported"]
 
 _EMIT_EVENT = "OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT"
@@ -176,6 +179,38 @@ _ALL: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: ``InferenceData``'s fields in the util-genai this was written against (1.3b0). The
+#: composed roles read and write them by name: with any other set (a field renamed, removed
+#: or added, which the official instrumentor might publish and we would drop) a composed
+#: call goes through util-genai's own invocations instead.
+_KNOWN_DATA_FIELDS = frozenset({
+    "attributes", "capture_content", "conversation_compacted", "conversation_id",
+    "error_type", "input_messages", "metric_attributes", "operation_name", "output_messages",
+    "output_type", "prompt_name", "prompt_variable", "prompt_version", "provider_name",
+    "request_choice_count", "request_frequency_penalty", "request_max_tokens",
+    "request_model", "request_presence_penalty", "request_previous_response_id",
+    "request_reasoning_level", "request_seed", "request_stop_sequences", "request_stream",
+    "request_temperature", "request_top_k", "request_top_p", "response_finish_reasons",
+    "response_id", "response_model", "response_time_to_first_chunk", "server_address",
+    "server_port", "system_instructions", "tool_definitions", "upload_completion",
+    "usage_audio_cache_read_input_tokens", "usage_audio_input_tokens",
+    "usage_audio_output_tokens", "usage_cache_read_input_tokens",
+    "usage_cache_write_input_tokens", "usage_image_cache_read_input_tokens",
+    "usage_image_input_tokens", "usage_image_output_tokens", "usage_input_tokens",
+    "usage_output_tokens", "usage_reasoning_output_tokens",
+    "usage_text_cache_read_input_tokens", "usage_text_input_tokens",
+    "usage_text_output_tokens"})
+
+
+def _data_fields_known() -> bool:
+    fields = getattr(InferenceData, "__dataclass_fields__", None)
+    return fields is not None and frozenset(fields) == _KNOWN_DATA_FIELDS
+
+
+#: whether the composed roles (publishing, or writing into another's data) may be used
+COMPOSABLE = _data_fields_known()
+
+
 def light_supported(handler: TelemetryHandler) -> bool:
     """Whether this handler's configuration lets calls take the light path at all: its
     internals are the ones we know, content capture is off and no completion hook is set."""
@@ -205,7 +240,7 @@ def light_mode(parent: Context | None) -> InferenceData | bool:
     data = get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent)
     if data is None:
         return os.environ.get(_EMIT_EVENT, "").strip().lower() != "true"
-    if type(data) is InferenceData and not data.capture_content and \
+    if COMPOSABLE and type(data) is InferenceData and not data.capture_content and \
             not data.upload_completion:
         return data
     return False

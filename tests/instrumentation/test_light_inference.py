@@ -565,3 +565,25 @@ def test_light_mode_leaves_util_genai_the_cases_it_does_not_cover(
     assert _inference.light_mode(ctx) is False
     assert _inference.light_mode(
         otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, object())) is False
+
+
+def test_composed_roles_need_the_util_genai_fields_they_were_written_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The composed roles read and write util-genai's ``InferenceData`` by field name. With
+    the installed util-genai the fields are the known ones (a release that renames, removes
+    or adds one fails here first); with any other set, a composed call goes through
+    util-genai's own invocations (one span a call still), and ours alone keeps its path."""
+    from otel_agent_context.instrumentation import _inference
+
+    assert _inference._data_fields_known()
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT", raising=False)
+    monkeypatch.setattr(_inference, "_KNOWN_DATA_FIELDS",
+                        _inference._KNOWN_DATA_FIELDS - {"usage_cache_write_input_tokens"})
+    assert not _inference._data_fields_known()
+    monkeypatch.setattr(_inference, "COMPOSABLE", False)
+    monkeypatch.setattr(_common, "COMPOSABLE", False)
+    with StubServer() as stub:
+        assert _taken(stub.url, _messages, monkeypatch, official="inner") == 0
+        assert _taken(stub.url, _messages, monkeypatch, official="outer") == 0
+        assert _taken(stub.url, _messages, monkeypatch) == 1

@@ -123,3 +123,30 @@ def test_an_iterable_that_raises_reaches_the_application_unchanged(alone, stub) 
     finally:
         set_strict(True)
     assert stub.requests == []
+
+
+def test_an_interrupt_in_the_applications_generator_ends_the_call(setup, stub) -> None:
+    """Ctrl-C while the application's message generator runs (read before the SDK sends):
+    the interrupt reaches the application unchanged, the call's span ends, and nothing of
+    it stays in the context: later calls get spans and metric points of their own (an open
+    invocation left attached used to swallow them, with the official instrumentor too)."""
+    from opentelemetry import context as otel_context
+
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+
+    def interrupted():
+        yield {"role": "user", "content": "hello"}
+        raise KeyboardInterrupt
+
+    before = otel_context.get_current()
+    with pytest.raises(KeyboardInterrupt):
+        oc.chat.completions.create(model="gpt-4o-mini", messages=interrupted())
+    assert otel_context.get_current() == before
+    setup.tel.span_exporter.clear()
+    for _ in range(2):
+        oc.chat.completions.create(model="gpt-4o-mini",
+                                   messages=[{"role": "user", "content": "hi"}])
+    chats = [s for s in setup.tel.spans() if s.name.startswith("chat ")]
+    assert len(chats) == 2 and all(s.parent is None for s in chats)
+    durations = [v for labels, v in setup.tel.metrics()["gen_ai.client.operation.duration"]]
+    assert sum(p.count for p in durations) == 3  # the interrupted call's, then the two
