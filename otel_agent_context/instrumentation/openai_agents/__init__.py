@@ -101,7 +101,7 @@ def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
     if ctx is None:
         return None
     outer = current_envelope()
-    if outer is not None and (outer is not _AGENT_RUN.get() or outer._ended):
+    if outer is not None and outer is not _AGENT_RUN.get():
         return None
     try:
         agent = args[0] if args else kwargs.get("starting_agent")
