@@ -383,12 +383,16 @@ class ClientTelemetry:
 
 
 def _parent_context() -> Context | None:
-    """The context our inference invocation starts from. When an outer inference is under
-    way whose span is not the current one, and the current span is our envelope's (the
-    official LangChain GenAI instrumentor opens its chat invocation from a callback, without
-    making it current), util-genai would merge this call into that outer one, whose span is
-    in another trace than the envelope; the call then gets its own inference span, a child of
-    the envelope, so its records stay in the envelope's trace."""
+    """The context our inference invocation starts from.
+
+    An outer inference under way whose span is not the current one, while the current span
+    is our envelope's, is a framework instrumentor's model call seen from the client below
+    it (the official LangChain GenAI instrumentor opens its chat invocation from a callback).
+    In the envelope's trace (the envelope opened as a child of that instrumentor's run, see
+    ``langchain/_official.py``), the call joins it, as util-genai merges the official OpenAI
+    instrumentor's call into it: one span for the call, carrying our records. In another
+    trace (an envelope that could not be placed there), the call gets its own inference span,
+    a child of the envelope, so its records stay in the envelope's trace."""
     parent = _run_envelope_parent()
     ctx = parent if parent is not None else otel_context.get_current()
     if otel_context.get_value(CLIENT_INFERENCE_CONTEXT_KEY, ctx) is None:
@@ -396,6 +400,9 @@ def _parent_context() -> Context | None:
     env = current_envelope()
     if env is None or trace.get_current_span(ctx) is not env.span:
         return parent  # the outer inference is current: one span for both, as intended
+    outer = trace.get_current_span().get_span_context()
+    if parent is not None and outer.trace_id == env.span.get_span_context().trace_id:
+        return None  # the framework's inference in the envelope's trace: join it
     return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx)
 
 

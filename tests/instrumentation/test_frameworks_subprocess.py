@@ -35,7 +35,8 @@ def _launch(app: Path, port: int, capture: bool) -> tuple[Any, list[Any]]:
         "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "100",
         "NO_PROXY": "127.0.0.1,localhost",
         # ours only: the official instrumentors stay installed but off
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "openai,anthropic,agent_context_langchain",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS":
+            "openai,anthropic,langchain,openai_agents,llama_index,agent_context_langchain",
     })
     if capture:
         env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"

@@ -87,7 +87,8 @@ def test_opentelemetry_instrument(receiver, official: bool, capture: bool) -> No
         "NO_PROXY": "127.0.0.1,localhost",
     })
     # "without the official instrumentor" = not enabling it (it stays installed)
-    disabled = ["agent_context_langchain"] + ([] if official else ["openai", "anthropic"])
+    disabled = ["agent_context_langchain", "langchain", "openai_agents", "llama_index"] + (
+        [] if official else ["openai", "anthropic"])
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = ",".join(disabled)
     if capture:
         env["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"

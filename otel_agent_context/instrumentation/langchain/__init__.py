@@ -22,7 +22,9 @@ What it records (``docs/instrumentation-langchain.md`` has the full table):
   of their own (scope ``task`` or ``review``, ``context.parent_id`` the agent's), never in the
   agent's assemblies;
 * a node's ``RemoveMessage`` edits (LangChain 1.x trimming middleware) are a budget with a
-  truncation record per removed message.
+  truncation record per removed message;
+* composed with the official GenAI LangChain instrumentor, a run's envelope is a child of
+  its run span (one trace) and each model call is its chat span, carrying our records.
 
 Mechanism: LangChain's own callback system for runs and retrievers (a handler registered
 with ``register_configure_hook``, which LangChain adds to every callback manager it
@@ -46,6 +48,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from ..._api import AgentContext
 from ..._enums import Scope
 from ._auxiliary import SUMMARIZERS, wrap_auxiliary
+from ._official import MANAGER_MODULE, START_METHODS, wrap_start
 from ._retrieval import FILTERS, PIPELINES, wrap_filter
 from ._state import STATE
 from ._summary import MEMORIES, MIDDLEWARE, wrap_memory, wrap_middleware
@@ -66,6 +69,10 @@ _Target = tuple[str | None, str, Callable[..., Any]]
 
 def _targets() -> dict[str, list[_Target]]:
     out: dict[str, list[_Target]] = {}
+    # composed with the official instrumentor, a run's envelope opens under its span (the
+    # sync managers call its handler before ours: only the async ones need the wrapper)
+    out[MANAGER_MODULE] = [("AsyncCallbackManager", method, wrap_start())
+                           for method in START_METHODS]
     out.setdefault(TRIM_MODULE, []).extend([
         (None, "_first_max_tokens", wrap_trim("first")),
         (None, "_last_max_tokens", wrap_trim("last")),

@@ -32,13 +32,16 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
-from ..._api import Envelope, current_envelope
+from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
 from .._common import KNOWN_MESSAGES
 from ._items import message_text
+from ._official import DEFERRED_OPENS, official_run_context
 from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
@@ -57,7 +60,7 @@ def _is_control_flow(error: BaseException) -> bool:
 class _Root:
     __slots__ = ("env", "owned", "run_id", "token")
 
-    def __init__(self, run_id: UUID, env: Envelope, owned: bool) -> None:
+    def __init__(self, run_id: UUID, env: Envelope | None, owned: bool) -> None:
         self.run_id = run_id
         self.env = env
         self.owned = owned
@@ -165,21 +168,44 @@ class ContextCallbackHandler(BaseCallbackHandler):
         env = current_envelope()
         if env is not None:
             return _Root(run_id, env, owned=False)
+        root = _Root(run_id, None, owned=True)
+        # composed with the official LangChain instrumentor: a child of its span for this
+        # run, so the run is one trace and its model calls one span each (see _official)
+        official = official_run_context(run_id)
+        pending = DEFERRED_OPENS.get() if official is None else None
+        if pending is not None:  # its span comes after ours: open when every handler ran
+            start = time.time_ns()
+            pending.append(lambda: self._open_envelope(ctx, root, name, metadata, model,
+                                                       start))
+        else:
+            self._open_envelope(ctx, root, name, metadata, model, None, official)
+        return root
+
+    @staticmethod
+    def _open_envelope(ctx: AgentContext, root: _Root, name: str | None,
+                       metadata: Mapping[str, Any] | None, model: str | None,
+                       start: int | None, official: Context | None = None) -> None:
+        if start is not None:
+            official = official_run_context(root.run_id)
         thread = (metadata or {}).get("thread_id")
-        env = ctx.envelope(scope=Scope.TURN, agent_name=_agent_name(name),
-                           conversation_id=str(thread) if thread is not None else None,
-                           model=model)
-        root = _Root(run_id, env, owned=True)
+        token = otel_context.attach(official) if official is not None else None
+        try:
+            env = ctx.envelope(scope=Scope.TURN, agent_name=_agent_name(name),
+                               conversation_id=str(thread) if thread is not None else None,
+                               model=model, start_time=start)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        root.env = env
         # Not an attached OpenTelemetry context: async runs end their callbacks in another
         # task (LangChain shields them), where it could not be detached, and a sync stream
         # runs the caller's code between chunks. Nested model calls find the envelope through
         # this variable and parent their spans to it; nothing else is changed.
         root.token = _RUN_ENVELOPE.set(env)
-        return root
 
     def _end(self, run_id: UUID, error: BaseException | None) -> None:
         root = self._roots.pop(run_id, None)
-        if root is None or root.run_id != run_id or not root.owned:
+        if root is None or root.run_id != run_id or not root.owned or root.env is None:
             return
         failed = error is not None and not _is_control_flow(error)
         if root.token is not None:

@@ -137,7 +137,7 @@ def test_opentelemetry_instrument_launcher(receiver, capture: bool) -> None:
         "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "100",
         # only ours: the LLM client instrumentors have nothing to do in this app
         "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS":
-            "agent_context_openai,agent_context_anthropic,openai,anthropic",
+            "agent_context_openai,agent_context_anthropic,openai,anthropic,langchain",
         "NO_PROXY": "127.0.0.1,localhost",
     })
     if capture:

@@ -1,0 +1,115 @@
+"""The official GenAI LangChain instrumentor's context for a run, so that composed with it
+(``opentelemetry-instrumentation-genai-langchain``) a run is one trace, not two.
+
+Both instrumentors follow a run through LangChain's callbacks. The official one's handler
+sits before ours in every callback manager (it is added when the manager is made, ours when
+it is configured), so when ours opens the run's envelope the official one has already
+started its span for that run (``invoke_workflow``, ``invoke_agent``, ``chat``), but not yet
+made it current: it does that once every handler has returned. Without this, our envelope
+was the root of a trace of its own, and its model calls could not join the official chat
+span in the other trace: each model call was recorded twice, once in each trace.
+
+That order holds for LangChain's synchronous callback managers. Its asynchronous ones run
+inline handlers (ours) before the others (the official one), so there the official span does
+not exist yet when ours is called: the envelope is then opened once every handler has
+returned (:func:`wrap_start` around the async managers' start methods, and the handler's
+deferred open), with the time the run started.
+
+The official instrumentor keeps its runs in private state, read here defensively: any name
+missing (another version) and the envelope is opened as before, from the current context.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from opentelemetry.context import Context
+
+from ._state import log_failure
+
+__all__ = ["DEFERRED_OPENS", "MANAGER_MODULE", "START_METHODS", "official_run_context",
+           "wrap_start"]
+
+_log = logging.getLogger("otel_agent_context")
+
+_MODULE = "opentelemetry.instrumentation.genai.langchain"
+
+
+MANAGER_MODULE = "langchain_core.callbacks.manager"
+#: the callback managers' methods that start a run our handler may open an envelope for
+START_METHODS = ("on_chain_start", "on_chat_model_start", "on_llm_start", "on_retriever_start")
+
+#: While a start method runs with the official instrumentor on: the envelope opens our
+#: handler put off until every handler has returned (None: open at once).
+DEFERRED_OPENS: contextvars.ContextVar[list[Callable[[], None]] | None] = \
+    contextvars.ContextVar("otel_agent_context.langchain.deferred_opens", default=None)
+
+
+def _official_handler() -> Any:
+    """The official instrumentor's callback handler while it instruments, else None."""
+    module = sys.modules.get(_MODULE)
+    if module is None:  # not imported: not instrumenting (the common case, one lookup)
+        return None
+    try:
+        instrumentor: Any = getattr(module.LangChainInstrumentor, "_instance", None)
+        if instrumentor is None or not instrumentor.is_instrumented_by_opentelemetry:
+            return None
+        handler = instrumentor._callback_handler
+        if handler is None or not getattr(handler, "_enabled", True):
+            return None
+        return handler
+    except Exception:  # another version of its internals: open the envelope as before
+        _log.debug("otel_agent_context: the official LangChain instrumentor's state is not "
+                   "readable", exc_info=True)
+        return None
+
+
+def _open_all(pending: list[Callable[[], None]]) -> None:
+    for open_envelope in pending:
+        try:
+            open_envelope()
+        except Exception:
+            log_failure("run start")
+
+
+async def _started_async(wrapped: Callable[..., Any], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+    pending: list[Callable[[], None]] = []
+    token = DEFERRED_OPENS.set(pending)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        DEFERRED_OPENS.reset(token)
+        _open_all(pending)
+
+
+def wrap_start() -> Callable[..., Any]:
+    """A wrapper for an async callback manager's start method: with the official
+    instrumentor on, the envelopes our handler put off open once the method has called every
+    handler. (The sync managers call the official handler before ours: no wrapper there.)"""
+    def started(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+        if _official_handler() is None:
+            return wrapped(*args, **kwargs)
+        return _started_async(wrapped, args, kwargs)
+    return started
+
+
+def official_run_context(run_id: UUID) -> Context | None:
+    """The context of the official instrumentor's span for ``run_id`` (or of its nearest
+    ancestor it recorded), or None when it is not instrumenting or records no such run."""
+    handler = _official_handler()
+    if handler is None:
+        return None
+    try:
+        context = handler._invocation_manager.get_parent_context(run_id)
+    except Exception:  # another version of its internals: open the envelope as before
+        _log.debug("otel_agent_context: the official LangChain instrumentor's run state "
+                   "is not readable", exc_info=True)
+        return None
+    return context if isinstance(context, Context) else None

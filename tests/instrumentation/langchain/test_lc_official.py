@@ -1,0 +1,178 @@
+"""Composed with the official GenAI LangChain instrumentor
+(``opentelemetry-instrumentation-genai-langchain``) and the official OpenAI one, in either
+wrapping order: a run is one trace (our envelope a child of the official run span), each
+model call one span (the official chat span, carrying our records), and the bundles are the
+ones ours alone records. Before, the envelope was the root of a trace of its own and every
+model call was recorded twice, once in each trace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from lc_helpers import knowledge_base, strip_times
+from stub_server import REPLY, StubServer
+
+from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
+from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+from otel_agent_context.testing import CapturedTelemetry
+
+OFFICIAL_SCOPE = "opentelemetry.instrumentation.genai.langchain"
+
+
+def _official() -> list[Any]:
+    from opentelemetry.instrumentation.genai.langchain import LangChainInstrumentor
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    return [OpenAIInstrumentor(), LangChainInstrumentor()]
+
+
+@contextmanager
+def _instrumented(config: str) -> Iterator[CapturedTelemetry]:
+    """Ours (LangChain and OpenAI) on fresh telemetry, with the official ones in ``config``:
+    "alone", "ours outer" or "official outer" (the instrumentor wrapped last runs outermost)."""
+    tel = CapturedTelemetry()
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider}
+    ours = [(i, {**kw, "agent_context": tel.agent_context})
+            for i in (OpenAIContextInstrumentor(), LangChainContextInstrumentor())]
+    theirs = [(i, kw) for i in _official()] if config != "alone" else []
+    order = ours + theirs if config == "official outer" else theirs + ours
+    for inst, args in order:
+        inst.instrument(**args)
+    try:
+        yield tel
+    finally:
+        for inst, _ in order:
+            inst.uninstrument()
+        tel.shutdown()
+
+
+def _record(config: str, make: Callable[[str], Callable[[], Any]]
+            ) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The spans and bundles of the scenario's two runs (a second run: nothing left over
+    from the first)."""
+    with _instrumented(config) as tel, StubServer() as stub:
+        make(stub.openai_base_url)()
+        return tel.spans(), [strip_times(b) for b in tel.bundles()]
+
+
+def _retrieval_chain(base_url: str) -> Callable[[], Any]:
+    retriever = knowledge_base().as_retriever(search_kwargs={"k": 2})
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Answer from these notes:\n{context}"), ("human", "{question}")])
+    chain = ({"context": retriever | (lambda docs: "\n".join(d.page_content for d in docs)),
+              "question": RunnablePassthrough()} | prompt
+             | ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key="sk-offline",
+                          max_retries=0)
+             | StrOutputParser())
+    return lambda: [chain.invoke("How long do refunds take?") for _ in range(2)]
+
+
+QUESTION = 'Where is order 42? [call:order_status {"order": 42}]'  # the stub calls the tool
+
+
+def _support_agent(base_url: str) -> Any:
+    @tool
+    def order_status(order: int) -> str:
+        """Where an order is."""
+        return f"Order {order} shipped yesterday."
+
+    return create_agent(
+        model=ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key="sk-offline",
+                         max_retries=0),
+        tools=[order_status], system_prompt="You help customers.", name="support_agent")
+
+
+def _agent(base_url: str) -> Callable[[], Any]:
+    agent = _support_agent(base_url)
+    return lambda: [agent.invoke({"messages": [HumanMessage(QUESTION)]}) for _ in range(2)]
+
+
+def _agent_async(base_url: str) -> Callable[[], Any]:
+    """The agent awaited: LangChain's async callback managers call the official handler
+    after ours, so our envelope opens once both were called."""
+    agent = _support_agent(base_url)
+
+    async def twice() -> list[Any]:
+        return [await agent.ainvoke({"messages": [HumanMessage(QUESTION)]}) for _ in range(2)]
+
+    return lambda: asyncio.run(twice())
+
+
+def _model_stream_async(base_url: str) -> Callable[[], Any]:
+    """A model streamed on its own, awaited: the model run is the root (an implicit
+    envelope), the stream goes through util-genai's invocation."""
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key="sk-offline",
+                       max_retries=0, streaming=True)
+
+    async def once() -> str:
+        return "".join([str(chunk.content) async for chunk in model.astream("Hello?")])
+
+    async def twice() -> list[str]:
+        return [await once() for _ in range(2)]
+
+    return lambda: asyncio.run(twice())
+
+
+@pytest.mark.parametrize("config", ["alone", "ours outer", "official outer"])
+@pytest.mark.parametrize(("make", "calls"), [
+    (_retrieval_chain, 1), (_agent, 2), (_agent_async, 2), (_model_stream_async, 1)],
+    ids=["retrieval chain", "agent with a tool", "agent awaited", "model streamed, awaited"])
+def test_one_trace_one_span_per_model_call_same_bundles(
+        config: str, make: Callable[[str], Callable[[], Any]], calls: int) -> None:
+    spans, bundles = _record(config, make)
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    envelopes = [s for s in spans if s.name == "context.envelope"]
+    assert len(envelopes) == 2
+    assert len(chats) == 2 * calls  # one span a model call, composed or not
+    by_id = {s.context.span_id: s for s in spans}
+    for env in envelopes:
+        in_trace = [s for s in spans if s.context.trace_id == env.context.trace_id]
+        mine = [s for s in chats if s.attributes.get("context.id") == env.attributes["context.id"]]
+        assert len(mine) == calls and all(s in in_trace for s in mine)
+        if config == "alone":
+            assert env.parent is None
+            assert all(by_id[s.parent.span_id] is env for s in mine)
+            continue
+        # the official run span is the trace's root, our envelope its child
+        (root,) = [s for s in in_trace if s.parent is None]
+        assert root.instrumentation_scope.name == OFFICIAL_SCOPE
+        assert env.parent.span_id == root.context.span_id
+        # each call is the official chat span, carrying our records; none of ours beside it
+        assert all(s.instrumentation_scope.name == OFFICIAL_SCOPE for s in mine)
+    # the spans rebuild complete bundles, the same as ours alone records
+    assert [b["rebuild"]["status"] for b in bundles] == ["complete", "complete"]
+    assert bundles[0]["rebuild"]["expected_spans"] == bundles[0]["rebuild"]["received_spans"]
+    if config != "alone":
+        _, alone = _record("alone", make)
+        assert _without_run_ids(bundles) == _without_run_ids(alone)
+
+
+def _without_run_ids(bundles: list[dict[str, Any]]) -> Any:
+    """Bundles with what differs from run to run left out (trace and span ids, our record
+    ids, LangChain's message and run ids, and the hashes over them): what was recorded."""
+    text = json.dumps(bundles, sort_keys=True)
+    text = re.sub(r'"hash": "[^"]*"', '"hash": "<hash>"', text)
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>",
+                  text)
+    text = re.sub(r"\b[0-9a-f]{32}\b|\b[0-9a-f]{16}\b", "<id>", text)
+    text = re.sub(r"\b(call|ctx|asm|bud|inj|chatcmpl)_[A-Za-z0-9]+", r"\1_<n>", text)
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("config", ["ours outer", "official outer"])
+def test_the_reply_is_unchanged(config: str) -> None:
+    with _instrumented(config), StubServer() as stub:
+        assert _retrieval_chain(stub.openai_base_url)() == [REPLY, REPLY]
