@@ -125,8 +125,11 @@ def receiver():
         server.stop(grace=None)
 
 
-@pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
-def test_opentelemetry_instrument_launcher(receiver, capture: bool) -> None:
+@pytest.mark.parametrize(("capture", "official"), [(False, False), (True, False), (False, True)],
+                         ids=["no_content", "content", "with_official_langchain"])
+def test_opentelemetry_instrument_launcher(receiver, capture: bool, official: bool) -> None:
+    """With ``official``, the official GenAI LangChain instrumentor is on too: the same
+    bundles, and each envelope a child of the official run span, in its trace."""
     rec, port = receiver
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({
@@ -137,7 +140,8 @@ def test_opentelemetry_instrument_launcher(receiver, capture: bool) -> None:
         "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "100",
         # only ours: the LLM client instrumentors have nothing to do in this app
         "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS":
-            "agent_context_openai,agent_context_anthropic,openai,anthropic,langchain",
+            "agent_context_openai,agent_context_anthropic,openai,anthropic"
+            + ("" if official else ",langchain"),
         "NO_PROXY": "127.0.0.1,localhost",
     })
     if capture:
@@ -158,6 +162,18 @@ def test_opentelemetry_instrument_launcher(receiver, capture: bool) -> None:
     for bundle in bundles:
         spans = {r["span_name"] for r in bundle["context_envelope"]["telemetry_refs"]}
         assert S.SPAN_ENVELOPE in spans
+    official_spans = [v for v in views(rec.requests)
+                      if v.attributes.get("gen_ai.operation.name") == "invoke_agent"]
+    assert bool(official_spans) is official
+    if official:  # each agent turn's envelope sits under the official invoke_agent span
+        by_id = {v.span_id: v for v in views(rec.requests)}
+        turns = [v for v in by_id.values() if v.name == S.SPAN_ENVELOPE
+                 and v.attributes.get("context.scope") == "turn"]
+        assert len(turns) == 2
+        for env in turns:
+            parent = by_id[env.parent_span_id]
+            assert parent.attributes["gen_ai.operation.name"] == "invoke_agent"
+            assert parent.trace_id == env.trace_id
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["no_content", "content"])
