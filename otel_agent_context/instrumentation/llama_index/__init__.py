@@ -16,7 +16,8 @@ What it records (``docs/frameworks.md`` has the table):
   ``AgentWorkflow.run``: the workflow run's span), with the agent's name;
 * an ``AgentWorkflow`` handoff is an envelope of scope ``handoff`` (``_handoff``): the agent
   handed to, linked to the sender's envelope, the reason and the messages that went across as
-  its selection; the next agent's model calls are recorded in it;
+  its selection; the next agent's model calls are recorded in it; the same when the run
+  joined the application's envelope (the handoff's is then its child);
 * the retrieval is a ``context.surface`` of every node the retriever returned and a
   ``context.selection`` of the nodes handed to the response synthesizer (rank, score, the
   retriever's score as a signal when a reranker changed it); what each node postprocessor
