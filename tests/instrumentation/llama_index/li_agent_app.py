@@ -70,6 +70,25 @@ async def run_workflow_in_envelope(base_url: str, ctx: AgentContext,
     return answer, still_current
 
 
+ASK_ORDERS = ('Where is my order? [call:ask_order_agent '
+              '{"question": "Where is order A-1042?"}]')
+
+
+async def run_agent_as_tool(base_url: str) -> str:
+    """An agent used as a tool (the pattern LlamaIndex's multi-agent docs show beside
+    ``AgentWorkflow``): the triage agent's tool runs the order agent and returns its answer."""
+    orders = make_agent(base_url)
+
+    async def ask_order_agent(question: str) -> str:
+        """Ask the order agent about an order."""
+        return str(await orders.run(user_msg=question))
+
+    triage = FunctionAgent(name="Triage agent", description="Routes questions.",
+                           tools=[ask_order_agent], llm=OpenAIToolsLLM(api_base=base_url),
+                           system_prompt="You route questions.", streaming=False)
+    return str(await triage.run(user_msg=ASK_ORDERS))
+
+
 REACT = f'Where is my order? [react:order_status {{"order_id": "{ORDER}"}}]'
 
 

@@ -430,6 +430,55 @@ def test_a_function_agent_and_a_chat_engine_inside_the_applications_envelope_joi
     assert bundle["rebuild"]["status"] == "complete"
 
 
+def test_an_agent_used_as_a_tool_runs_in_a_child_envelope_inside_and_outside_the_apps(
+        capture_setup: Any) -> None:
+    """A ``FunctionAgent`` whose tool runs another agent: the inner run is an envelope of its
+    own (scope ``tool_invocation``, the tool call named), a child of the outer run's, holding
+    the inner agent's model call; the outer agent's two calls stay in the outer envelope.
+    The same when the outer run joined the application's envelope: the child is then the
+    app's, and the app's envelope keeps only the outer agent's calls."""
+    tel_ctx = capture_setup.tel.agent_context
+
+    def run(in_app: bool) -> tuple[str, list[Any]]:
+        async def app(url: str) -> str:
+            if not in_app:
+                return await li_agent_app.run_agent_as_tool(url)
+            with tel_ctx.envelope(scope="session", agent_name="Support desk"):
+                return await li_agent_app.run_agent_as_tool(url)
+
+        with StubServer() as stub:
+            return asyncio.run(app(stub.openai_base_url)), stub.requests
+
+    for in_app in (False, True):
+        capture_setup.tel.span_exporter.clear()
+        out, requests, tel = _plain_and_instrumented(
+            capture_setup, lambda in_app=in_app: run(in_app))
+        assert out == REPLY
+        assert len(requests) == 3  # the tool call, the inner agent's answer, the outer's
+        outer, inner = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+        envelope, nested = outer["context_envelope"], inner["context_envelope"]
+        assert (envelope["scope"], envelope["metadata"]["gen_ai.agent.name"]) == (
+            ("session", "Support desk") if in_app else ("turn", "Triage agent"))
+        (call_id,) = [b["item_id"].split(":", 1)[1] for a in outer["context_assemblies"]
+                      for b in a["ordered_blocks"] if b["context_kind"] == "tool_result"]
+        assert (nested["scope"], nested["parent_id"], nested["metadata"],
+                nested["runtime_refs"]) == (
+            "tool_invocation", envelope["context_id"], {"gen_ai.agent.name": "Order agent"},
+            [f"tool_call:{call_id}"])
+        # the outer agent's two calls in its envelope, the inner agent's in the child's
+        assert len(outer["context_assemblies"]) == 2
+        (answer,) = inner["context_assemblies"]
+        assert _ids(answer)[1:] == [(text_message_id("user", "Where is order A-1042?"),
+                                     "user_message")]
+        spans = {s.attributes["context.id"]: s for s in tel.spans()
+                 if s.name == "context.envelope"}
+        assert set(spans) == {envelope["context_id"], nested["context_id"]}
+        child, parent = spans[nested["context_id"]], spans[envelope["context_id"]]
+        assert child.parent is not None and child.parent.span_id == parent.context.span_id
+        assert child.end_time <= parent.end_time
+        assert all(b["rebuild"]["status"] == "complete" for b in (outer, inner))
+
+
 def _react() -> tuple[list[str], list[Any]]:
     with StubServer() as stub:
         out = asyncio.run(li_agent_app.run_react(stub.openai_base_url))
