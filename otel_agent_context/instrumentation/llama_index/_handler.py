@@ -132,7 +132,7 @@ def _open_nested(instance: Any, id_: str, outer: Turn) -> Turn:
     try:
         env = STATE.ctx.envelope(
             scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK,
-            agent_name=_agent_name(instance), parent_id=sender.context_id,
+            agent_name=_agent_name(instance), parent_id=sender.context_id or None,
             runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
     finally:
         otel_context.detach(token)
