@@ -126,19 +126,23 @@ def test_llama_index_app_under_opentelemetry_instrument(receiver) -> None:  # no
 
 def test_llama_index_agents_under_opentelemetry_instrument(receiver) -> None:  # noqa: F811
     """LlamaIndex agents, unmodified: an ``AgentWorkflow`` whose triage agent hands off to the
-    order agent, then a ``ReActAgent`` run twice over one memory."""
+    order agent, the same inside the app's own envelope (its handoff a child of the app's
+    envelope), then a ``ReActAgent`` run twice over one memory."""
     rec, port = receiver
     proc, requests = _launch(HERE / "llama_index" / "li_agent_app.py", port, False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"workflow: {REPLY}", f"react: {REPLY} | {REPLY}"]
-    assert len(requests) == 5
-    bundles = _bundles(rec, lambda bs: len(bs) >= 4 and all(
+    assert proc.stdout.splitlines() == [f"workflow: {REPLY}", f"in envelope: {REPLY} True",
+                                        f"react: {REPLY} | {REPLY}"]
+    assert len(requests) == 7
+    bundles = _bundles(rec, lambda bs: len(bs) >= 6 and all(
         b["rebuild"]["status"] == "complete" for b in bs))
     envelopes = sorted((b["context_envelope"] for b in bundles), key=lambda e: e["created_at"])
     assert [(e["scope"], e["metadata"]["gen_ai.agent.name"]) for e in envelopes] == [
-        ("turn", "Triage agent"), ("handoff", "Order agent"), ("turn", "Order agent"),
-        ("turn", "Order agent")]
-    run, handoff = envelopes[:2]
-    assert handoff["parent_id"] == run["context_id"]
-    assert handoff["actor_refs"] == ["agent:Triage agent", "agent:Order agent"]
-    assert [len(e["assembly_refs"]) for e in envelopes] == [1, 1, 2, 1]
+        ("turn", "Triage agent"), ("handoff", "Order agent"), ("turn", "Support desk"),
+        ("handoff", "Order agent"), ("turn", "Order agent"), ("turn", "Order agent")]
+    for run, handoff in (envelopes[:2], envelopes[2:4]):
+        assert handoff["parent_id"] == run["context_id"]
+        assert handoff["actor_refs"] == ["agent:Triage agent", "agent:Order agent"]
+    # each model call once: the triage agent's in the run's (or the app's) envelope, the
+    # order agent's in the handoff's
+    assert [len(e["assembly_refs"]) for e in envelopes] == [1, 1, 1, 1, 2, 1]

@@ -13,10 +13,13 @@ What it records (``docs/frameworks.md`` has the table):
   model calls made inside it (through the ``openai`` client, recorded by the OpenAI context
   instrumentor) join it; a retriever called on its own gets an implicit one; so is an
   agent's run (``FunctionAgent.run``, ``ReActAgent.run``, ``CodeActAgent.run``,
-  ``AgentWorkflow.run``: the workflow run's span), with the agent's name;
+  ``AgentWorkflow.run``: the workflow run's span), with the agent's name; an agent run
+  started by a running agent's tool (an agent used as a tool) is an envelope of its own,
+  scope ``tool_invocation``, a child of the running agent's (ours or the application's);
 * an ``AgentWorkflow`` handoff is an envelope of scope ``handoff`` (``_handoff``): the agent
   handed to, linked to the sender's envelope, the reason and the messages that went across as
-  its selection; the next agent's model calls are recorded in it;
+  its selection; the next agent's model calls are recorded in it; the same when the run
+  joined the application's envelope (the handoff's is then its child);
 * the retrieval is a ``context.surface`` of every node the retriever returned and a
   ``context.selection`` of the nodes handed to the response synthesizer (rank, score, the
   retriever's score as a signal when a reranker changed it); what each node postprocessor

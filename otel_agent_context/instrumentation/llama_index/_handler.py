@@ -14,6 +14,8 @@ import threading
 from typing import Any
 
 from llama_index_instrumentation.span_handlers import BaseSpanHandler
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from ..._api import current_envelope
 from ..._enums import Scope
@@ -27,6 +29,7 @@ _ENGINE, _RETRIEVE, _POST, _SYNTH = "engine", "retrieve", "postprocess", "synthe
 _STREAM = "stream"  # a streamed chat answer written to the memory: the turn's real end
 _TOOL = "tool"  # a tool's call: an AgentWorkflow's handoff (_handoff)
 _STEP = "step"  # an agent's step after a handoff: the handoff's envelope current
+_CALL = "call"  # an agent's call_tool step: the tool call an agent run inside it answers
 _METHODS = {
     "BaseQueryEngine": (_ENGINE, frozenset({"query", "aquery"})),
     "BaseChatEngine": (_ENGINE, frozenset({"chat", "achat", "stream_chat", "astream_chat"})),
@@ -46,6 +49,10 @@ _BASES: dict[type, tuple[str, frozenset[str]] | None] = {}
 _IN_POST: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_agent_context.llama_index.in_postprocessor", default=False)
 _MAX_OPEN = 4096
+#: The tool call (its id) an agent's ``call_tool`` step runs, in that step's task: an agent
+#: run the tool starts answers it.
+_TOOL_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "otel_agent_context.llama_index.tool_call", default=None)
 
 
 #: (class, "Class.method" of the span id) -> our role for that span, or None: one lookup per
@@ -86,17 +93,50 @@ def _query_text(value: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _open_turn(instance: Any, id_: str) -> Turn | None:
+def _agent_name(instance: Any) -> str | None:
+    name = getattr(instance, "name", None)
+    if not isinstance(name, str):  # an AgentWorkflow: its starting agent
+        name = getattr(instance, "root_agent", None)
+    return name if isinstance(name, str) and name else None
+
+
+def _open_turn(instance: Any, id_: str) -> Turn:
     env = current_envelope()
     if env is not None:  # the application's own envelope: joined, never doubled
         turn = Turn(env, False, id_)
     else:
-        name = getattr(instance, "name", None)
-        if not isinstance(name, str):  # an AgentWorkflow: its starting agent
-            name = getattr(instance, "root_agent", None)
-        env = STATE.ctx.envelope(scope=Scope.TURN,
-                                 agent_name=name if isinstance(name, str) and name else None)
+        env = STATE.ctx.envelope(scope=Scope.TURN, agent_name=_agent_name(instance))
         turn = Turn(env, True, id_)
+    turn.enter()
+    return turn
+
+
+def _is_run(id_: str) -> bool:
+    """``id_`` is an agent's (a workflow's) run span, not an engine's query or chat."""
+    cut = len(id_) - _UUID - 1
+    return cut > 0 and id_[:cut].endswith(".run")
+
+
+def _open_nested(instance: Any, id_: str, outer: Turn) -> Turn:
+    """An agent run started inside an agent's run (by a tool of that agent: an agent used as
+    a tool): an envelope of its own, so its model calls are not the outer agent's, a child of
+    the envelope of the agent that started it (the run's: ours or the application's it joined;
+    a handoff's), its span a child of that envelope's span; scope ``tool_invocation`` naming
+    the tool call (``context.runtime_refs`` ``tool_call:<id>``, the id the tool's result
+    block has), else ``task``. As the Agents SDK layer records a run inside a run."""
+    sender = outer.agent_env
+    if sender is None or sender._ended:
+        sender = outer.env
+    call_id = _TOOL_CALL.get()
+    token = otel_context.attach(trace.set_span_in_context(sender.span))
+    try:
+        env = STATE.ctx.envelope(
+            scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK,
+            agent_name=_agent_name(instance), parent_id=sender.context_id or None,
+            runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
+    finally:
+        otel_context.detach(token)
+    turn = Turn(env, True, id_)
     turn.enter()
     return turn
 
@@ -130,8 +170,11 @@ def _enter(id_: str, bound_args: Any, instance: Any) -> None:
     if role == _ENGINE:
         if turn is None:
             turn = _open_turn(instance, id_)
-            if turn is not None:
-                _OPEN.put(id_, (role, turn, None, None))
+        elif turn.agent is not None and _is_run(id_):  # an agent run inside an agent's
+            turn = _open_nested(instance, id_, turn)
+        else:  # a nested engine: in its root's turn
+            return
+        _OPEN.put(id_, (role, turn, None, None))
     elif role == _RETRIEVE:
         root = turn is None
         if root:
@@ -194,6 +237,9 @@ def _exit(id_: str, instance: Any, result: Any, error: BaseException | None) -> 
             turn.pending = data  # the next agent's start tells whether it was accepted
     elif role == _STEP:
         reset_step(data)
+    elif role == _CALL:
+        with contextlib.suppress(ValueError):  # reset from another context: leave it
+            _TOOL_CALL.reset(data)
 
 
 def _step(id_: str, bound_args: Any) -> None:
@@ -210,6 +256,10 @@ def _step(id_: str, bound_args: Any) -> None:
         token = agent_step(turn, bound_args)
         if token is not None:
             _OPEN.put(id_, (_STEP, turn, token, None))
+    elif method == "call_tool":
+        call_id = getattr(getattr(bound_args, "arguments", {}).get("ev"), "tool_id", None)
+        if isinstance(call_id, str) and call_id:
+            _OPEN.put(id_, (_CALL, turn, _TOOL_CALL.set(call_id), None))
 
 
 class ContextSpanHandler(BaseSpanHandler[Any]):  # type: ignore[misc]

@@ -13,15 +13,17 @@ messages) starts the agent handed to. So:
   arguments) leaves a pending handoff on the turn;
 * the next ``setup_agent`` of the agent named turns it into an envelope of scope ``handoff``
   (a refused handoff, an unknown agent, changes no agent and is dropped): ``gen_ai.agent.name``
-  the agent handed to, ``context.parent_id`` the sender's envelope (the turn's, or the previous
-  handoff's), ``context.actor_refs`` ``agent:<from>``, ``agent:<to>``, a child span of the
-  turn's envelope, started when the handoff tool was called; a selection (policy and intent
-  ``handoff``, the reason as its rationale: content) whose selected items are the reason (a
+  the agent handed to, ``context.parent_id`` the sender's envelope (the turn's: ours, or the
+  application's that the run joined; or the previous handoff's), ``context.actor_refs``
+  ``agent:<from>``, ``agent:<to>``, a child span of the turn's envelope, started when the
+  handoff tool was called; a selection (policy and intent ``handoff``, the reason as its
+  rationale: content) whose selected items are the reason (a
   ``peer_agent_message``: digest and token estimate, its text only under content capture) and
   the messages that went across (the shared memory's, named as the prompt's blocks name them);
 * every later ``run_agent_step`` of that agent (the step that calls the model) has the handoff's
   envelope as the run's envelope, so its model calls are recorded in it: attributed to the
-  agent handed to. It ends at the next handoff or with the turn.
+  agent handed to, inside the application's envelope as outside one (``agent_step``). It ends
+  at the next handoff or with the turn; the application's envelope is never ended here.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ..._api import Envelope
 from ..._attributes import digest_text
 from ..._digest import short_digest
 from ..._enums import ContextKind, Scope
-from ..._envelope import _RUN_ENVELOPE
+from ..._envelope import _ENVELOPE_KEY, _RUN_ENVELOPE
 from ..._records import ContextItem
 from .._tokens import estimate_tokens
 from ._items import message_id, message_role, message_text
@@ -180,19 +182,32 @@ def setup_agent(turn: Any, bound_args: Any) -> None:
 
 def agent_step(turn: Any, bound_args: Any) -> Any:
     """An agent's step (its model call) after a handoff to it: the handoff's envelope is the
-    run's for the step. The token to reset, or None."""
+    run's for the step. The tokens to reset, or None.
+
+    When the run joined the application's envelope (made current by its ``with
+    ctx.envelope(...)``, in the OpenTelemetry context, where it wins over the run's), that
+    envelope is taken out of the step's OpenTelemetry context (nothing else in it changes:
+    the current span stays), so the step sees the handoff's envelope as it does when the run's
+    envelope is ours; the step's span ends in the context it started in (the dispatcher's
+    wrapper awaits the step in one task)."""
     env = turn.agent_env
     if env is None or env._ended:
         return None
     ev = getattr(bound_args, "arguments", {}).get("ev")
     if getattr(ev, "current_agent_name", None) != turn.agent:
         return None
-    return _RUN_ENVELOPE.set(env)
+    outer = None
+    if isinstance(otel_context.get_value(_ENVELOPE_KEY), Envelope):
+        outer = otel_context.attach(otel_context.set_value(_ENVELOPE_KEY, None))
+    return _RUN_ENVELOPE.set(env), outer
 
 
-def reset_step(token: Any) -> None:
+def reset_step(tokens: Any) -> None:
+    run, outer = tokens
     with contextlib.suppress(ValueError):  # reset from another context: leave it
-        _RUN_ENVELOPE.reset(token)
+        _RUN_ENVELOPE.reset(run)
+    if outer is not None:
+        otel_context.detach(outer)
 
 
 def end_handoffs(turn: Any, error: BaseException | None) -> None:

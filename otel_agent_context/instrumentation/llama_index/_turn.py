@@ -15,9 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
+
 from ..._api import Envelope
 from ..._enums import OmissionReason
-from ..._envelope import _RUN_ENVELOPE
+from ..._envelope import _ENVELOPE_KEY, _RUN_ENVELOPE
 from .._common import KNOWN_MESSAGES
 from .._omissions import describe_component
 from ._handoff import Pending, end_handoffs
@@ -27,6 +29,12 @@ from ._state import TURN, failed
 __all__ = ["Turn", "describe_postprocessor"]
 
 _LOW = OmissionReason.LOW_RELEVANCE
+
+
+def _live(env: Any) -> bool:
+    return isinstance(env, Envelope) and not env._ended
+
+
 #: What each known postprocessor's drop means (the detail names the class and parameters).
 _WHY = {
     "SimilarityPostprocessor": "score below the similarity cutoff",
@@ -82,7 +90,7 @@ class Turn:
         self.env = env
         self.owned = owned  # opened here: ended here
         self.root_id = root_id
-        self.tokens: tuple[Any, Any] | None = None
+        self.tokens: tuple[Any, Any, Any] | None = None
         #: message ids given to the turn's model calls (``_memory.name_messages``): current
         #: in the turn's context from its start, so that the tasks it starts (an agent's
         #: steps) share it
@@ -114,7 +122,14 @@ class Turn:
 
     def enter(self) -> None:
         self.known_tokens.append(KNOWN_MESSAGES.set(self.known))
-        self.tokens = (TURN.set(self), _RUN_ENVELOPE.set(self.env) if self.owned else None)
+        outer = None
+        if self.owned and _live(otel_context.get_value(_ENVELOPE_KEY)):
+            # an envelope of the application's is current in the OpenTelemetry context,
+            # where it wins over the run's: an agent run inside a run that joined it (its
+            # span's start and end in one task). Taken out for this run, the span kept.
+            outer = otel_context.attach(otel_context.set_value(_ENVELOPE_KEY, None))
+        self.tokens = (TURN.set(self), _RUN_ENVELOPE.set(self.env) if self.owned else None,
+                       outer)
 
     def leave(self) -> None:
         while self.known_tokens:
@@ -122,12 +137,14 @@ class Turn:
                 KNOWN_MESSAGES.reset(self.known_tokens.pop())
         if self.tokens is None:
             return
-        turn_token, env_token = self.tokens
+        turn_token, env_token, outer = self.tokens
         self.tokens = None
         with contextlib.suppress(ValueError):  # reset from another context: leave it
             if env_token is not None:
                 _RUN_ENVELOPE.reset(env_token)
             TURN.reset(turn_token)
+        if outer is not None:
+            otel_context.detach(outer)
 
     def stream(self) -> None:
         """The engine's span ended with a stream its writer reads into the memory (in a

@@ -16,6 +16,8 @@ from pathlib import Path
 from llama_index.core.agent.workflow import AgentWorkflow, CodeActAgent, FunctionAgent, ReActAgent
 from llama_index.core.memory import Memory
 
+from otel_agent_context import AgentContext, current_envelope
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
 from llama_index_agents_app import OpenAIToolsLLM, order_status  # noqa: E402
 
@@ -50,6 +52,41 @@ async def run_workflow(base_url: str, question: str = HANDOFF) -> str:
                            can_handoff_to=["Order agent"], streaming=False)
     workflow = AgentWorkflow(agents=[triage, make_agent(base_url)], root_agent="Triage agent")
     return str(await workflow.run(user_msg=question))
+
+
+SESSION = "support-7"
+
+
+async def run_workflow_in_envelope(base_url: str, ctx: AgentContext,
+                                   question: str = HANDOFF) -> tuple[str, bool]:
+    """The same workflow run inside the application's own envelope (``with ctx.envelope``,
+    as an app that records its own turn writes it); after the run the app records on in it.
+    The answer, and whether the app's envelope was still the current one after the run."""
+    with ctx.envelope(scope="turn", agent_name="Support desk",
+                      conversation_id=SESSION) as env:
+        answer = await run_workflow(base_url, question)
+        still_current = current_envelope() is env
+        env.missing(question="Which carrier?", needed_for="delivery_date", severity="low")
+    return answer, still_current
+
+
+ASK_ORDERS = ('Where is my order? [call:ask_order_agent '
+              '{"question": "Where is order A-1042?"}]')
+
+
+async def run_agent_as_tool(base_url: str) -> str:
+    """An agent used as a tool (the pattern LlamaIndex's multi-agent docs show beside
+    ``AgentWorkflow``): the triage agent's tool runs the order agent and returns its answer."""
+    orders = make_agent(base_url)
+
+    async def ask_order_agent(question: str) -> str:
+        """Ask the order agent about an order."""
+        return str(await orders.run(user_msg=question))
+
+    triage = FunctionAgent(name="Triage agent", description="Routes questions.",
+                           tools=[ask_order_agent], llm=OpenAIToolsLLM(api_base=base_url),
+                           system_prompt="You route questions.", streaming=False)
+    return str(await triage.run(user_msg=ASK_ORDERS))
 
 
 REACT = f'Where is my order? [react:order_status {{"order_id": "{ORDER}"}}]'
@@ -96,4 +133,6 @@ if __name__ == "__main__":  # under ``opentelemetry-instrument`` (test_framework
 
     url = os.environ["STUB_URL"] + "/v1"
     print("workflow:", asyncio.run(run_workflow(url)))
+    answer, still_current = asyncio.run(run_workflow_in_envelope(url, AgentContext()))
+    print("in envelope:", answer, still_current)
     print("react:", " | ".join(asyncio.run(run_react(url))))

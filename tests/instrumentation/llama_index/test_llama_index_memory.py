@@ -311,6 +311,174 @@ def test_a_refused_handoff_is_no_handoff(li_on: CapturedTelemetry) -> None:
     assert [k for _, k in _ids(second)][-1] == "tool_result"
 
 
+def _handed_over(bundle: dict[str, Any]) -> dict[str, Any]:
+    """What a handoff's bundle says, without its ids and times: the agents, what went
+    across (ids, kinds, ranks, digests, token estimates) and the receiving agent's prompt."""
+    envelope = bundle["context_envelope"]
+    (selection,) = bundle["context_selections"]
+    items = {i["item_id"]: i for i in bundle["context_items"]}
+    return {
+        "envelope": (envelope["scope"], envelope["metadata"], envelope["actor_refs"],
+                     envelope["lifecycle"]),
+        "selection": (selection["intent"], selection["selection_policy"],
+                      selection.get("rationale"), [r["rank"] for r in
+                                                   selection["ranking_signals"]]),
+        "selected": [(i, items[i]["context_kind"], items[i]["digest"],
+                      items[i]["token_estimate"], items[i].get("content"))
+                     for i in selection["selected_item_refs"]],
+        "omitted": selection.get("omitted_item_refs"),
+        "prompts": [_ids(a) for a in bundle.get("context_assemblies", [])],
+        "budgets": [b["max_tokens"] for b in bundle.get("context_budgets", [])],
+    }
+
+
+def test_a_handoff_inside_the_applications_envelope_is_its_child_handoff_envelope(
+        capture_setup: Any) -> None:
+    """The workflow run inside the application's own envelope (``with ctx.envelope``): the
+    run joins it (no envelope of ours for the run), and the handoff is an envelope of scope
+    ``handoff``, a child of the app's, holding what went across and the order agent's model
+    call: the same handoff as when our layer opens the run's envelope. Each model call is in
+    one envelope; the app's envelope keeps its attributes, stays current after the run (the
+    app records on in it) and ends when the app's block does."""
+    tel_ctx = capture_setup.tel.agent_context
+
+    def run() -> tuple[tuple[str, bool], list[Any]]:
+        with StubServer() as stub:
+            out = asyncio.run(li_agent_app.run_workflow_in_envelope(stub.openai_base_url,
+                                                                    tel_ctx))
+            return out, stub.requests
+
+    out, requests, tel = _plain_and_instrumented(capture_setup, run)
+    assert out == (REPLY, True)  # the app's envelope still current after the run
+    assert len(requests) == 2  # the triage agent's handoff call, the order agent's answer
+    app, handoff = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+
+    envelope = app["context_envelope"]  # the app's, as the app made it
+    assert (envelope["scope"], envelope["metadata"], "parent_id" in envelope) == (
+        "turn", {"gen_ai.agent.name": "Support desk",
+                 "gen_ai.conversation.id": li_agent_app.SESSION}, False)
+    assert envelope["lifecycle"] == "injected"  # from its stages, as the app ended it
+    (triage,) = app["context_assemblies"]  # the triage agent's call only
+    asked = text_message_id("user", li_agent_app.HANDOFF)
+    assert _ids(triage)[1:] == [(asked, "user_message")]
+    assert "context_selections" not in app
+    # what the app recorded after the run landed in its own envelope
+    assert [m["needed_for"] for m in app["missing_context"]] == ["delivery_date"]
+
+    sent = handoff["context_envelope"]
+    assert (sent["scope"], sent["parent_id"], sent["metadata"]["gen_ai.agent.name"]) == (
+        "handoff", envelope["context_id"], "Order agent")
+    assert all(b["rebuild"]["status"] == "complete" for b in (app, handoff))
+
+    spans = tel.spans()
+    envelopes = {s.attributes["context.id"]: s for s in spans if s.name == "context.envelope"}
+    assert set(envelopes) == {envelope["context_id"], sent["context_id"]}  # none of ours
+    outer, child = envelopes[envelope["context_id"]], envelopes[sent["context_id"]]
+    assert child.parent is not None and child.parent.span_id == outer.context.span_id
+    assert outer.start_time < child.start_time and child.end_time <= outer.end_time
+    # each model call in one envelope: the triage agent's in the app's, the order agent's
+    # in the handoff's, its span under the handoff's envelope span
+    calls = sorted((s for s in spans if s.name.startswith("chat ")),
+                   key=lambda s: s.start_time)
+    assert [c.attributes["context.id"] for c in calls] == [envelope["context_id"],
+                                                            sent["context_id"]]
+    assert calls[0].parent.span_id == outer.context.span_id
+    assert calls[1].parent.span_id == child.context.span_id
+    assert {c.context.trace_id for c in calls} == {outer.context.trace_id}
+
+    # the same handoff as when our layer opens the run's envelope
+    tel.span_exporter.clear()
+    with framework_on(LlamaIndexContextInstrumentor(), capture_setup):
+        _workflow(li_agent_app.HANDOFF)
+    _, ours = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+    assert _handed_over(handoff) == _handed_over(ours)
+    shape = _handed_over(handoff)
+    assert [k for _, k in shape["prompts"][0]] == ["system_prompt", "user_message",
+                                                    "session_history", "tool_result"]
+    assert [i for i, *_ in shape["selected"]][1:] == [i for i, _ in shape["prompts"][0][1:]]
+    assert len(shape["budgets"]) == 1  # the order agent's memory read, in its envelope
+    assert (li_agent_app.REASON in _exported(tel)) is capture_setup.capture
+
+
+def test_a_function_agent_and_a_chat_engine_inside_the_applications_envelope_join_it(
+        li_on: CapturedTelemetry) -> None:
+    """A ``FunctionAgent``'s two runs and a context chat engine's three turns inside one
+    envelope of the app's: no envelope of ours, every model call, memory budget and
+    retrieval in the app's envelope, its attributes as the app set them."""
+    tel = li_on
+    with StubServer() as stub:
+        async def app() -> tuple[list[str], list[str]]:
+            with tel.agent_context.envelope(scope="session", agent_name="Support desk",
+                                            conversation_id=li_agent_app.SESSION):
+                runs = await li_agent_app.run(stub.openai_base_url)
+                turns = await asyncio.to_thread(li_app.chat, stub.openai_base_url)
+                return runs, turns
+
+        runs, turns = asyncio.run(app())
+        requests = len(stub.requests)
+    assert runs == [REPLY] * 2 and turns == [REPLY] * 3 and requests == 6
+    (bundle,) = tel.bundles()
+    envelope = bundle["context_envelope"]
+    assert (envelope["scope"], envelope["metadata"]) == (
+        "session", {"gen_ai.agent.name": "Support desk",
+                    "gen_ai.conversation.id": li_agent_app.SESSION})
+    assert len(bundle["context_assemblies"]) == requests  # each call once, all in it
+    assert [s["intent"] for s in bundle["context_selections"]] == ["retrieval"] * 3
+    # the agent's Memory and the chat engine's buffer, read before each call
+    assert {4000, li_app.TOKEN_LIMIT} <= {b["max_tokens"] for b in bundle["context_budgets"]}
+    assert [s.name for s in tel.spans()].count("context.envelope") == 1
+    assert bundle["rebuild"]["status"] == "complete"
+
+
+def test_an_agent_used_as_a_tool_runs_in_a_child_envelope_inside_and_outside_the_apps(
+        capture_setup: Any) -> None:
+    """A ``FunctionAgent`` whose tool runs another agent: the inner run is an envelope of its
+    own (scope ``tool_invocation``, the tool call named), a child of the outer run's, holding
+    the inner agent's model call; the outer agent's two calls stay in the outer envelope.
+    The same when the outer run joined the application's envelope: the child is then the
+    app's, and the app's envelope keeps only the outer agent's calls."""
+    tel_ctx = capture_setup.tel.agent_context
+
+    def run(in_app: bool) -> tuple[str, list[Any]]:
+        async def app(url: str) -> str:
+            if not in_app:
+                return await li_agent_app.run_agent_as_tool(url)
+            with tel_ctx.envelope(scope="session", agent_name="Support desk"):
+                return await li_agent_app.run_agent_as_tool(url)
+
+        with StubServer() as stub:
+            return asyncio.run(app(stub.openai_base_url)), stub.requests
+
+    for in_app in (False, True):
+        capture_setup.tel.span_exporter.clear()
+        out, requests, tel = _plain_and_instrumented(
+            capture_setup, lambda in_app=in_app: run(in_app))
+        assert out == REPLY
+        assert len(requests) == 3  # the tool call, the inner agent's answer, the outer's
+        outer, inner = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+        envelope, nested = outer["context_envelope"], inner["context_envelope"]
+        assert (envelope["scope"], envelope["metadata"]["gen_ai.agent.name"]) == (
+            ("session", "Support desk") if in_app else ("turn", "Triage agent"))
+        (call_id,) = [b["item_id"].split(":", 1)[1] for a in outer["context_assemblies"]
+                      for b in a["ordered_blocks"] if b["context_kind"] == "tool_result"]
+        assert (nested["scope"], nested["parent_id"], nested["metadata"],
+                nested["runtime_refs"]) == (
+            "tool_invocation", envelope["context_id"], {"gen_ai.agent.name": "Order agent"},
+            [f"tool_call:{call_id}"])
+        # the outer agent's two calls in its envelope, the inner agent's in the child's
+        assert len(outer["context_assemblies"]) == 2
+        (answer,) = inner["context_assemblies"]
+        assert _ids(answer)[1:] == [(text_message_id("user", "Where is order A-1042?"),
+                                     "user_message")]
+        spans = {s.attributes["context.id"]: s for s in tel.spans()
+                 if s.name == "context.envelope"}
+        assert set(spans) == {envelope["context_id"], nested["context_id"]}
+        child, parent = spans[nested["context_id"]], spans[envelope["context_id"]]
+        assert child.parent is not None and child.parent.span_id == parent.context.span_id
+        assert child.end_time <= parent.end_time
+        assert all(b["rebuild"]["status"] == "complete" for b in (outer, inner))
+
+
 def _react() -> tuple[list[str], list[Any]]:
     with StubServer() as stub:
         out = asyncio.run(li_agent_app.run_react(stub.openai_base_url))
