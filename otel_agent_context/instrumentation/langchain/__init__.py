@@ -91,7 +91,7 @@ class _Patches:
 
     def __init__(self) -> None:
         self.targets = _targets()
-        self.applied: list[tuple[Any, str]] = []
+        self.applied: list[tuple[Any, str, Any]] = []
         self.hooked: set[str] = set()
 
     def apply_all(self) -> None:
@@ -116,22 +116,31 @@ class _Patches:
                 # only what the class itself defines: wrapping an inherited method would
                 # also catch the sync method its base's async default runs in a thread
                 original = vars(owner).get(attr)
+                # ours already there (outermost, or under another's wrapper: the mark is
+                # looked up through the wrappers above it)
                 if original is None or getattr(original, _MARK, False):
                     continue
                 proxy = wrapt.FunctionWrapper(original, wrapper)
                 setattr(proxy, _MARK, True)
                 setattr(owner, attr, proxy)
-                self.applied.append((owner, attr))
+                self.applied.append((owner, attr, proxy))
             except Exception:
                 _log.warning("otel_agent_context: cannot instrument %s.%s.%s",
                              module.__name__, cls_name, attr, exc_info=True)
 
     def remove_all(self) -> None:
-        while self.applied:
-            owner, attr = self.applied.pop()
-            current = vars(owner).get(attr)
-            if current is not None and getattr(current, _MARK, False):
-                setattr(owner, attr, current.__wrapped__)
+        """Take our wrappers off where they are outermost. One under another instrumentor's
+        (the official LangChain one wraps the async managers' start methods too) stays, and
+        does nothing while we are off: taking it out from under the other would take the
+        other's off too (an attribute lookup on a wrapper reaches the one it wraps, so the
+        mark is compared on the proxy itself)."""
+        kept = []
+        for owner, attr, proxy in reversed(self.applied):
+            if vars(owner).get(attr) is proxy:
+                setattr(owner, attr, proxy.__wrapped__)
+            else:
+                kept.append((owner, attr, proxy))
+        self.applied = kept
 
 
 class LangChainContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]

@@ -33,6 +33,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.context import Context
 
 from ..._api import AgentContext, Envelope, current_envelope
@@ -41,7 +42,7 @@ from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
 from .._common import KNOWN_MESSAGES
 from ._items import message_text
-from ._official import DEFERRED_OPENS, official_run_context
+from ._official import deferring, official_run_context
 from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
 from ._state import ACTIVE_RETRIEVAL, STATE, guarded
@@ -140,6 +141,8 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._inputs: dict[UUID, tuple[list[Any], int]] = {}
         #: model run -> the token of its known message ids (reset when it ends)
         self._known: dict[UUID, contextvars.Token[Any]] = {}
+        #: model run -> the token of its run's envelope made current for it (see _pin)
+        self._pinned: dict[UUID, contextvars.Token[Any]] = {}
 
     @property
     def raise_error(self) -> bool:  # type: ignore[override]
@@ -155,38 +158,55 @@ class ContextCallbackHandler(BaseCallbackHandler):
         if root is None:
             if not opens:
                 return
-            root = self._open(run_id, name, metadata, model)
+            root = self._open(run_id, parent_run_id, name, metadata, model)
             if root is None:
                 return
         self._roots[run_id] = root
 
-    def _open(self, run_id: UUID, name: str | None, metadata: Mapping[str, Any] | None,
-              model: str | None) -> _Root | None:
+    def _open(self, run_id: UUID, parent_run_id: UUID | None, name: str | None,
+              metadata: Mapping[str, Any] | None, model: str | None) -> _Root | None:
         ctx = STATE.ctx
         if ctx is None:
             return None
         env = current_envelope()
-        if env is not None:
+        if env is not None and not (parent_run_id is None and self._runs(env)):
             return _Root(run_id, env, owned=False)
+        # (a run with no parent never joins another run's envelope: a batch starts all its
+        # runs in the caller's context before running any)
         root = _Root(run_id, None, owned=True)
         # composed with the official LangChain instrumentor: a child of its span for this
         # run, so the run is one trace and its model calls one span each (see _official)
         official = official_run_context(run_id)
-        pending = DEFERRED_OPENS.get() if official is None else None
+        pending = deferring() if official is None else None
         if pending is not None:  # its span comes after ours: open when every handler ran
             start = time.time_ns()
-            pending.append(lambda: self._open_envelope(ctx, root, name, metadata, model,
-                                                       start))
+            pending.append((
+                lambda: self._open_envelope(ctx, root, name, metadata, model, start),
+                lambda: self._drop(run_id)))
         else:
             self._open_envelope(ctx, root, name, metadata, model, None, official)
         return root
+
+    def _runs(self, env: Envelope) -> bool:
+        """Whether ``env`` is the envelope of a run this handler opened (not one the
+        application or another framework's instrumentor made current)."""
+        return any(root.owned and root.env is env for root in self._roots.values())
+
+    def _drop(self, run_id: UUID) -> None:
+        """A run whose start raised (LangChain reports no end for it): nothing was opened."""
+        self._roots.pop(run_id, None)
+        self._forget_messages(run_id)
 
     @staticmethod
     def _open_envelope(ctx: AgentContext, root: _Root, name: str | None,
                        metadata: Mapping[str, Any] | None, model: str | None,
                        start: int | None, official: Context | None = None) -> None:
-        if start is not None:
+        if start is not None:  # put off: the official span for the run exists now
             official = official_run_context(root.run_id)
+            if official is not None:  # never before the span it is a child of
+                begun = getattr(trace.get_current_span(official), "start_time", None)
+                if isinstance(begun, int) and begun > start:
+                    start = begun
         thread = (metadata or {}).get("thread_id")
         token = otel_context.attach(official) if official is not None else None
         try:
@@ -265,15 +285,29 @@ class ContextCallbackHandler(BaseCallbackHandler):
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, parent_run_id, opens=True, metadata=metadata,
                     model=_model(metadata, kwargs))
+        self._pin(run_id)
         known = _message_ids(messages)
         if known:  # the client call below names its blocks by these ids
             self._known[run_id] = KNOWN_MESSAGES.set(known)
+
+    def _pin(self, run_id: UUID) -> None:
+        """For a model run, make its run's envelope the one the client call below finds,
+        when another run's is there: a batch starts every run before running any, so the
+        context each run then executes in holds the envelope of the last one started."""
+        root = self._roots.get(run_id)
+        if root is not None and root.owned and root.env is not None and \
+                root.run_id != run_id and _RUN_ENVELOPE.get() is not root.env:
+            self._pinned[run_id] = _RUN_ENVELOPE.set(root.env)
 
     def _forget_messages(self, run_id: UUID) -> None:
         token = self._known.pop(run_id, None)
         if token is not None:
             with contextlib.suppress(ValueError):  # ended in another context
                 KNOWN_MESSAGES.reset(token)
+        pinned = self._pinned.pop(run_id, None)
+        if pinned is not None:
+            with contextlib.suppress(ValueError):  # ended in another context
+                _RUN_ENVELOPE.reset(pinned)
 
     @guarded
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID,
@@ -281,6 +315,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self._start(run_id, parent_run_id, opens=True, metadata=metadata,
                     model=_model(metadata, kwargs))
+        self._pin(run_id)
 
     @guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:

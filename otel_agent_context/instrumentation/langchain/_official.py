@@ -11,9 +11,11 @@ span in the other trace: each model call was recorded twice, once in each trace.
 
 That order holds for LangChain's synchronous callback managers. Its asynchronous ones run
 inline handlers (ours) before the others (the official one), so there the official span does
-not exist yet when ours is called: the envelope is then opened once every handler has
-returned (:func:`wrap_start` around the async managers' start methods, and the handler's
-deferred open), with the time the run started.
+not exist yet when ours is called: a top-level run's envelope is then opened once every
+handler has returned (:func:`wrap_start` around the async managers' start methods, and the
+handler's deferred open), dated when the run started (or its parent span, if later). When a
+handler raises in the start (a guardrail refusing the input), LangChain reports no end for
+the run, and no envelope is opened for it.
 
 The official instrumentor keeps its runs in private state, read here defensively: any name
 missing (another version) and the envelope is opened as before, from the current context.
@@ -21,6 +23,7 @@ missing (another version) and the envelope is opened as before, from the current
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import sys
@@ -30,9 +33,9 @@ from uuid import UUID
 
 from opentelemetry.context import Context
 
-from ._state import log_failure
+from ._state import STATE, log_failure
 
-__all__ = ["DEFERRED_OPENS", "MANAGER_MODULE", "START_METHODS", "official_run_context",
+__all__ = ["MANAGER_MODULE", "START_METHODS", "deferring", "official_run_context",
            "wrap_start"]
 
 _log = logging.getLogger("otel_agent_context")
@@ -44,10 +47,26 @@ MANAGER_MODULE = "langchain_core.callbacks.manager"
 #: the callback managers' methods that start a run our handler may open an envelope for
 START_METHODS = ("on_chain_start", "on_chat_model_start", "on_llm_start", "on_retriever_start")
 
-#: While a start method runs with the official instrumentor on: the envelope opens our
-#: handler put off until every handler has returned (None: open at once).
-DEFERRED_OPENS: contextvars.ContextVar[list[Callable[[], None]] | None] = \
+#: An envelope our handler put off: (open it, drop it).
+Deferred = tuple[Callable[[], None], Callable[[], None]]
+
+#: While an async start method of a top-level run runs: the envelopes our handler put off
+#: until every handler has returned, and the task they belong to (a handler run elsewhere, in
+#: an executor's copy of the context, opens its own at once).
+DEFERRED_OPENS: contextvars.ContextVar[tuple[list[Deferred], Any] | None] = \
     contextvars.ContextVar("otel_agent_context.langchain.deferred_opens", default=None)
+
+
+def deferring() -> list[Deferred] | None:
+    """Where to put off an envelope now, or None to open it at once."""
+    state = DEFERRED_OPENS.get()
+    if state is None:
+        return None
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread: an executor's copy of the context
+        return None
+    return state[0] if task is state[1] else None
 
 
 def _official_handler() -> Any:
@@ -69,32 +88,42 @@ def _official_handler() -> Any:
         return None
 
 
-def _open_all(pending: list[Callable[[], None]]) -> None:
-    for open_envelope in pending:
+def _settle(pending: list[Deferred], started: bool) -> None:
+    """Open the envelopes put off once the start method returned; drop them when it raised
+    (a handler raised, or the task was cancelled): LangChain then reports no end for the run,
+    so an envelope opened for it would never end and stay current."""
+    for open_envelope, drop in pending:
         try:
-            open_envelope()
+            (open_envelope if started else drop)()
         except Exception:
             log_failure("run start")
 
 
 async def _started_async(wrapped: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
-    pending: list[Callable[[], None]] = []
-    token = DEFERRED_OPENS.set(pending)
+    pending: list[Deferred] = []
+    token = DEFERRED_OPENS.set((pending, asyncio.current_task()))
     try:
-        return await wrapped(*args, **kwargs)
-    finally:
+        result = await wrapped(*args, **kwargs)
+    except BaseException:
         DEFERRED_OPENS.reset(token)
-        _open_all(pending)
+        _settle(pending, started=False)
+        raise
+    DEFERRED_OPENS.reset(token)
+    _settle(pending, started=True)
+    return result
 
 
 def wrap_start() -> Callable[..., Any]:
-    """A wrapper for an async callback manager's start method: with the official
-    instrumentor on, the envelopes our handler put off open once the method has called every
-    handler. (The sync managers call the official handler before ours: no wrapper there.)"""
+    """A wrapper for an async callback manager's start method: a top-level run's envelope
+    opens once the method has called every handler (with the official instrumentor on, its
+    span for the run exists then), and none opens when the method raised. Child runs, which
+    open nothing, go straight through; so does everything while our instrumentor is off
+    (another wrapper above this one keeps it in place). The sync managers call the official
+    handler before ours: no wrapper there."""
     def started(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        if _official_handler() is None:
+        if not STATE.active or getattr(instance, "parent_run_id", None) is not None:
             return wrapped(*args, **kwargs)
         return _started_async(wrapped, args, kwargs)
     return started

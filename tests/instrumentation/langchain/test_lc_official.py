@@ -16,15 +16,20 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
+from langchain_core.callbacks.manager import AsyncCallbackManager
+from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnablePassthrough
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from lc_helpers import knowledge_base, strip_times
+from opentelemetry import trace
 from stub_server import REPLY, StubServer
 
+from otel_agent_context import current_envelope
 from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
 from otel_agent_context.testing import CapturedTelemetry
@@ -176,3 +181,182 @@ def _without_run_ids(bundles: list[dict[str, Any]]) -> Any:
 def test_the_reply_is_unchanged(config: str) -> None:
     with _instrumented(config), StubServer() as stub:
         assert _retrieval_chain(stub.openai_base_url)() == [REPLY, REPLY]
+
+
+# -- edges found in review: nothing left open or current, one span a call ------------------
+
+
+def _chain(base_url: str) -> Any:
+    return RunnableLambda(lambda x: x) | ChatOpenAI(
+        model="gpt-4o-mini", base_url=base_url, api_key="sk-offline", max_retries=0)
+
+
+def _no_envelope_left() -> None:
+    env = current_envelope()
+    assert env is None, "an envelope is still current after the run"
+    assert not trace.get_current_span().get_span_context().is_valid
+
+
+class _Guard(AsyncCallbackHandler):
+    """A guardrail that refuses some inputs by raising in the start callback
+    (``raise_error``): LangChain then reports no end for the run."""
+
+    raise_error = True
+
+    async def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        if "forbidden" in str(inputs):
+            raise PermissionError("blocked by guardrail")
+
+
+@pytest.mark.parametrize("config", ["alone", "ours outer", "official outer"])
+def test_a_start_refused_by_another_handler_leaves_nothing_open(config: str) -> None:
+    with _instrumented(config) as tel, StubServer() as stub:
+        chain = _chain(stub.openai_base_url)
+
+        async def main() -> None:
+            with pytest.raises(PermissionError):
+                await chain.ainvoke([HumanMessage("forbidden")], config={"callbacks": [_Guard()]})
+            _no_envelope_left()
+            await chain.ainvoke([HumanMessage("hello")], config={"callbacks": [_Guard()]})
+            _no_envelope_left()
+
+        asyncio.run(main())
+        spans = tel.spans()
+    envelopes = [s for s in spans if s.name == "context.envelope"]
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    # the refused run: no envelope (it would never end); the next: its own, one call
+    assert len(envelopes) == 1 and len(chats) == 1
+    assert chats[0].attributes["context.id"] == envelopes[0].attributes["context.id"]
+    assert chats[0].context.trace_id == envelopes[0].context.trace_id
+
+
+class _Moderation(BaseCallbackHandler):
+    """A handler (not inline: LangChain runs it in an executor's copy of the context) that
+    runs a model of its own when the top-level run starts."""
+
+    def __init__(self) -> None:
+        self.llm = FakeListLLM(responses=["ok"] * 4)
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, parent_run_id: Any = None,
+                       **kwargs: Any) -> None:
+        if parent_run_id is None:
+            self.llm.invoke("is this fine?", config={"callbacks": []})
+
+
+@pytest.mark.parametrize("config", ["alone", "ours outer", "official outer"])
+def test_a_run_inside_another_handler_during_the_start_is_its_own(config: str) -> None:
+    with _instrumented(config) as tel, StubServer() as stub:
+        chain = _chain(stub.openai_base_url)
+
+        async def main() -> None:
+            await chain.ainvoke([HumanMessage("hi")], config={"callbacks": [_Moderation()]})
+            _no_envelope_left()
+
+        asyncio.run(main())
+        spans = tel.spans()
+        bundles = tel.bundles()
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert len(chats) == 1  # the stub's call, once
+    assert sorted(len(b.get("context_assemblies", [])) for b in bundles) == [0, 1]
+    assert all(b["rebuild"]["status"] == "complete" for b in bundles)
+
+
+@pytest.mark.parametrize("config", ["alone", "ours outer", "official outer"])
+def test_a_batch_gives_each_run_its_envelope(config: str) -> None:
+    """A batch starts every run in the caller's context before running any: each run still
+    gets its own envelope, and its model call lands in it."""
+    with _instrumented(config) as tel, StubServer() as stub:
+        prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+        chain = prompt | ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                                    api_key="sk-offline", max_retries=0)
+        chain.batch([{"question": "first?"}, {"question": "second?"}])
+        _no_envelope_left()
+        spans = tel.spans()
+    envelopes = [s for s in spans if s.name == "context.envelope"]
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert len(envelopes) == 2 and len(chats) == 2
+    for env in envelopes:
+        (mine,) = [s for s in chats if s.attributes["context.id"] == env.attributes["context.id"]]
+        assert mine.context.trace_id == env.context.trace_id
+
+
+def test_an_async_envelope_starts_no_earlier_than_the_official_run_span() -> None:
+    with _instrumented("ours outer") as tel, StubServer() as stub:
+        asyncio.run(_chain(stub.openai_base_url).ainvoke([HumanMessage("hi")]))
+        spans = tel.spans()
+    by_id = {s.context.span_id: s for s in spans}
+    (env,) = [s for s in spans if s.name == "context.envelope"]
+    parent = by_id[env.parent.span_id]
+    assert parent.instrumentation_scope.name == OFFICIAL_SCOPE
+    assert env.start_time >= parent.start_time
+
+
+def test_uninstrumenting_ours_leaves_the_official_instrumentor_whole() -> None:
+    """The official instrumentor wraps the async managers' start methods too: taking ours
+    off (either order) never takes its wrapper off, and ours on again composes as before."""
+    tel = CapturedTelemetry()
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider}
+    official = _official()
+    ours = [OpenAIContextInstrumentor(), LangChainContextInstrumentor()]
+    method = "on_chain_start"
+    try:
+        for inst in ours:
+            inst.instrument(**kw, agent_context=tel.agent_context)
+        for inst in official:
+            inst.instrument(**kw)  # wrapped last: outermost
+        official_layer = vars(AsyncCallbackManager)[method]
+        for inst in ours:
+            inst.uninstrument()
+        assert vars(AsyncCallbackManager)[method] is official_layer  # still there
+        for inst in ours:
+            inst.instrument(**kw, agent_context=tel.agent_context)
+        with StubServer() as stub:
+            asyncio.run(_chain(stub.openai_base_url).ainvoke([HumanMessage("hi")]))
+        spans = tel.spans()
+        assert len({s.context.trace_id for s in spans}) == 1
+        assert len([s for s in spans if s.name.startswith("chat ")]) == 1
+    finally:
+        for inst in ours + official:
+            inst.uninstrument()
+        tel.shutdown()
+
+
+@pytest.mark.parametrize("app_span", [False, True], ids=["no_app_span", "app_span"])
+def test_with_only_the_official_openai_instrumentor_outside_ours(app_span: bool) -> None:
+    """No official LangChain instrumentor; the official OpenAI one wrapped outside ours. With
+    a span of the application's around the run, the envelope and the official call span are
+    in one trace: the call joins it (one span); without, they are two traces and the call
+    keeps its own span under the envelope beside the official one."""
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    tel = CapturedTelemetry()
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider}
+    ours = [OpenAIContextInstrumentor(), LangChainContextInstrumentor()]
+    official = OpenAIInstrumentor()
+    try:
+        for inst in ours:
+            inst.instrument(**kw, agent_context=tel.agent_context)
+        official.instrument(**kw)
+        with StubServer() as stub:
+            chain = ChatPromptTemplate.from_messages([("human", "{q}")]) | ChatOpenAI(
+                model="gpt-4o-mini", base_url=stub.openai_base_url, api_key="sk-offline",
+                max_retries=0)
+            if app_span:
+                with tel.tracer_provider.get_tracer("app").start_as_current_span("request"):
+                    chain.invoke({"q": "hi"})
+            else:
+                chain.invoke({"q": "hi"})
+        spans = tel.spans()
+        (bundle,) = tel.bundles()
+    finally:
+        official.uninstrument()
+        for inst in ours:
+            inst.uninstrument()
+        tel.shutdown()
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    (env,) = [s for s in spans if s.name == "context.envelope"]
+    assert bundle["rebuild"]["status"] == "complete"
+    assert len(bundle["context_assemblies"]) == 1
+    mine = [s for s in chats if s.attributes.get("context.id") == env.attributes["context.id"]]
+    assert len(mine) == 1 and mine[0].context.trace_id == env.context.trace_id
+    assert len(chats) == (1 if app_span else 2)
