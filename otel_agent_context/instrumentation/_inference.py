@@ -359,47 +359,46 @@ class LightInference:
         """The end of an outer invocation that published ``data``: util-genai's outer
         ``_apply_finish`` after ``enrich_from_context`` (our values first, the published
         ones where ours are unset; no content: it merges none without content capture)."""
-        values: dict[str, Any] = {"provider_name": self._start_attributes[_PROVIDER],
-                                  "request_model": self._start_attributes.get(_REQUEST_MODEL),
-                                  "server_address": self._start_attributes.get(_SERVER_ADDRESS),
-                                  "server_port": self._start_attributes.get(_SERVER_PORT),
-                                  "conversation_id": None}
+        start = self._start_attributes
+        # the published data under ours (util-genai's ``merge``: our set values win)
+        merged = dict(vars(data))
+        merged["provider_name"] = start[_PROVIDER]
+        for key, field in ((_REQUEST_MODEL, "request_model"),
+                           (_SERVER_ADDRESS, "server_address"), (_SERVER_PORT, "server_port")):
+            value = start.get(key)
+            if value is not None:
+                merged[field] = value
         for name in _FIELDS:
             value = getattr(self, name)
             if value is not None:
-                values[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
-
-        def merged(field: str) -> Any:
-            value = values.get(field)
-            return value if value is not None else getattr(data, field)
+                merged[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
+        # the invocation's own conversation id, else the published one
+        merged["conversation_id"] = self.conversation_id or data.conversation_id
 
         attrs: dict[str, Any] = {}
         for key, field, how in _ALL:
-            if field == "conversation_id":  # the invocation's own, else the published one
-                value = self.conversation_id or data.conversation_id
-            else:
-                value = merged(field)
-            if how == "or":
-                if value is not None and field == "response_finish_reasons":
+            value = merged[field]
+            if value is None:
+                continue
+            if how:
+                if not value:  # "or": zero or empty is absent; "flag": False is absent
+                    continue
+                if how == "flag":
+                    value = True
+                elif field == "response_finish_reasons":
                     value = list(value)
-                value = value or None
-            elif how == "flag":
-                value = True if value else None
-            if value is not None:
-                attrs[key] = value
+            attrs[key] = value
         attrs.update(self._own_first(data.attributes))
-        start = self._start_attributes
         set_attributes(self.span, {k: v for k, v in attrs.items() if k not in start})
         metric = dict(start)
         for key, field in ((_PROVIDER, "provider_name"), (_REQUEST_MODEL, "request_model"),
                            (_RESPONSE_MODEL, "response_model"),
                            (_SERVER_ADDRESS, "server_address"), (_SERVER_PORT, "server_port")):
-            value = merged(field)
+            value = merged[field]
             if value is not None:
                 metric[key] = value
         metric.update(self._own_first(data.metric_attributes))
-        self._record(metric, merged("usage_input_tokens"), merged("usage_output_tokens"))
-
+        self._record(metric, merged["usage_input_tokens"], merged["usage_output_tokens"])
 
     def _own_first(self, published: dict[str, Any]) -> dict[str, Any]:
         """The invocation's own (span or metric) attributes after the merge: error.type
