@@ -210,6 +210,30 @@ def _data_fields_known() -> bool:
 #: whether the composed roles (publishing, or writing into another's data) may be used
 COMPOSABLE = _data_fields_known()
 
+#: A new ``InferenceData``'s fields, to publish one without its generated ``__init__``
+#: (50 keyword defaults, ~20K instructions a call): only when every default is immutable
+#: but the two dicts, which each new one gets fresh.
+_FRESH = ("attributes", "metric_attributes")
+_DATA_DEFAULTS: dict[str, Any] | None = None
+if COMPOSABLE:
+    _defaults = dict(vars(InferenceData()))
+    if all(type(v) in (type(None), bool, int, float, str) for k, v in _defaults.items()
+           if k not in _FRESH) and all(_defaults[k] == {} for k in _FRESH):
+        _DATA_DEFAULTS = _defaults
+
+
+def new_data() -> InferenceData:
+    """A new ``InferenceData`` equal to ``InferenceData()`` (same fields, same order, fresh
+    dicts), built by copying the defaults."""
+    if _DATA_DEFAULTS is None:
+        return InferenceData()
+    data = InferenceData.__new__(InferenceData)
+    fields = data.__dict__
+    fields.update(_DATA_DEFAULTS)
+    fields["attributes"] = {}
+    fields["metric_attributes"] = {}
+    return data
+
 
 def light_supported(handler: TelemetryHandler) -> bool:
     """Whether this handler's configuration lets calls take the light path at all: its
@@ -267,7 +291,7 @@ class LightInference:
         self._error_type: str | None = None
         #: with ``publish``: what another util-genai instrumentor of this call, inside ours,
         #: publishes for us (util-genai's outer invocation puts the same in its context)
-        self._data: InferenceData | None = InferenceData() if publish else None
+        self._data: InferenceData | None = new_data() if publish else None
         self._finished = False
         self._instruments = handler._instruments
         start: dict[str, Any] = {_OPERATION: "chat", _PROVIDER: provider}
