@@ -30,14 +30,14 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import _env
 
-__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "digest_bytes", "digest_chunks", "digest_str",
-           "ordered_digest", "recall", "remember", "short_digest"]
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_digest", "digest_bytes", "digest_chunks",
+           "digest_str", "ordered_digest", "recall", "remember", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -215,6 +215,44 @@ def ordered_digest(parts: Iterable[str]) -> str:
     items = parts if type(parts) is list else list(parts)
     if items:  # each part followed by a newline, hashed in one update
         h.update(("\n".join(items) + "\n").encode("utf-8", "surrogatepass"))
+    return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
+
+
+_ASSEMBLY = "assembly prefix"
+
+
+def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
+    """``ordered_digest`` of the blocks' ``<i>:<item id>:<digest>`` parts (an assembly's
+    hash), continuing from the hash state remembered for the conversation's previous call
+    when its blocks are a prefix of these: an agent's next call sends the same history again
+    with a few messages added, and hashing it whole cost more than the rest of the call's
+    assembly. The conversation is named by its first two blocks; the state is remembered
+    beside the digests (bounded with them, forgotten with them and with the key), and used
+    only when the previous call's ids and digests equal the start of these, position by
+    position. The result is the same bytes hashed the same way: streaming the parts in two
+    updates gives the digest of one."""
+    keyed = bool(_current_key())
+    n = len(item_ids)
+    key = (_ASSEMBLY, tuple(item_ids[:2]), tuple(digests[:2]))
+    found = _MEMO.get(key) if _resolved else None
+    start = 0
+    h: Any = None
+    if found is not None:
+        old_ids, old_digests, state = found
+        m = len(old_ids)
+        if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
+            h = state.copy()
+            start = m
+    if h is None:
+        h = _inner.copy() if keyed else hashlib.sha256()
+    if start < n:
+        h.update("".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
+            range(start, n), item_ids[start:], digests[start:], strict=True)]
+        ).encode("utf-8", "surrogatepass"))
+    if n:
+        # the lists' strings are kept alive by this entry: counted as the memo's characters
+        _remember(key, sum(map(len, item_ids)) + sum(map(len, digests)),
+                  (list(item_ids), list(digests), h))  # never updated again: copied first
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 

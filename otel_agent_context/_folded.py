@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from . import _semconv as S
-from ._attributes import ordered_hash
+from ._digest import assembly_digest
 from ._enums import InjectionPoint, Visibility
 from ._masking import has_masker, mask
 from ._stages import Budget
@@ -89,8 +89,6 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     digests = [b.digest or "" for b in blocks]
     tokens = [b.tokens for b in blocks]
     total = sum(tokens)
-    parts = [f"{i}:{item_id}:{digest}"
-             for i, (item_id, digest) in enumerate(zip(item_ids, digests, strict=True))]
     named = env._named
     named.update(item_ids)
     counts: list[int] = []
@@ -103,7 +101,7 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
             counts.append(len(mine))
     plain = not any(b.content_mode != _INLINE or b.tool_call_id or b.response_id
                     for b in blocks)
-    assembly_hash = ordered_hash(parts)
+    assembly_hash = assembly_digest(item_ids, digests)
     assembly_id = ids.new("asm")
     attrs[S.ASSEMBLY_ID] = assembly_id
     attrs[S.ASSEMBLY_TARGET] = _MODEL

@@ -217,3 +217,48 @@ def test_an_enum_role_keeps_its_own_message_id() -> None:
         assert plain.startswith("user:") and plain != member
     finally:
         _digest.reset()
+
+
+def _assembly_reference(key: bytes | None, ids: list[str], digests: list[str]) -> str:
+    data = "".join(f"{i}:{a}:{d}\n" for i, (a, d) in enumerate(zip(ids, digests, strict=True)))
+    if key is None:
+        return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
+    return "hmac-sha256:" + hmac.new(key, data.encode(), "sha256").hexdigest()
+
+
+def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeypatch) -> None:
+    """``assembly_digest`` hashes only the blocks added since the conversation's previous
+    call (its blocks a prefix of these), and is always the hash of the whole: a changed,
+    removed or reordered block, another conversation, a new key or plain sha256 start over."""
+    history_ids = [f"user:{i:012x}" for i in range(8)]
+    history_digests = [f"hmac-sha256:{i:064x}" for i in range(8)]
+    for key in ("first", "second", None):
+        if key is None:
+            monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
+            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST", "sha256")
+        else:
+            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", key)
+        _digest.reset()
+        try:
+            raw = None if key is None else key.encode()
+            calls: list[tuple[list[str], list[str]]] = [
+                (history_ids[:n], history_digests[:n]) for n in (0, 1, 2, 3, 5, 5, 8)]
+            changed = list(history_digests)
+            changed[3] = "hmac-sha256:" + "f" * 64  # a block edited in place
+            calls += [(history_ids, changed), (history_ids[:4], history_digests[:4]),
+                      (history_ids[::-1], history_digests[::-1]),
+                      (history_ids[1:], history_digests[1:]), (history_ids, history_digests),
+                      (history_ids + ["user:x"], history_digests + ["sha256:y"])]
+            for ids, digests in calls:
+                assert _digest.assembly_digest(ids, digests) == _assembly_reference(
+                    raw, ids, digests), (key, ids, digests)
+            # the state for the full history was remembered, and is what the next call uses
+            remembered = [v for k, v in _digest._MEMO.items()
+                          if type(k) is tuple and k[0] == _digest._ASSEMBLY]
+            assert remembered and any(len(v[0]) == 9 for v in remembered)
+            extended = history_ids + ["user:x", "user:z"]
+            extended_digests = history_digests + ["sha256:y", "sha256:w"]
+            assert _digest.assembly_digest(extended, extended_digests) == \
+                _assembly_reference(raw, extended, extended_digests)
+        finally:
+            _digest.reset()

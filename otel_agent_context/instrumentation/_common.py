@@ -37,6 +37,7 @@ import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import wrapt
@@ -890,6 +891,8 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
                 value[key] = settled
         return value
     if kind is list:
+        if depth < _SETTLE_DEPTH and _plain_messages(value):
+            return value  # a history of plain messages (the usual request): nothing to settle
         for i, item in enumerate(value):
             item_kind = type(item)
             if item_kind in _PLAIN_TYPES:
@@ -933,6 +936,17 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
             if settled is not item:
                 value[key] = settled
     return value
+
+
+_DICT_ONLY = frozenset({dict})
+_dict_values = dict.values
+
+
+def _plain_messages(value: list[Any]) -> bool:
+    """Whether every element is a dict holding only plain values (strings, numbers, None):
+    checked in C loops, not one message at a time."""
+    return (set(map(type, value)) <= _DICT_ONLY
+            and set(map(type, chain.from_iterable(map(_dict_values, value)))) <= _PLAIN_TYPES)
 
 
 def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:

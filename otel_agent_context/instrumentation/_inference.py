@@ -210,6 +210,30 @@ def _data_fields_known() -> bool:
 #: whether the composed roles (publishing, or writing into another's data) may be used
 COMPOSABLE = _data_fields_known()
 
+#: A new ``InferenceData``'s fields, to publish one without its generated ``__init__``
+#: (50 keyword defaults, ~20K instructions a call): only when every default is immutable
+#: but the two dicts, which each new one gets fresh.
+_FRESH = ("attributes", "metric_attributes")
+_DATA_DEFAULTS: dict[str, Any] | None = None
+if COMPOSABLE:
+    _defaults = dict(vars(InferenceData()))
+    if all(type(v) in (type(None), bool, int, float, str) for k, v in _defaults.items()
+           if k not in _FRESH) and all(_defaults[k] == {} for k in _FRESH):
+        _DATA_DEFAULTS = _defaults
+
+
+def new_data() -> InferenceData:
+    """A new ``InferenceData`` equal to ``InferenceData()`` (same fields, same order, fresh
+    dicts), built by copying the defaults."""
+    if _DATA_DEFAULTS is None:
+        return InferenceData()
+    data = InferenceData.__new__(InferenceData)
+    fields = data.__dict__
+    fields.update(_DATA_DEFAULTS)
+    fields["attributes"] = {}
+    fields["metric_attributes"] = {}
+    return data
+
 
 def light_supported(handler: TelemetryHandler) -> bool:
     """Whether this handler's configuration lets calls take the light path at all: its
@@ -267,7 +291,7 @@ class LightInference:
         self._error_type: str | None = None
         #: with ``publish``: what another util-genai instrumentor of this call, inside ours,
         #: publishes for us (util-genai's outer invocation puts the same in its context)
-        self._data: InferenceData | None = InferenceData() if publish else None
+        self._data: InferenceData | None = new_data() if publish else None
         self._finished = False
         self._instruments = handler._instruments
         start: dict[str, Any] = {_OPERATION: "chat", _PROVIDER: provider}
@@ -359,47 +383,46 @@ class LightInference:
         """The end of an outer invocation that published ``data``: util-genai's outer
         ``_apply_finish`` after ``enrich_from_context`` (our values first, the published
         ones where ours are unset; no content: it merges none without content capture)."""
-        values: dict[str, Any] = {"provider_name": self._start_attributes[_PROVIDER],
-                                  "request_model": self._start_attributes.get(_REQUEST_MODEL),
-                                  "server_address": self._start_attributes.get(_SERVER_ADDRESS),
-                                  "server_port": self._start_attributes.get(_SERVER_PORT),
-                                  "conversation_id": None}
+        start = self._start_attributes
+        # the published data under ours (util-genai's ``merge``: our set values win)
+        merged = dict(vars(data))
+        merged["provider_name"] = start[_PROVIDER]
+        for key, field in ((_REQUEST_MODEL, "request_model"),
+                           (_SERVER_ADDRESS, "server_address"), (_SERVER_PORT, "server_port")):
+            value = start.get(key)
+            if value is not None:
+                merged[field] = value
         for name in _FIELDS:
             value = getattr(self, name)
             if value is not None:
-                values[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
-
-        def merged(field: str) -> Any:
-            value = values.get(field)
-            return value if value is not None else getattr(data, field)
+                merged[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
+        # the invocation's own conversation id, else the published one
+        merged["conversation_id"] = self.conversation_id or data.conversation_id
 
         attrs: dict[str, Any] = {}
         for key, field, how in _ALL:
-            if field == "conversation_id":  # the invocation's own, else the published one
-                value = self.conversation_id or data.conversation_id
-            else:
-                value = merged(field)
-            if how == "or":
-                if value is not None and field == "response_finish_reasons":
+            value = merged[field]
+            if value is None:
+                continue
+            if how:
+                if not value:  # "or": zero or empty is absent; "flag": False is absent
+                    continue
+                if how == "flag":
+                    value = True
+                elif field == "response_finish_reasons":
                     value = list(value)
-                value = value or None
-            elif how == "flag":
-                value = True if value else None
-            if value is not None:
-                attrs[key] = value
+            attrs[key] = value
         attrs.update(self._own_first(data.attributes))
-        start = self._start_attributes
         set_attributes(self.span, {k: v for k, v in attrs.items() if k not in start})
         metric = dict(start)
         for key, field in ((_PROVIDER, "provider_name"), (_REQUEST_MODEL, "request_model"),
                            (_RESPONSE_MODEL, "response_model"),
                            (_SERVER_ADDRESS, "server_address"), (_SERVER_PORT, "server_port")):
-            value = merged(field)
+            value = merged[field]
             if value is not None:
                 metric[key] = value
         metric.update(self._own_first(data.metric_attributes))
-        self._record(metric, merged("usage_input_tokens"), merged("usage_output_tokens"))
-
+        self._record(metric, merged["usage_input_tokens"], merged["usage_output_tokens"])
 
     def _own_first(self, published: dict[str, Any]) -> dict[str, Any]:
         """The invocation's own (span or metric) attributes after the merge: error.type

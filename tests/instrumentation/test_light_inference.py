@@ -587,3 +587,26 @@ def test_composed_roles_need_the_util_genai_fields_they_were_written_for(
         assert _taken(stub.url, _messages, monkeypatch, official="inner") == 0
         assert _taken(stub.url, _messages, monkeypatch, official="outer") == 0
         assert _taken(stub.url, _messages, monkeypatch) == 1
+
+
+def test_published_data_is_a_new_inference_data_each_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``new_data`` copies ``InferenceData()``'s defaults instead of calling its generated
+    ``__init__``: the same fields in the same order, and dicts of its own each time (what
+    one call's other instrumentor publishes never reaches the next call's data)."""
+    from opentelemetry.util.genai.invocation import InferenceData
+
+    assert _inference._DATA_DEFAULTS is not None  # the installed util-genai takes the copy
+    first = _inference.new_data()
+    assert type(first) is InferenceData
+    assert list(vars(first).items()) == list(vars(InferenceData()).items())
+    first.attributes["other.key"] = "v"
+    first.metric_attributes["other.metric"] = "m"
+    first.response_id = "resp_1"
+    second = _inference.new_data()
+    assert vars(second) == vars(InferenceData())
+    assert second.attributes == {} and second.metric_attributes == {}
+    assert second.attributes is not first.attributes
+    # a util-genai whose defaults are not all plain values: its own __init__
+    monkeypatch.setattr(_inference, "_DATA_DEFAULTS", None)
+    assert vars(_inference.new_data()) == vars(InferenceData())

@@ -43,11 +43,11 @@ def test_failure_after_the_budget_started_ends_what_was_started(stage_spans, stu
 
 def test_failure_while_folding_the_call_ends_the_call_alone(alone, stub, monkeypatch,
                                                             caplog) -> None:
-    def broken(parts):
+    def broken(*args):
         raise RuntimeError("bug in our assembly code")
 
     # fails after the budget was made, before anything was written on the span
-    monkeypatch.setattr(_folded, "ordered_hash", broken)
+    monkeypatch.setattr(_folded, "assembly_digest", broken)
     assert _call(stub)  # the application is unaffected
     assert "context stages failed" in caplog.text
     spans = alone.tel.spans()
@@ -64,10 +64,10 @@ def test_in_strict_mode_a_failure_while_folding_still_ends_the_call(alone, stub,
                                                                     monkeypatch) -> None:
     """Strict test mode raises our error, but only after ending what was started: the call's
     own envelope is stopped, so its span is exported and rebuilds to one bundle."""
-    def broken(parts):
+    def broken(*args):
         raise RuntimeError("bug in our assembly code")
 
-    monkeypatch.setattr(_folded, "ordered_hash", broken)
+    monkeypatch.setattr(_folded, "assembly_digest", broken)
     oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
     with pytest.raises(RuntimeError, match="bug in our assembly code"):
         oc.chat.completions.create(model="gpt-4o",

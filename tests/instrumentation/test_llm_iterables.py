@@ -150,3 +150,30 @@ def test_an_interrupt_in_the_applications_generator_ends_the_call(setup, stub) -
     assert len(chats) == 2 and all(s.parent is None for s in chats)
     durations = [v for labels, v in setup.tel.metrics()["gen_ai.client.operation.duration"]]
     assert sum(p.count for p in durations) == 3  # the interrupted call's, then the two
+
+
+def test_a_history_of_plain_messages_is_checked_at_once_and_an_iterator_still_settled(
+        alone, stub) -> None:
+    # _materialize checks a list of plain dict messages in one pass and leaves it alone; a
+    # message holding anything else (an iterator, a nested list) still goes the long way
+    from otel_agent_context.instrumentation._common import _materialize
+
+    history = [{"role": "user", "content": f"question {i}"} for i in range(5)]
+    kwargs = {"model": "gpt-4o", "messages": history}
+    assert _materialize(kwargs) and kwargs["messages"] is history
+    assert history == [{"role": "user", "content": f"question {i}"} for i in range(5)]
+    for late in ({"role": "user", "content": iter([{"type": "text", "text": "late"}])},
+                 {"role": "user", "content": [{"type": "text", "text": iter(["x"])}]}):
+        settled = {"model": "gpt-4o", "messages": [*history, late]}
+        assert _materialize(settled)
+        content = settled["messages"][-1]["content"]
+        assert type(content) is list and type(content[0]["text"]) in (str, list)
+        assert settled["messages"][-1]["content"][0]["text"] in ("late", ["x"])
+
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    for one_shot in (True, False):
+        part = {"type": "text", "text": "and the last one " * 10}
+        oc.chat.completions.create(model="gpt-4o", messages=[
+            *history, {"role": "user", "content": iter([part]) if one_shot else [part]}])
+    bodies = [body for _, body in stub.requests]
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
