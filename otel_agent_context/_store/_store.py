@@ -405,8 +405,10 @@ class Store:
 
     def _write_alone(self, bundle: Mapping[str, Any], lines: list[bytes] | None) -> int:
         """One envelope the database refused or had no room for within a larger part."""
+        # the retry stores the scrubbed bundle as its JSON: the whole bundle, from its line
+        # when there is one (the store's child decodes only what the rows read)
         attempts: tuple[tuple[Mapping[str, Any], list[bytes] | None], ...] = (
-            (bundle, lines), (_scrub(bundle), None))
+            (bundle, lines), (_scrub(orjson.loads(lines[0]) if lines else bundle), None))
         reason: str | None = None
         error: BaseException | None = None
         for candidate, line in attempts:
