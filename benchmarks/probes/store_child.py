@@ -2,8 +2,9 @@
 
     python benchmarks/probes/store_child.py [--rounds 5] [--callgrind]
 
-The child (``processor/_store_process.py``) receives each batch's JSON Lines lines and
-writes them with ``StoreSink.write``. Here the same lines (``processor_bench``'s ctx20 and
+The child (``processor/_store_process.py``) receives each batch's JSON Lines lines (with the
+index of the members the rows read, as the emitter makes it) and writes them with
+``StoreSink.write``. Here the same lines (``processor_bench``'s ctx20 and
 sel100 envelopes, rebuilt by the real pipeline with the JSON Lines sink alone) go through
 each piece on its own, in this process, in batches of 256 lines as the emitter makes them:
 decoding the lines (orjson), ``bundle_rows``, ``Store.write`` of decoded bundles, and the
