@@ -2,8 +2,9 @@
 
     python benchmarks/probes/store_child.py [--rounds 5] [--callgrind]
 
-The child (``processor/_store_process.py``) receives each batch's JSON Lines lines and
-writes them with ``StoreSink.write``. Here the same lines (``processor_bench``'s ctx20 and
+The child (``processor/_store_process.py``) receives each batch's JSON Lines lines (with the
+index of the members the rows read, as the emitter makes it) and writes them with
+``StoreSink.write``. Here the same lines (``processor_bench``'s ctx20 and
 sel100 envelopes, rebuilt by the real pipeline with the JSON Lines sink alone) go through
 each piece on its own, in this process, in batches of 256 lines as the emitter makes them:
 decoding the lines (orjson), ``bundle_rows``, ``Store.write`` of decoded bundles, and the
@@ -55,7 +56,7 @@ def lines_of(case: str, tmp: Path) -> list[bytes]:
 
 
 def write_lines(sink: StoreSink, payload: bytes) -> None:
-    if hasattr(child, "write_lines"):
+    if hasattr(child, "write_lines"):  # (and the payload as its code's parent sends it)
         child.write_lines(sink, payload)
         return
     lines = payload.splitlines(keepends=True)  # as the child did before write_lines
@@ -66,7 +67,11 @@ def pieces(lines: list[bytes], tmp: Path, tag: str
            ) -> dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]]:
     """name: (set up, run, tear down)"""
     batches = [lines[i:i + 256] for i in range(0, len(lines), 256)]
-    payloads = [b"".join(batch) for batch in batches]
+    if hasattr(child, "request"):  # the index of the members the rows read, as the parent sends
+        payloads = [child.request(batch, [child.encode_indexed(orjson.loads(line))[1]
+                                          for line in batch]) for batch in batches]
+    else:
+        payloads = [b"".join(batch) for batch in batches]
     bundles = [orjson.loads(line) for line in lines]
     entries = [[(("", ""), orjson.loads(line), line) for line in batch] for batch in batches]
     counter = iter(range(10**9))

@@ -14,7 +14,7 @@ from typing import Any
 from .. import _semconv as S
 from .._records import rfc3339_to_ns
 
-__all__ = ["COLUMNS", "TIMESTAMP_COLUMNS", "Rows", "bundle_rows"]
+__all__ = ["COLUMNS", "SECTIONS", "TIMESTAMP_COLUMNS", "Rows", "bundle_rows"]
 
 #: Table → columns, in row order. The key (trace_id, context_id) comes first everywhere.
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -65,6 +65,13 @@ JSON_COLUMNS = frozenset({"bundle", "partial_reasons", "uncovered_sources", "los
                           "truncated_items", "not_injected_items"})
 
 Rows = dict[str, list[tuple[Any, ...]]]
+
+#: The bundle's top-level members :func:`bundle_rows` reads; it builds the same rows from a
+#: bundle with only these (the store's child decodes no more, benchmarks/store.md), except
+#: the envelope row's ``bundle``, which the writers then take from the bundle's full line.
+SECTIONS = frozenset({"context_envelope", "rebuild", "context_items", "context_selections",
+                      "context_budgets", "context_compactions", "context_assemblies",
+                      "missing_context"})
 
 
 def _list(value: Any) -> list[Any]:

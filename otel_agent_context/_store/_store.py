@@ -39,15 +39,6 @@ _CHILDREN = tuple(t for t in COLUMNS if t != "envelopes")
 _PAGE_SIZE = 16384
 
 
-class _Encoded:
-    """A bundle's JSON as the JSON Lines sink wrote it (one line, newline at the end)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, line: bytes) -> None:
-        self.text = line.rstrip(b"\n").decode()
-
-
 def _scrub(value: Any) -> Any:
     """A bundle with its NUL characters replaced (PostgreSQL's text and jsonb refuse them)."""
     if isinstance(value, str):
@@ -285,6 +276,9 @@ class Store:
                          for table, cols in COLUMNS.items()}
         self._ts_at = {table: [i for i, c in enumerate(cols) if c in TIMESTAMP_COLUMNS]
                        for table, cols in COLUMNS.items()}
+        #: the envelope's JSON columns but the bundle, its last
+        self._envelope_json = self._json_at["envelopes"][:-1]
+        assert COLUMNS["envelopes"][-1] == "bundle"
         try:
             if read_only:
                 self._check_schema()
@@ -405,8 +399,10 @@ class Store:
 
     def _write_alone(self, bundle: Mapping[str, Any], lines: list[bytes] | None) -> int:
         """One envelope the database refused or had no room for within a larger part."""
+        # the retry stores the scrubbed bundle as its JSON: the whole bundle, from its line
+        # when there is one (the store's child decodes only what the rows read)
         attempts: tuple[tuple[Mapping[str, Any], list[bytes] | None], ...] = (
-            (bundle, lines), (_scrub(bundle), None))
+            (bundle, lines), (_scrub(orjson.loads(lines[0]) if lines else bundle), None))
         reason: str | None = None
         error: BaseException | None = None
         for candidate, line in attempts:
@@ -442,26 +438,30 @@ class Store:
                encoded: Sequence[bytes] | None) -> int:
         tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {t: {} for t in COLUMNS}
         plain = {t: not self._json_at[t] and not self._ts_at[t] for t in COLUMNS}
+        envelopes = tables["envelopes"]
+        now = time.time_ns()
         for position, bundle in enumerate(bundles):
             rows_of = bundle_rows(bundle)
-            key = rows_of["envelopes"][0][:2]
-            if key in tables["envelopes"]:  # the same envelope again: only its last version
+            [envelope] = rows_of["envelopes"]
+            key = envelope[:2]
+            if key in envelopes:  # the same envelope again: only its last version
                 for table in _CHILDREN:
                     tables[table] = {k: v for k, v in tables[table].items() if k[:2] != key}
-            for table, rows in rows_of.items():
+            envelopes[key] = self._envelope(envelope, None if encoded is None
+                                            else encoded[position], now)
+            for table in _CHILDREN:
+                rows = rows_of[table]
+                if not rows:
+                    continue
                 width = _KEY_WIDTH[table]
                 target = tables[table]
                 if plain[table]:
                     target.update((row[:width], row) for row in rows)
                     continue
                 for row in rows:
-                    if encoded is not None and table == "envelopes":
-                        row = (*row[:-1], _Encoded(encoded[position]))
                     target[row[:width]] = self._adapt(table, row)
-        envelopes = tables["envelopes"]
         if not envelopes:
             return 0
-        now = time.time_ns()
         db = self._db
         with self._lock:
             db.reconnect()
@@ -472,8 +472,7 @@ class Store:
                     for table in _CHILDREN:
                         db.executemany(f"DELETE FROM {table} WHERE trace_id = ? AND "
                                        f"context_id = ?", existing)
-                db.executemany(self._insert["envelopes"],
-                               [(*row, now) for row in envelopes.values()])
+                db.executemany(self._insert["envelopes"], envelopes.values())
                 for table in _CHILDREN:
                     if tables[table]:
                         db.executemany(self._insert[table], tables[table].values())
@@ -486,6 +485,20 @@ class Store:
                 raise
         return len(envelopes)
 
+    def _envelope(self, row: tuple[Any, ...], line: bytes | None, now: int) -> tuple[Any, ...]:
+        """The envelope row as bound: JSON columns encoded (the bundle, last, as its JSON
+        Lines line when there is one), then the time of storing."""
+        values = list(row)
+        json = self._db.json
+        for index in self._envelope_json:
+            values[index] = json(values[index])
+        values[-1] = (json(values[-1]) if line is None
+                      else self._db.encoded_json(line.rstrip(b"\n").decode()))
+        for index in self._ts_at["envelopes"]:
+            values[index] = self._db.timestamp(values[index])
+        values.append(now)
+        return tuple(values)
+
     def _adapt(self, table: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
         json_at, ts_at = self._json_at[table], self._ts_at[table]
         if not json_at and not ts_at:
@@ -493,8 +506,7 @@ class Store:
         values = list(row)
         for index in json_at:
             value = values[index]
-            values[index] = (self._db.encoded_json(value.text) if type(value) is _Encoded
-                             else self._db.json(value))
+            values[index] = self._db.json(value)
         for index in ts_at:
             values[index] = self._db.timestamp(values[index])
         return tuple(values)

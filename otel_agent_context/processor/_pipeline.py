@@ -74,7 +74,7 @@ from ._forward import Forwarder
 from ._memory import KEY_COST, PARTS, MemoryCaps
 from ._metrics import MetricsRegistry
 from ._sinks import JsonlSink, OtlpLogSink, Sink, bundle_key
-from ._store_process import StoreProcess
+from ._store_process import StoreProcess, encode_indexed
 from ._store_sink import StoreSink
 from ._wal import DONE, EVENTS, SPANS, WriteAheadLog, encode_done
 
@@ -197,6 +197,8 @@ class _Pending:
     partial_reasons: list[str]
     future: Future[None]
     flight: _Flight
+    #: where the members the store's rows read are in each line (store.writer: process)
+    members: list[list[int] | None] | None = None
 
 
 class _SinkThread:
@@ -769,11 +771,17 @@ class Pipeline:
         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
         dead: list[bytes] = []
         partial_reasons: list[str] = []
+        # the store's child decodes only what its rows read: where that is in each line
+        members: list[list[int] | None] | None = (
+            [] if isinstance(self.store, StoreProcess) else None)
         for finished in batch:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
                                        repairs=finished.repairs)
-                line = encode_bundle(bundle)
+                if members is None:
+                    line = encode_bundle(bundle)
+                else:
+                    line, spans = encode_indexed(bundle)
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
@@ -793,6 +801,8 @@ class Pipeline:
                     rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)
                 )
             entries.append((finished.key, bundle, line))
+            if members is not None:
+                members.append(spans)
         if dead:
             self._write_dead_letter(dead)
         # the store is one batch behind at most
@@ -809,8 +819,8 @@ class Pipeline:
         if entries and self._store_pool is not None:
             assert self.store is not None
             self._pending = _Pending(batch, entries, partial_reasons,
-                                     self._store_pool.submit(self.store.write, entries),
-                                     flight)
+                                     self._store_pool.submit(self.store.write, entries, members),
+                                     flight, members)
             return True
         return self._landed(flight)
 
@@ -839,7 +849,8 @@ class Pipeline:
                 with self._cond:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
-                pending.future = self._store_pool.submit(self.store.write, pending.entries)
+                pending.future = self._store_pool.submit(self.store.write, pending.entries,
+                                                         pending.members)
         self._pending = None
         return self._landed(pending.flight)
 

@@ -53,7 +53,9 @@ class StoreSink:
         assert self.store is not None
         return self.store
 
-    def write(self, batch: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]]) -> None:
+    def write(self, batch: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]],
+              members: object = None) -> None:
+        """``members`` is for :class:`StoreProcess`'s interface (here the bundles are whole)."""
         if self.store is None:
             self.open()
         assert self.store is not None

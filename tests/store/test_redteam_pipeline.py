@@ -38,6 +38,14 @@ def test_a_hostile_envelope_does_not_stall_the_postgresql_store(tmp_path: Path,
                 return {r["context_id"] for r in store.rows("SELECT context_id FROM envelopes")}
             wait_for(lambda: "after" in stored(), 20, message="the next envelope in the store")
             assert stored() == {"hostile\ufffdctx", "after"}
+            # retried with its NUL characters replaced, the whole bundle is stored (the
+            # store's child decodes only the members the rows read: the rest from the line)
+            [row] = store.rows("SELECT bundle FROM envelopes WHERE context_id = ?",
+                               ("hostile\ufffdctx",))
+            written = next(b for b in read_bundles(tmp_path / "out")
+                           if b["context_envelope"]["context_id"] == "hostile\x00ctx")
+            assert set(row["bundle"]) == set(written)
+            assert "context_events" in written
     finally:
         processor.stop(timeout=10)
 

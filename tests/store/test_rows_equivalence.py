@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows_reference import _ns as reference_ns  # noqa: E402
 from rows_reference import reference_rows  # noqa: E402
 
-from otel_agent_context._store._rows import COLUMNS, _ns, bundle_rows
+from otel_agent_context._store._rows import COLUMNS, SECTIONS, _ns, bundle_rows
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -156,6 +156,40 @@ def test_the_benchmarks_bundles_build_the_same_rows(tmp_path: Path) -> None:
         for path in (tmp_path / name).glob("bundles-*.jsonl"):
             for line in path.read_bytes().splitlines():
                 _same(orjson.loads(line))
+
+
+def _sections_alone(bundle: dict[str, Any]) -> None:
+    """The rows of the bundle's :data:`SECTIONS` alone (what the store's child decodes) are
+    the rows of the whole bundle, but for the envelope's ``bundle`` (taken from the line)."""
+    whole = bundle_rows(bundle)
+    alone = bundle_rows({k: v for k, v in bundle.items() if k in SECTIONS})
+    assert alone["envelopes"][0][-1] is not bundle
+    alone["envelopes"][0] = (*alone["envelopes"][0][:-1], bundle)
+    assert _identical(alone, whole)
+
+
+def test_the_sections_alone_build_the_same_rows(demo_bundles: list[dict[str, Any]],
+                                                tmp_path: Path) -> None:
+    from processor_bench import _pipeline, _request, ctx20_spans, sel100_spans
+
+    bundles = [*demo_bundles, full_bundle()]
+    for name, make, spans in (("ctx20", ctx20_spans, 64), ("sel100", sel100_spans, 16)):
+        pipeline = _pipeline(tmp_path / name)
+        pipeline.ingest(_request(1, make, spans), "test")
+        pipeline.emit_pending()
+        pipeline.close(timeout=5)
+        bundles += [orjson.loads(line) for path in (tmp_path / name).glob("bundles-*.jsonl")
+                    for line in path.read_bytes().splitlines()]
+    # the rows read none of what is left out (else the test above would fail), and what is
+    # left out is there to be left out: the windows and events of the benchmark's bundles
+    assert any(set(b) - SECTIONS >= {"context_windows", "context_events"} for b in bundles)
+    for bundle in bundles:
+        _sections_alone(bundle)
+    for value in _ODD:  # a section of another type: the same rows either way
+        bundle = full_bundle()
+        for key in ("context_windows", "context_events", "context_surfaces"):
+            bundle[key] = value
+        _sections_alone(bundle)
 
 
 _ODD = (None, "", "x", 0, -1, 1.5, math.nan, 2**63, -(2**63) - 1, True, [], {}, ["i0"],

@@ -19,7 +19,7 @@ from processor_testkit import config, envelope_spans, read_bundles, request, wai
 
 from otel_agent_context._store import open_store
 from otel_agent_context.processor import Processor
-from otel_agent_context.processor._store_process import StoreProcess
+from otel_agent_context.processor._store_process import StoreProcess, encode_indexed
 from otel_agent_context.processor._store_sink import StoreSink
 
 
@@ -167,17 +167,102 @@ def test_the_store_process_stores_what_the_store_stores_in_process(
     bundles[-1]["context_budgets"][1]["utilization"] = 0.5  # NaN: not JSON
     lines = [encode_bundle(b) for b in bundles]
     batch = [(("", ""), orjson.loads(line), line) for line in lines]
+    # as the emitter hands them over: where the members the rows read are in each line
+    members = [encode_indexed(orjson.loads(line))[1] for line in lines]
+    assert all(members)
     here = StoreSink(str(tmp_path / "here.db"))
     child = StoreProcess(StoreSink(str(tmp_path / "child.db")))
+    whole = StoreProcess(StoreSink(str(tmp_path / "whole.db")))
     try:
         here.write(batch)
-        child.write(batch[:4])
-        child.write(batch[4:])
-        child.write(batch[2:5])  # written again: replaced, nothing twice
+        child.write(batch[:4], members[:4])
+        child.write(batch[4:], members[4:])
+        child.write(batch[2:5], members[2:5])  # written again: replaced, nothing twice
+        whole.write(batch)  # no index (recovery's bundles): each line decoded whole
     finally:
         here.close()
         child.close()
+        whole.close()
     expected = _contents(tmp_path / "here.db")
     assert expected["items"] and expected["blocks"] and expected["compactions"]
     assert any("NULL" in row for row in expected["items"])
     assert _contents(tmp_path / "child.db") == expected
+    assert _contents(tmp_path / "whole.db") == expected
+
+
+def _bundles_to_index(demo_bundles: list[dict[str, object]]) -> list[dict[str, object]]:
+    import orjson
+    from test_rows_equivalence import full_bundle
+
+    def plain() -> dict[str, object]:  # full_bundle() as written: what JSON cannot carry repaired
+        from otel_agent_context.rebuild._encode import encode_bundle
+
+        result: dict[str, object] = orjson.loads(encode_bundle(full_bundle()))
+        return result
+
+    odd = plain()
+    odd["context_events"] = [{"text": 'quote " back\\slash \n \u2028 é 😀 \x00'}]
+    odd["context_envelope"]["metadata"]["k\"ey"] = "v"  # type: ignore[index]
+    return [*demo_bundles, plain(), odd, {"rebuild": {}}, {}]
+
+
+def test_an_indexed_line_is_the_bundles_line_and_its_members_the_sections(
+        demo_bundles: list[dict[str, object]]) -> None:
+    """``encode_indexed`` writes the very bytes ``encode_bundle`` writes, and its spans cut
+    out exactly the members ``bundle_rows`` reads."""
+    import orjson
+
+    from otel_agent_context._store._rows import SECTIONS
+    from otel_agent_context.rebuild._encode import encode_bundle
+
+    for bundle in _bundles_to_index(demo_bundles):
+        line, spans = encode_indexed(bundle)
+        assert line == encode_bundle(bundle)
+        assert spans is not None
+        sections = {k: v for k, v in bundle.items() if k in SECTIONS}
+        assert len(spans) == 2 * len(sections)
+        cut = b"{" + b",".join(line[spans[i]:spans[i + 1]]
+                               for i in range(0, len(spans), 2)) + b"}"
+        assert cut == orjson.dumps(sections)
+
+
+@pytest.mark.parametrize("odd", ["surrogate", "big int", "int key"])
+def test_a_bundle_only_the_repairing_path_can_write_is_indexed_whole(odd: str) -> None:
+    """A value orjson refuses in a member: the line is ``encode_bundle``'s (repaired), with
+    no spans (the child then decodes it whole, as for recovery's bundles, above)."""
+    import copy
+
+    import orjson
+    from test_rows_equivalence import full_bundle
+
+    from otel_agent_context.rebuild._encode import encode_bundle
+
+    bundle = orjson.loads(encode_bundle(full_bundle()))  # only the value below to repair
+    budget = bundle["context_budgets"][0]
+    if odd == "surrogate":
+        budget["target"] = "bad \ud800 text"
+    elif odd == "big int":
+        budget["max_tokens"] = 2**70
+    else:
+        bundle["context_envelope"]["metadata"][7] = "int key"
+    assert encode_indexed(copy.deepcopy(full_bundle()))[1] is None  # its 2**70
+    expected = encode_bundle(copy.deepcopy(bundle))
+    line, spans = encode_indexed(bundle)
+    assert (line, spans) == (expected, None)
+    assert b"rebuild" in line
+
+
+def test_write_lines_refuses_an_index_that_does_not_match_the_lines(tmp_path: Path) -> None:
+    import orjson
+
+    from otel_agent_context.processor._store_process import request, write_lines
+
+    line = orjson.dumps({"context_envelope": {"context_id": "x"}}) + b"\n"
+    sink = StoreSink(str(tmp_path / "x.db"))
+    try:
+        with pytest.raises(ValueError, match="indexed"):
+            write_lines(sink, request([line], None) + line)
+        write_lines(sink, request([line], None))
+        assert sink.opened.rows("SELECT context_id FROM envelopes") == [{"context_id": "x"}]
+    finally:
+        sink.close()
