@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
+import json
 import logging
+import math
 import os
 import re
 import stat
@@ -36,6 +38,50 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 #: a range of lines (1-based, inclusive)
 Range = tuple[int, int]
+
+#: the longest integer read as a number (a longer one is out of any field's range; Python
+#: refuses to convert more than 4,300 digits anyway)
+_INT_DIGITS = 20
+
+
+def _loads(raw: bytes) -> tuple[Any, int]:
+    """The JSON document in ``raw`` and how many of its numbers were out of range and read
+    as null: a number no field can hold (a 5,000-digit integer, ``1e400``, ``NaN``) makes
+    orjson refuse the whole document, and the rest of it is still worth reading. Raises
+    ``orjson.JSONDecodeError`` when it is not JSON."""
+    try:
+        return orjson.loads(raw), 0
+    except orjson.JSONDecodeError as exc:
+        first = exc
+    dropped = 0
+
+    def out_of_range() -> None:
+        nonlocal dropped
+        dropped += 1
+
+    def integer(text: str) -> int | None:
+        if len(text.lstrip("-")) > _INT_DIGITS:
+            out_of_range()
+            return None
+        return int(text)
+
+    def real(text: str) -> float | None:
+        value = float(text)
+        if math.isfinite(value):
+            return value
+        out_of_range()
+        return None
+
+    def constant(text: str) -> None:  # NaN, Infinity, -Infinity
+        out_of_range()
+
+    try:
+        doc = json.loads(raw, parse_int=integer, parse_float=real, parse_constant=constant)
+    except (ValueError, RecursionError):
+        raise first from None
+    if not dropped:
+        raise first  # orjson refused it for another reason (e.g. a lone surrogate)
+    return doc, dropped
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -215,11 +261,13 @@ class _Reader:
 
     def json_object(self, rel: str, data: bytes) -> dict[str, Any] | None:
         try:
-            doc = orjson.loads(data)
+            doc, dropped = _loads(data)
         except orjson.JSONDecodeError as exc:
             what = "empty" if not data.strip() else "not valid JSON (half-written?)"
             self.warn(rel, f"{what}: {exc}" if data.strip() else what)
             return None
+        if dropped:
+            self.warn(rel, f"{dropped} number(s) out of range, read as null")
         if not isinstance(doc, dict):
             self.warn(rel, f"expected a JSON object, got {type(doc).__name__}")
             return None
@@ -234,11 +282,13 @@ class _Reader:
                 continue
             last = number == len(lines)  # no newline after it: may still be being written
             try:
-                doc = orjson.loads(raw)
+                doc, dropped = _loads(raw)
             except orjson.JSONDecodeError:
                 self.warn(rel, f"line {number}: " + (
                     "half-written last line, ignored" if last else "not valid JSON, ignored"))
                 continue
+            if dropped:
+                self.warn(rel, f"line {number}: {dropped} number(s) out of range, read as null")
             if not isinstance(doc, dict):
                 self.warn(rel, f"line {number}: expected a JSON object, ignored")
                 continue
@@ -316,11 +366,14 @@ class _History:
     @staticmethod
     def _tokens(reader: _Reader, number: int, raw: bytes) -> int:
         try:
-            doc = orjson.loads(raw)
+            doc, dropped = _loads(raw)
         except orjson.JSONDecodeError:
             if raw.strip():
                 reader.warn(MESSAGES, f"line {number}: not valid JSON; tokens estimated")
             return estimate_tokens(raw.decode("utf-8", errors="replace"))
+        if dropped:
+            reader.warn(MESSAGES, f"line {number}: {dropped} number(s) out of range, read as "
+                                  "null")
         if isinstance(doc, dict):
             tokens = doc.get("tokens")
             if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:

@@ -310,6 +310,19 @@ MALFORMED = {
         "context/summary.md: not UTF-8; undecodable bytes replaced", True),
     "summary is a directory": (_dir("context/summary.md"),
                                "context/summary.md: is a directory, expected a file", True),
+    # numbers no field can hold (orjson refuses the whole document for one): the rest is read
+    "pack number of 5,000 digits": (
+        _write(PACK, (SEED_SESSION / PACK).read_bytes().replace(
+            b'"budget_tokens": 32000', b'"budget_tokens": ' + b"9" * 5000)),
+        "context/pack.json: 1 number(s) out of range, read as null", True),
+    "pack number beyond a double": (
+        _write(PACK, (SEED_SESSION / PACK).read_bytes().replace(b'"tokens": 900',
+                                                                b'"tokens": 1e400')),
+        "context/pack.json: 1 number(s) out of range, read as null", True),
+    "messages line with NaN": (
+        _write("messages.jsonl", (SEED_SESSION / "messages.jsonl").read_bytes()
+               .replace(b'{"id":"msg-005"', b'{"weight":NaN,"id":"msg-005"')),
+        "messages.jsonl: line 5: 1 number(s) out of range, read as null", True),
     "swap chunk reference half-written": (
         _write("context/swap/chunk/sha256-abc", b'{"source": "messages.jsonl", "start_'),
         "context/swap/chunk/sha256-abc: not valid JSON (half-written?)", True),
