@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,6 +47,36 @@ def _launch(app: Path, port: int, capture: bool) -> tuple[Any, list[Any]]:
         proc = subprocess.run([str(launcher), sys.executable, str(app)],
                               env=env, capture_output=True, text=True, timeout=120)
         return proc, list(stub.requests)
+
+
+def _plain(app: Path) -> tuple[Any, list[Any]]:
+    """The same app run with plain ``python``, no instrumentation: what it printed and the
+    requests the stub got, to compare with the instrumented run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    with StubServer() as stub:
+        env["STUB_URL"] = stub.url
+        proc = subprocess.run([sys.executable, str(app)], env=env, capture_output=True,
+                              text=True, timeout=120)
+        return proc, list(stub.requests)
+
+
+@pytest.mark.parametrize("app", ["frameworks_app.py", "llama_index/li_app.py",
+                                 "llama_index/li_agent_app.py"])
+def test_the_apps_output_and_requests_are_the_same_with_and_without(
+        receiver, app: str) -> None:  # noqa: F811
+    """What the application printed and every request body its frameworks sent (paths and
+    JSON bodies, in order) are the same under ``opentelemetry-instrument`` as without it."""
+    _, port = receiver
+    instrumented, sent = _launch(HERE / app, port, False)
+    plain, sent_plain = _plain(HERE / app)
+    assert instrumented.returncode == plain.returncode == 0, instrumented.stderr + plain.stderr
+    # li_agent_app also prints whether its own envelope is still current after the run: a
+    # fact about the telemetry (no SDK: a no-op envelope), not about what the app did
+    assert [re.sub(r" (True|False)$", "", line) for line in instrumented.stdout.splitlines()] \
+        == [re.sub(r" (True|False)$", "", line) for line in plain.stdout.splitlines()]
+    assert len(sent) == len(sent_plain) > 0
+    assert sent == sent_plain
 
 
 def _bundles(rec: Any, enough: Callable[[list[dict]], bool]) -> list[dict]:
