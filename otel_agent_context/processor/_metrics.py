@@ -224,7 +224,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",
                "jsonl equals sum(context_envelopes_total); dead_letter 0"),
     SelfMetric("context_processor_sink_errors_total", "counter", ("sink",),
-               "Failed sink writes (each is retried; the receivers push back meanwhile).",
+               "Failed sink writes (each is retried; the receivers push back meanwhile); "
+               "dead_letter: dead-letter.jsonl could not be written, its envelopes logged "
+               "and not retried.",
                "0"),
     SelfMetric("context_processor_store_left_out_total", "counter", ("reason",),
                "Envelopes left out of the bundle store, each logged (the JSON Lines file "
