@@ -103,23 +103,26 @@ class ContractMetrics:
             name: {} for name in HISTOGRAMS
         }
 
-    def record(self, measurements: Iterable[Measurement]) -> int:
-        """Add the measurements; how many were left out (a value that would make a
-        histogram's sum infinite)."""
-        dropped = 0
+    def record(self, measurements: Iterable[Measurement]) -> list[Measurement]:
+        """Add the measurements; the ones added (left out: a value that is not finite, NaN
+        or an infinity, or that would make a counter or a histogram's sum infinite)."""
+        kept: list[Measurement] = []
         with self._lock:
             for m in measurements:
                 series = self._histograms.get(m.name)
                 if series is None:
                     counters = self._counters[m.name]
-                    counters[m.labels] = counters.get(m.labels, 0.0) + m.value
+                    total = counters.get(m.labels, 0.0) + m.value
+                    if total - total == 0.0:  # neither inf nor nan
+                        counters[m.labels] = total
+                        kept.append(m)
                 else:
                     histogram = series.get(m.labels)
                     if histogram is None:
                         histogram = series[m.labels] = _Histogram(BUCKETS[m.name])
-                    if not histogram.observe(m.value, m.trace_id):
-                        dropped += 1
-        return dropped
+                    if histogram.observe(m.value, m.trace_id):
+                        kept.append(m)
+        return kept
 
     def value(self, name: str, labels: tuple[str, ...]) -> float:
         """A counter's value (tests and the demo's summary)."""
@@ -189,8 +192,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "had metrics.label_values distinct values (per metric and label).",
                "0; a free-form label (agent, trigger) with that many values needs a look"),
     SelfMetric("context_processor_measurements_dropped_total", "counter", (),
-               "Measurements left out because they would make a histogram's sum infinite "
-               "(absurdly large finite values).", "0"),
+               "Measurements left out of the contract metrics (and of the OTLP push) "
+               "because they are not finite or would make a counter or a histogram's sum "
+               "infinite (absurdly large finite values).", "0"),
     SelfMetric("context_processor_wal_write_errors_total", "counter", (),
                "Exports refused because the write-ahead log could not write or sync (a full "
                "disk, an I/O error): answered UNAVAILABLE/503 with a retry delay.", "0"),
@@ -224,7 +228,9 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Bundles written, by sink (jsonl, otlp_logs, dead_letter).",
                "jsonl equals sum(context_envelopes_total); dead_letter 0"),
     SelfMetric("context_processor_sink_errors_total", "counter", ("sink",),
-               "Failed sink writes (each is retried; the receivers push back meanwhile).",
+               "Failed sink writes (each is retried; the receivers push back meanwhile); "
+               "dead_letter: dead-letter.jsonl could not be written, its envelopes logged "
+               "and not retried.",
                "0"),
     SelfMetric("context_processor_store_left_out_total", "counter", ("reason",),
                "Envelopes left out of the bundle store, each logged (the JSON Lines file "
@@ -441,11 +447,12 @@ class MetricsRegistry:
         measurements, overflow = self.labels.apply(measurements)
         for (metric, label), count in overflow.items():
             self.self.inc("context_processor_metric_label_overflow_total", (metric, label), count)
-        dropped = self.contract.record(measurements)
-        if dropped:
-            self.self.inc("context_processor_measurements_dropped_total", (), dropped)
-        if self.push is not None:
-            self.push.record(measurements)
+        kept = self.contract.record(measurements)
+        if len(kept) < len(measurements):
+            self.self.inc("context_processor_measurements_dropped_total", (),
+                          len(measurements) - len(kept))
+        if self.push is not None:  # the same values as /metrics: none that is not finite
+            self.push.record(kept)
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition the ``Accept`` header asks for: (body, content type)."""

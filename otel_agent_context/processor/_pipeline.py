@@ -35,6 +35,7 @@ until it comes; replay reads span and event records in the order they were writt
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
@@ -164,16 +165,30 @@ def _span_json(span: Any) -> dict[str, Any]:
 
 
 
+def _repr(value: object) -> str:
+    """``repr(value)``, or its type's name when its ``__repr__`` raises too."""
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a dead letter must not raise for a bad exception
+        return f"<{type(value).__name__}>"
+
+
 def _dead_letter(finished: Finished, exc: BaseException) -> bytes:
-    """The spans of an envelope the rebuild raised on, as one line: whatever they hold, it
-    is written once (a line that cannot carry them says so), never retried forever."""
+    """The spans of an envelope the rebuild (or its encoding) raised on, as one line: never
+    raises, so the envelope is handled once, never retried forever. A line that cannot carry
+    the spans says how many it lost and why; one the encoder refuses altogether is written by
+    the standard library's ``json``."""
     record = {"trace_id": finished.key[0], "context_id": finished.key[1],
-              "reasons": list(finished.reasons), "error": repr(exc)}
+              "reasons": list(finished.reasons), "error": _repr(exc)}
     try:
         return encode_record({**record, "spans": [_span_json(s) for s in finished.spans]})
     except Exception as again:  # noqa: BLE001 - the spans themselves cannot be written
-        return encode_record({**record, "spans_lost": len(finished.spans),
-                              "dead_letter_error": repr(again)})
+        lost = {**record, "spans_lost": len(finished.spans), "dead_letter_error": _repr(again)}
+    try:
+        return encode_record(lost)
+    except Exception:  # noqa: BLE001 - nor the record: plain text, ASCII, nothing to refuse
+        return json.dumps(lost, default=_repr, ensure_ascii=True).encode() + b"\n"
+
 
 @dataclass(eq=False)
 class _Flight:
@@ -769,7 +784,7 @@ class Pipeline:
     def _emit(self, batch: list[Finished]) -> bool:
         assert self._rebuild is not None
         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
-        dead: list[bytes] = []
+        dead: list[tuple[tuple[str, str], bytes]] = []
         partial_reasons: list[str] = []
         # the store's child decodes only what its rows read: where that is in each line
         members: list[list[int] | None] | None = (
@@ -786,7 +801,7 @@ class Pipeline:
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
                 self.metrics.self.inc("context_processor_rebuild_errors_total")
-                dead.append(_dead_letter(finished, exc))
+                dead.append((finished.key, _dead_letter(finished, exc)))
                 continue
             if bundle_key(bundle) != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
@@ -977,13 +992,24 @@ class Pipeline:
                     cond.wait(backoff)
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
 
-    def _write_dead_letter(self, lines: list[bytes]) -> None:
+    def _write_dead_letter(self, dead: list[tuple[tuple[str, str], bytes]]) -> None:
+        """Append the lines to ``dead-letter.jsonl``, once: when that fails too (a full
+        disk), the envelopes are logged by key and counted
+        (``context_processor_sink_errors_total{sink="dead_letter"}``), not retried: an
+        envelope that cannot be written must not hold up the ones behind it."""
         path = Path(self.config.out_dir) / DEAD_LETTER
-        with open(path, "ab") as handle:
-            handle.write(b"".join(lines))
-            handle.flush()
+        try:
+            with open(path, "ab") as handle:
+                handle.write(b"".join(line for _, line in dead))
+                handle.flush()
+        except Exception as exc:  # noqa: BLE001 - given up on, loudly, never retried
+            self.metrics.self.inc("context_processor_sink_errors_total", ("dead_letter",))
+            log.error("cannot write %s (%s): lost the spans of %s", path, exc,
+                      ", ".join(f"trace {trace} context {context}"
+                                for (trace, context), _ in dead))
+            return
         self.metrics.self.inc("context_processor_bundles_written_total", ("dead_letter",),
-                              len(lines))
+                              len(dead))
 
     # -- stop ----------------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:

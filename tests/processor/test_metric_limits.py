@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import urllib.request
+from typing import Any
 
 from processor_testkit import envelope_spans, request, wait_for
 from prometheus_client.parser import text_string_to_metric_families
@@ -70,3 +71,85 @@ def test_serve_caps_agent_names_from_the_wire(start_processor) -> None:
 
     wait_for(lambda: len(agents()) == 3)
     assert agents() == {"agent-0", "agent-1", "other"}
+
+
+NON_FINITE = (math.nan, math.inf, -math.inf)
+
+
+class _Pushed:
+    """Stands in for the OTLP metrics push: what it would send."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def record(self, measurements: Any) -> None:
+        self.values.extend(m.value for m in measurements)
+
+
+def _histogram(families: dict[str, list], family: str) -> tuple[float, float]:
+    (total,) = [s.value for s in families[family] if s.name.endswith("_sum")]
+    (count,) = [s.value for s in families[family] if s.name.endswith("_count")]
+    return total, count
+
+
+def test_non_finite_values_recorded_directly_are_left_out_and_counted() -> None:
+    registry = MetricsRegistry()
+    pushed = registry.push = _Pushed()  # type: ignore[assignment]
+    for value in (*NON_FINITE, 0.5):
+        registry.record([
+            Measurement(S.METRIC_BUDGET_UTILIZATION, ("model", "a"), value, "ab" * 16),
+            Measurement(S.METRIC_COMPACTION_COVERAGE, ("a", "rolling_summary"), value, None),
+            Measurement(S.METRIC_ENVELOPES, ("turn", "a", "complete"), value, None),
+        ])
+    families = _families(registry)
+    assert _histogram(families, "context_budget_utilization_ratio") == (0.5, 1.0)
+    assert _histogram(families, "context_compaction_coverage_ratio") == (0.5, 1.0)
+    (envelopes,) = [s.value for s in families["context_envelopes"]
+                    if s.name == "context_envelopes_total"]
+    assert envelopes == 0.5  # a counter is not made NaN or infinite either
+    (dropped,) = [s.value for s in families["context_processor_measurements_dropped"]
+                  if s.name.endswith("_total")]
+    assert dropped == 3 * len(NON_FINITE)
+    assert pushed.values and all(math.isfinite(v) for v in pushed.values)  # nor pushed
+
+
+def test_non_finite_ratios_sent_over_grpc_stay_out_of_the_histograms(start_processor) -> None:
+    import grpc
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+    from processor_testkit import span
+
+    processor = start_processor()
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    for trace, value in enumerate((*NON_FINITE, 0.25), start=1):
+        root, cid = trace * 10, f"ratios-{trace}"
+        stub.Export(request([
+            span(trace, root, "invoke_agent raw-agent", {
+                "context.id": cid, "context.scope": "turn", "context.span_count": 2,
+                "gen_ai.agent.name": "raw-agent", "gen_ai.operation.name": "invoke_agent"}),
+            span(trace, root + 1, "context.budget", {
+                "context.id": cid, "context.budget.id": f"{cid}-b",
+                "context.budget.target": "model", "context.budget.utilization": value},
+                parent=root),
+            span(trace, root + 2, "context.compaction", {
+                "context.id": cid, "context.compaction.id": f"{cid}-c",
+                "context.compaction.method": "rolling_summary",
+                "context.compaction.coverage": value, "context.compaction.source_count": 1},
+                parent=root),
+        ]), timeout=10)
+
+    def scrape() -> dict[str, list]:
+        with urllib.request.urlopen(f"http://{processor.addresses['metrics']}/metrics",
+                                    timeout=10) as response:
+            text = response.read().decode()
+        return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+    def envelopes() -> float:
+        return sum(s.value for s in scrape().get("context_envelopes", ())
+                   if s.name == "context_envelopes_total")
+
+    wait_for(lambda: envelopes() == 4, message="4 envelopes in /metrics")
+    families = scrape()
+    # only the finite envelope's ratios are counted: the others were dropped at the boundary
+    assert _histogram(families, "context_budget_utilization_ratio") == (0.25, 1.0)
+    assert _histogram(families, "context_compaction_coverage_ratio") == (0.25, 1.0)
+    assert processor.metrics.self.get("context_processor_repairs_total", ("non_finite",)) == 6

@@ -29,11 +29,13 @@ _VALUE = b"\x18" + b"\xff" * 9 + b"\x7f"  # AnyValue.int_value, every one of 70 
 POISON = b"\x0a" + bytes([len(_KEY)]) + _KEY + b"\x12" + bytes([len(_VALUE)]) + _VALUE
 
 
-def poisoned(context_id: str, trace: int) -> bytes:
-    """A complete envelope whose stage span carries the poison attribute (built from the
-    lite types: the generated classes would cut the varint to 64 bits on the way)."""
-    lite = LiteRequest.FromString(request(envelope_spans(trace, context_id, stages=1))
-                                  .SerializeToString())
+def poisoned(context_id: str, trace: int, *, stages: int = 1, send: int | None = None
+             ) -> bytes:
+    """An envelope whose first stage span carries the poison attribute (built from the
+    lite types: the generated classes would cut the varint to 64 bits on the way); only its
+    first ``send`` spans (all by default): with fewer, the envelope is not complete yet."""
+    spans = envelope_spans(trace, context_id, stages=stages)[:send]
+    lite = LiteRequest.FromString(request(spans).SerializeToString())
     spans = lite.resource_spans[0].scope_spans[0].spans
     stage = LiteSpan.FromString(spans[1])
     stage.attributes.append(POISON)
@@ -78,18 +80,35 @@ def test_a_poison_request_fails_alone_over_grpc_and_http_and_after_a_restart(
     (selection,) = [s for s in found["poison-grpc"]["context_selections"]]
     assert selection["selected_item_refs"] == ["doc-0-a"]
 
-    # a request still in the WAL at a stop replays at the next start without harm
-    _grpc(addresses["otlp_grpc"], poisoned("poison-pending", 5)[:])  # completes at once
+    # A poison request durable in the WAL, its envelope not complete yet (one of its two
+    # stages sent), then a SIGKILL: the next start replays it from the WAL and the stage
+    # that completes it comes after the restart.
+    _grpc(addresses["otlp_grpc"], poisoned("poison-pending", 5, stages=2, send=2))
+    process.send_signal(signal.SIGKILL)
+    process.wait(20)
+    assert "poison-pending" not in by_context(read_bundles(out_dir))
+    process, addresses = serve(args, ready)
+    _http(addresses["otlp_http"],
+          request(envelope_spans(5, "poison-pending", stages=2)[2:]).SerializeToString())
+    _http(addresses["otlp_http"], good("after-restart", 6))
+    _grpc(addresses["otlp_grpc"], good("after-restart-grpc", 7))
+    wait_for(lambda: {"poison-pending", "after-restart", "after-restart-grpc"}
+             <= set(by_context(read_bundles(out_dir))), timeout=20)
+    replayed = by_context(read_bundles(out_dir))["poison-pending"]
+    assert [s["selected_item_refs"] for s in replayed["context_selections"]] == \
+        [["doc-0-a"], ["doc-1-a"]]  # the replayed poison span and the one sent after
+    assert replayed["rebuild"]["status"] == "complete"
     process.send_signal(signal.SIGTERM)
     assert process.wait(20) == 0  # a SIGTERM is enough: nothing is stuck
+    # and a start after that replays nothing again
     process, addresses = serve(args, ready)
-    _http(addresses["otlp_http"], good("after-restart", 6))
-    wait_for(lambda: {"poison-pending", "after-restart"} <= set(by_context(read_bundles(out_dir))),
-             timeout=20)
+    _http(addresses["otlp_http"], good("after-second-restart", 8))
+    wait_for(lambda: "after-second-restart" in by_context(read_bundles(out_dir)), timeout=20)
     process.send_signal(signal.SIGTERM)
     assert process.wait(20) == 0
     counts = [b["context_envelope"]["context_id"] for b in read_bundles(out_dir)]
     assert sorted(counts) == sorted(set(counts))  # each envelope written once
+    assert not (out_dir / "dead-letter.jsonl").exists()
 
 
 def test_the_wire_reader_keeps_64_bits_as_protobuf_does() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import gzip
+import ipaddress
 import time
 import urllib.error
 import urllib.request
@@ -337,13 +338,15 @@ def test_bearer_token(start_processor) -> None:
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    # for the address itself: the test does not depend on ``localhost`` resolving
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), False)
             .sign(key, hashes.SHA256()))
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -357,10 +360,12 @@ def test_tls_on_both_receivers(start_processor, tmp_path: Path) -> None:
     import ssl
 
     cert, key = _self_signed(tmp_path)
-    processor = start_processor(receivers__otlp_grpc__endpoint="localhost:0",
-                                receivers__otlp_http__endpoint="localhost:0",
+    processor = start_processor(receivers__otlp_grpc__endpoint="127.0.0.1:0",
+                                receivers__otlp_http__endpoint="127.0.0.1:0",
                                 receivers__tls__cert_file=str(cert),
                                 receivers__tls__key_file=str(key))
+    assert all(processor.addresses[r].startswith("127.0.0.1:")
+               for r in ("otlp_grpc", "otlp_http"))
     credentials = grpc.ssl_channel_credentials(cert.read_bytes())
     stub = TraceServiceStub(grpc.secure_channel(processor.addresses["otlp_grpc"], credentials))
     stub.Export(request(envelope_spans(1, "ctx-tls-grpc", stages=1)), timeout=10)
