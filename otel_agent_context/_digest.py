@@ -237,8 +237,9 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     found = _MEMO.get(key) if _resolved else None
     start = 0
     h: Any = None
+    old_chars = 0
     if found is not None:
-        old_ids, old_digests, state = found
+        old_ids, old_digests, state, old_chars = found
         m = len(old_ids)
         if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
             h = state.copy()
@@ -249,10 +250,14 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
         h.update("".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
             range(start, n), item_ids[start:], digests[start:], strict=True)]
         ).encode("utf-8", "surrogatepass"))
-    if n:
-        # the lists' strings are kept alive by this entry: counted as the memo's characters
-        _remember(key, sum(map(len, item_ids)) + sum(map(len, digests)),
-                  (list(item_ids), list(digests), h))  # never updated again: copied first
+        try:  # the lists' strings are kept alive by the entry: counted as the memo's
+            chars = sum(map(len, item_ids)) + sum(map(len, digests))
+        except TypeError:  # an id that is not text (an invalid request): not remembered
+            chars = -1
+        if chars >= 0:
+            # a replaced entry's characters were counted already: only the growth is new
+            _remember(key, max(chars - old_chars, 0) if start else chars,
+                      (list(item_ids), list(digests), h, chars))  # never updated: copied
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 

@@ -262,3 +262,35 @@ def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeyp
                 _assembly_reference(raw, extended, extended_digests)
         finally:
             _digest.reset()
+
+
+def test_a_conversations_remembered_hash_counts_its_characters_once() -> None:
+    """The same or a growing conversation, call after call: the memo counts only what is new
+    (it used to add the whole conversation each call, and cleared every digest it held about
+    every few hundred calls)."""
+    _digest.reset()
+    try:
+        ids = [f"msg-{i}" for i in range(50)]
+        digests = [_digest.digest_str(f"text {i}") for i in range(50)]
+        _digest.assembly_digest(ids, digests)
+        after_first = _digest._memo_chars
+        for _ in range(200):
+            _digest.assembly_digest(ids, digests)
+        assert _digest._memo_chars == after_first
+        grown = [*ids, "msg-50"], [*digests, _digest.digest_str("text 50")]
+        before = _digest._memo_chars
+        _digest.assembly_digest(*grown)
+        added = len("msg-50") + len(grown[1][-1])
+        assert _digest._memo_chars - before == added
+        assert _digest.digest_str("text 0") == digests[0]
+    finally:
+        _digest.reset()
+
+
+def test_an_id_that_is_not_text_is_hashed_not_raised() -> None:
+    _digest.reset()
+    try:
+        value = _digest.assembly_digest(["s", "u", 1], ["d1", "d2", "d3"])  # type: ignore[list-item]
+        assert value == _digest.assembly_digest(["s", "u", "1"], ["d1", "d2", "d3"])
+    finally:
+        _digest.reset()

@@ -35,6 +35,7 @@ until it comes; replay reads span and event records in the order they were writt
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import threading
@@ -1000,8 +1001,16 @@ class Pipeline:
         path = Path(self.config.out_dir) / DEAD_LETTER
         try:
             with open(path, "ab") as handle:
-                handle.write(b"".join(line for _, line in dead))
-                handle.flush()
+                end = handle.tell()
+                try:
+                    handle.write(b"".join(line for _, line in dead))
+                    handle.flush()
+                except BaseException:
+                    # a write cut short (a full disk) leaves half a line, which the next
+                    # dead letter would be glued onto: cut the file back to where it was
+                    with contextlib.suppress(OSError):
+                        handle.truncate(end)
+                    raise
         except Exception as exc:  # noqa: BLE001 - given up on, loudly, never retried
             self.metrics.self.inc("context_processor_sink_errors_total", ("dead_letter",))
             log.error("cannot write %s (%s): lost the spans of %s", path, exc,

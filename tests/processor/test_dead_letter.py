@@ -118,3 +118,59 @@ def test_a_dead_letter_file_that_cannot_be_written_is_logged_and_counted(
                                       ("dead_letter",)) == 1
     assert any("No space left" in r.getMessage() and BAD in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_dead_letter_cut_short_leaves_no_half_line(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write cut short (a full disk mid-line) is cut back, so the next dead letter, once
+    there is room again, is a line of its own. A file that accepts a few bytes and then
+    fails stands in for the full disk (the tmpfs test in test_full_disk.py needs root)."""
+    from types import SimpleNamespace
+
+    errors: list[tuple[Any, ...]] = []
+    written: list[tuple[Any, ...]] = []
+
+    class Metrics:
+        def inc(self, name: str, labels: Any, value: int = 1) -> None:
+            (errors if "errors" in name else written).append((name, labels, value))
+
+    fake = SimpleNamespace(config=SimpleNamespace(out_dir=str(tmp_path)),
+                           metrics=SimpleNamespace(self=Metrics()))
+    real_open = builtins.open
+
+    class FullDisk:
+        """Writes 100 bytes of what it is given, then fails as a full disk does."""
+
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.handle.close()
+
+        def tell(self) -> int:
+            return int(self.handle.tell())
+
+        def truncate(self, size: int) -> int:
+            return int(self.handle.truncate(size))
+
+        def write(self, data: bytes) -> int:
+            self.handle.write(data[:100])
+            self.handle.flush()
+            raise OSError(28, "No space left on device")
+
+        def flush(self) -> None:
+            self.handle.flush()
+
+    first = orjson.dumps({"trace_id": "t1", "context_id": "c1", "spans": ["x" * 5000]}) + b"\n"
+    second = orjson.dumps({"trace_id": "t2", "context_id": "c2", "spans": []}) + b"\n"
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: FullDisk(real_open(*a, **k)))
+    _pipeline.Pipeline._write_dead_letter(fake, [(("t1", "c1"), first)])  # type: ignore[arg-type]
+    monkeypatch.setattr(builtins, "open", real_open)
+    _pipeline.Pipeline._write_dead_letter(fake, [(("t2", "c2"), second)])  # type: ignore[arg-type]
+    lines = (tmp_path / _pipeline.DEAD_LETTER).read_bytes().splitlines()
+    assert [orjson.loads(line)["context_id"] for line in lines] == ["c2"]
+    assert [e[1] for e in errors] == [("dead_letter",)]
+    assert written == [("context_processor_bundles_written_total", ("dead_letter",), 1)]
