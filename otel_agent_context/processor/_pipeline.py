@@ -798,18 +798,21 @@ class Pipeline:
                     line = encode_bundle(bundle)
                 else:
                     line, spans = encode_indexed(bundle)
+                # inside the guard too: a bundle of unexpected shape (a rebuild bug) must
+                # not escape the batch, which would then be retried for ever
+                key = bundle_key(bundle)
+                rebuild_info = bundle.get("rebuild") or {}
+                twice = sum(1 for r in rebuild_info.get("repairs", ())
+                            if r.get("kind") == DUPLICATE_ID)
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
                 self.metrics.self.inc("context_processor_rebuild_errors_total")
                 dead.append((finished.key, _dead_letter(finished, exc)))
                 continue
-            if bundle_key(bundle) != finished.key:
+            if key != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
-                            "could write it twice", bundle_key(bundle), finished.key)
-            rebuild_info = bundle.get("rebuild") or {}
-            twice = sum(1 for r in rebuild_info.get("repairs", ())
-                        if r.get("kind") == DUPLICATE_ID)
+                            "could write it twice", key, finished.key)
             if twice:  # found by the rebuild, not at the receiver: counted here
                 self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), twice)
             if rebuild_info.get("status") == "partial":

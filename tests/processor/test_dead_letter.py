@@ -174,3 +174,21 @@ def test_a_dead_letter_cut_short_leaves_no_half_line(tmp_path: Path,
     assert [orjson.loads(line)["context_id"] for line in lines] == ["c2"]
     assert [e[1] for e in errors] == [("dead_letter",)]
     assert written == [("context_processor_bundles_written_total", ("dead_letter",), 1)]
+
+
+def test_a_bundle_of_unexpected_shape_is_dead_lettered_not_retried(
+        start_processor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rebuild bug that returns a bundle the emitter cannot read (its repairs not a list
+    of records) is the same as one that raises: dead-lettered once, the stream goes on."""
+    for name in ("encode_bundle", "encode_indexed"):
+        real = getattr(_pipeline, name)
+
+        def encode(bundle: dict[str, Any], real: Any = real) -> Any:
+            if bundle["context_envelope"]["context_id"] == BAD:
+                bundle["rebuild"]["repairs"] = ["not a record"]
+            return real(bundle)
+        monkeypatch.setattr(_pipeline, name, encode)
+    processor = _run(start_processor, caplog)
+    (line,) = (Path(processor.config.out_dir) / _pipeline.DEAD_LETTER).read_bytes().splitlines()
+    assert orjson.loads(line)["context_id"] == BAD
