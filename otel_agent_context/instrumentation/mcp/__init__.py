@@ -201,6 +201,17 @@ def _resource_item(content: Any, server: str | None, prompt: str | None = None,
         source_refs=[_source(uri, server, prompt)])
 
 
+def _link_item(link: Any, server: str | None, prompt: str | None = None) -> ContextItem:
+    """A resource link: the resource it names (no text: only its URI and media type)."""
+    uri = str(getattr(link, "uri", ""))
+    mime = getattr(link, "mime_type", None)
+    return ContextItem(item_id="mcp_resource:" + short_digest(server or "", uri),
+                       context_kind=ContextKind.EXTERNAL_RESOURCE,
+                       content_mode=ContentMode.RESOURCE_LINK,
+                       mime_type=mime if isinstance(mime, str) else None,
+                       source_refs=[_source(uri, server, prompt)])
+
+
 def _prompt_items(result: Any, name: str, server: str | None) -> list[ContextItem]:
     items = []
     for index, message in enumerate(getattr(result, "messages", None) or ()):
@@ -211,12 +222,7 @@ def _prompt_items(result: Any, name: str, server: str | None) -> list[ContextIte
                                         ContentMode.EMBEDDED_RESOURCE))
             continue
         if ctype == "resource_link":
-            uri = str(getattr(content, "uri", ""))
-            items.append(ContextItem(
-                item_id="mcp_resource:" + short_digest(server or "", uri),
-                context_kind=ContextKind.EXTERNAL_RESOURCE,
-                content_mode=ContentMode.RESOURCE_LINK,
-                source_refs=[_source(uri, server, name)]))
+            items.append(_link_item(content, server, name))
             continue
         text = getattr(content, "text", None)
         role = getattr(message, "role", None)
@@ -250,11 +256,7 @@ def _tool_items(result: Any, name: str, arguments: Any, server: str | None
             item = _resource_item(getattr(block, "resource", None), server,
                                   mode=ContentMode.EMBEDDED_RESOURCE)
         elif btype == "resource_link":
-            uri = str(getattr(block, "uri", ""))
-            item = ContextItem(item_id="mcp_resource:" + short_digest(server or "", uri),
-                               context_kind=ContextKind.EXTERNAL_RESOURCE,
-                               content_mode=ContentMode.RESOURCE_LINK,
-                               source_refs=[_source(uri, server)])
+            item = _link_item(block, server)
         else:
             text = getattr(block, "text", None)
             item = ContextItem(

@@ -6,10 +6,12 @@ import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import EmbeddedResource, ResourceLink, TextResourceContents
 
 mcp = MCPServer("Docs")
 
 POLICY = "Refunds are accepted within 30 days of delivery with the receipt."
+SHIPPING = "docs://policies/shipping"
 
 
 def _policy() -> str:
@@ -33,6 +35,15 @@ def answer_question(question: str) -> str:
 def order_status(order_id: str) -> str:
     """Where an order is."""
     return f"Order {order_id} was delivered on 2026-11-02."
+
+
+@mcp.tool()
+def policy_documents(topic: str) -> list[EmbeddedResource | ResourceLink]:
+    """The policies on a topic: the refund policy itself, and a link to the shipping one."""
+    return [EmbeddedResource(type="resource", resource=TextResourceContents(
+                uri="docs://policies/refunds", mime_type="text/plain", text=_policy())),
+            ResourceLink(type="resource_link", name="shipping", uri=SHIPPING,
+                         mime_type="text/markdown")]
 
 
 if __name__ == "__main__":

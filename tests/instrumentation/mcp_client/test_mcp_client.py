@@ -24,7 +24,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_docs_server import POLICY
+from mcp_docs_server import POLICY, SHIPPING
 from stub_server import REPLY, StubServer
 
 from otel_agent_context.instrumentation.mcp import MCPContextInstrumentor
@@ -214,3 +214,84 @@ def test_http_items_carry_the_mcp_session_id(mcp_on: CapturedTelemetry,
     events = [e for s in tel.spans() for e in s.events if e.name == "context.item.added"]
     assert {(e.attributes["mcp.session.id"], e.attributes["jsonrpc.request.id"])
             for e in events} == {(session_id, "2"), (session_id, "3")}
+
+
+async def _documents_app(base_url: str, transport: str, url: str, envelope: Any,
+                         sessions: list[str]) -> tuple[list[str], str]:
+    """Call the tool that answers with an embedded resource and a resource link (over stdio,
+    or Streamable HTTP), put the embedded policy into a model call: the blocks' types and the
+    model's answer."""
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "stdio":
+            params = StdioServerParameters(command=sys.executable, args=[SERVER])
+            read, write = await stack.enter_async_context(stdio_client(params))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+        else:
+            session = await stack.enter_async_context(_connected(transport, url, sessions))
+        with envelope():
+            result = await session.call_tool("policy_documents", {"topic": "returns"})
+            embedded = next(b for b in result.content if b.type == "resource")
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+            reply = await client.chat.completions.create(
+                model="gpt-4o-mini",
+                messages=[{"role": "system", "content": embedded.resource.text},
+                          {"role": "user", "content": QUESTION}])
+    return [b.type for b in result.content], str(reply.choices[0].message.content)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_tool_embedded_resource_and_resource_link_content_modes(
+        mcp_on: CapturedTelemetry, transport: str) -> None:
+    """A tool result holding an embedded resource and a resource link: two items of the
+    resources they carry, content modes ``embedded_resource`` and ``resource_link``, with the
+    resource URI, the tool, the server, the request id (and over HTTP the session id); the
+    embedded text, placed in a model call, is the block's source; no text unless captured."""
+    tel = mcp_on
+    sessions: list[str] = []
+    with contextlib.ExitStack() as stack:
+        url = "" if transport == "stdio" else stack.enter_context(_served(transport, "/mcp"))
+        stub = stack.enter_context(StubServer())
+        types, answer = asyncio.run(_documents_app(
+            stub.openai_base_url, transport, url, tel.agent_context.envelope, sessions))
+        (_, body), = stub.requests
+    assert (types, answer) == (["resource", "resource_link"], REPLY)
+    assert body["messages"][0]["content"] == POLICY
+
+    (bundle,) = tel.bundles()
+    items = {i["item_id"]: i for i in bundle["context_items"]
+             if i["item_id"].startswith("mcp_")}
+    assert len(items) == 2  # one item a block, no loose text item for either
+    by_mode = {i["content_mode"]: i for i in items.values()}
+    embedded, link = by_mode["embedded_resource"], by_mode["resource_link"]
+    session = {} if transport == "stdio" else {"mcp.mcp_session_id": sessions[0]}
+    assert len(sessions) == (0 if transport == "stdio" else 1)
+    for item, uri in ((embedded, URI), (link, SHIPPING)):
+        assert item["item_id"].startswith("mcp_resource:")
+        assert item["context_kind"] == "external_resource"
+        (source,) = item["source_refs"]
+        assert source["uri"] == uri
+        assert source["external_mappings"] == {
+            "mcp.resource_uri": uri, "mcp.server_id": "Docs",
+            "mcp.tool_name": "policy_documents", "mcp.jsonrpc_request_id": "2", **session}
+    assert embedded["mime_type"] == "text/plain"
+    assert embedded["digest"].startswith("hmac-sha256:")
+    assert link["mime_type"] == "text/markdown"
+    assert "digest" not in link and "content" not in link  # a link carries no text
+    # two resources, two identities
+    assert embedded["item_id"] != link["item_id"]
+    # the model call's system block is the embedded policy: it names that item
+    (assembly,) = bundle["context_assemblies"]
+    assert assembly["ordered_blocks"][0]["source_item_refs"] == [embedded["item_id"]]
+    # on the wire: OpenTelemetry's MCP names
+    added = [e.attributes for s in tel.spans() for e in s.events
+             if e.name == "context.item.added" and e.attributes["context.item.id"] in items]
+    assert sorted((a["mcp.resource.uri"], a["context.item.content_mode"],
+                   a["jsonrpc.request.id"], a.get("mcp.session.id")) for a in added) == sorted(
+        [(URI, "embedded_resource", "2", session.get("mcp.mcp_session_id")),
+         (SHIPPING, "resource_link", "2", session.get("mcp.mcp_session_id"))])
+    text = json.dumps(bundle)
+    if tel.agent_context.capture_content:
+        assert embedded["content"] == POLICY
+    else:
+        assert "Refunds are accepted" not in text and "content" not in embedded
