@@ -16,6 +16,15 @@ own pinned to another core than the benchmark:
   ``function_tool`` (two model calls). The SDK's own tracing stays on with its processors
   replaced by none (``set_trace_processors([])``, no platform export), so the instrumentors
   that hook it (the official one, OpenInference, OpenLLMetry) see the run.
+- **MCP** (``mcp`` 2.x client, as the MCP Python SDK's docs write one): within one
+  ``ClientSession`` already initialized over stdio with a server in another process (the
+  server of ``examples/mcp_client_app.py``, not counted), a turn reads a resource, fetches
+  a prompt, calls a tool, then makes one ``AsyncOpenAI`` chat call with what it got (as the
+  example does, without its application envelope: ours then opens an implicit turn
+  envelope per MCP call and per model call). There is no official OpenTelemetry GenAI MCP
+  instrumentor to set beside ours: ``official GenAI`` here is the official OpenAI
+  instrumentor alone; MCP has no ``official (framework)`` configuration, and OpenInference's
+  and OpenLLMetry's MCP packages are not measured.
 
 Configurations, each with the same SDK ``TracerProvider`` (a ``SimpleSpanProcessor`` into an
 ``InMemorySpanExporter``: every span's cost, export included, lands on the calling thread
@@ -48,6 +57,8 @@ records runs), ``--json`` for the raw summary. """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import atexit
 import json
 import os
 import platform
@@ -162,6 +173,85 @@ def openai_agents_scenarios(openai_base_url: str) -> dict[str, Callable[[], Any]
     return {"openai-agents Runner.run_sync + tool": turn}
 
 
+MCP_URI = "docs://policies/refunds"
+#: the MCP example's own server (a resource, a prompt, a tool), started as a stdio server
+MCP_SERVER = Path(__file__).resolve().parents[1] / "examples" / "mcp_client_app.py"
+
+
+class _MCPSession:
+    """One MCP client session over stdio, initialized and kept open across turns: an event
+    loop of its own on the calling thread holds the session's task; each turn runs on it."""
+
+    def __init__(self) -> None:
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        self.loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        ready: asyncio.Future[Any] = self.loop.create_future()
+        params = StdioServerParameters(command=sys.executable,
+                                       args=[str(MCP_SERVER), "--server"])
+
+        async def hold() -> None:
+            async with stdio_client(params) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                ready.set_result(session)
+                await self._stop.wait()
+
+        self._task = self.loop.create_task(hold())
+        self.loop.run_until_complete(asyncio.wait([ready, self._task],
+                                                  return_when=asyncio.FIRST_COMPLETED))
+        if self._task.done():
+            self._task.result()  # the session failed to start: raise its error
+        self.session = ready.result()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.loop.run_until_complete(self._task)
+        self.loop.close()
+
+
+_mcp_open: list[_MCPSession] = []
+
+
+def _mcp_close() -> None:
+    while _mcp_open:
+        _mcp_open.pop().close()
+
+
+atexit.register(_mcp_close)
+
+
+def mcp_scenarios(openai_base_url: str) -> dict[str, Callable[[], Any]]:
+    from openai import AsyncOpenAI
+
+    # one session per process, opened at the first build and kept across the switches (the
+    # MCP instrumentor patches the session's class: a session opened before it is seen);
+    # the server starts once, outside the turns. The OpenAI client is built again each time.
+    if not _mcp_open:
+        _mcp_open.append(_MCPSession())
+    holder = _mcp_open[0]
+    session = holder.session
+    client = AsyncOpenAI(base_url=openai_base_url, api_key="sk-bench", max_retries=0)
+
+    async def turn() -> Any:
+        policy = (await session.read_resource(MCP_URI)).contents[0].text
+        prompt = await session.get_prompt("answer_question",
+                                          {"question": "Can I return order 1234?"})
+        status = await session.call_tool("order_status", {"order": 1234})
+        return await client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "system", "content": INSTRUCTIONS + "\n" + policy},
+                      {"role": "user", "content": prompt.messages[0].content.text},
+                      {"role": "user", "content": status.content[0].text}])
+
+    def mcp_turn() -> Any:
+        return holder.loop.run_until_complete(turn())
+
+    return {"mcp resource + prompt + tool, chat call": mcp_turn}
+
+
 # -- the configurations -------------------------------------------------------------------
 
 
@@ -227,6 +317,12 @@ def _oa_ours() -> Any:
     return OpenAIAgentsContextInstrumentor()
 
 
+def _mcp_ours() -> Any:
+    from otel_agent_context.instrumentation.mcp import MCPContextInstrumentor
+
+    return MCPContextInstrumentor()
+
+
 CONFIG_NAMES = ("official (framework)", "official GenAI", "OpenInference", "OpenLLMetry",
                 "ours", "ours + official")
 
@@ -269,9 +365,23 @@ FRAMEWORKS: dict[str, tuple[Callable[[str], dict[str, Callable[[], Any]]],
          "OpenLLMetry": ("opentelemetry-instrumentation-openai-agents",),
          "ours + official": ("opentelemetry-instrumentation-genai-openai-agents",
                              "opentelemetry-instrumentation-genai-openai")}),
+    # no official MCP instrumentor: the official OpenAI one alone, and with ours
+    "mcp": (
+        mcp_scenarios,
+        {"official GenAI": lambda: [_genai_openai()],
+         "ours": lambda: [_ours_openai(), _mcp_ours()],
+         "ours + official": lambda: [_genai_openai(), _ours_openai(), _mcp_ours()]},
+        {"official GenAI": ("opentelemetry-instrumentation-genai-openai",),
+         "ours + official": ("opentelemetry-instrumentation-genai-openai",)}),
 }
 SCENARIOS = {"langchain": ("langchain create_agent + tool", "langchain retrieval chain"),
-             "openai-agents": ("openai-agents Runner.run_sync + tool",)}
+             "openai-agents": ("openai-agents Runner.run_sync + tool",),
+             "mcp": ("mcp resource + prompt + tool, chat call",)}
+
+
+def has(framework: str, config: str) -> bool:
+    """Whether ``framework`` has ``config`` at all (MCP has no official instrumentor)."""
+    return config in FRAMEWORKS[framework][1]
 
 
 def missing(framework: str, config: str) -> list[str]:
@@ -461,7 +571,7 @@ def goals(summary: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
 
 
 VERSIONED = ("langchain", "langchain-core", "langchain-openai", "langgraph", "openai-agents",
-             "openai", "opentelemetry-sdk", "opentelemetry-util-genai",
+             "mcp", "openai", "opentelemetry-sdk", "opentelemetry-util-genai",
              "opentelemetry-instrumentation-genai-openai",
              "opentelemetry-instrumentation-genai-langchain",
              "opentelemetry-instrumentation-genai-openai-agents",
@@ -511,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"unknown frameworks or configurations: {sorted(unknown)}")
     wanted = [c for c in CONFIG_NAMES if c in wanted]  # every process has the baseline
-    jobs = [(f, c) for f in frameworks for c in wanted]
+    jobs = [(f, c) for f in frameworks for c in wanted if has(f, c)]
     absent = {(f, c): m for f, c in jobs if (m := missing(f, c))}
     jobs = [j for j in jobs if j not in absent]
     if not jobs:

@@ -6,8 +6,10 @@
 
 Each framework and configuration runs in a process of its own under ``valgrind
 --tool=callgrind --instr-atstart=no`` (Debian's ``valgrind`` package), the stub in another
-process (not counted). The process runs every scenario of its framework uninstrumented, then
-instrumented (the agents built again after the switch, as ``frameworks_bench.py`` does); in
+process (not counted; nor is the MCP scenario's stdio server, a process of its own: only the
+client's side of its session is counted). The process runs every scenario of its framework
+uninstrumented, then instrumented (the agents built again after the switch, as
+``frameworks_bench.py`` does); in
 each phase a scenario is warmed up, then callgrind counts only around its ``--turns`` turns,
 with the garbage collector off meanwhile. What a configuration adds is its instrumented count
 less the same process's uninstrumented one, per turn; every thread of the process is counted
@@ -76,7 +78,8 @@ def main() -> None:
     unknown = (set(frameworks) - set(bench.FRAMEWORKS)) | (set(wanted) - set(bench.CONFIG_NAMES))
     if unknown:
         raise SystemExit(f"unknown frameworks or configurations: {sorted(unknown)}")
-    jobs = [(f, c) for f in frameworks for c in bench.CONFIG_NAMES if c in wanted]
+    jobs = [(f, c) for f in frameworks for c in bench.CONFIG_NAMES
+            if c in wanted and bench.has(f, c)]
     absent = {(f, c): m for f, c in jobs if (m := bench.missing(f, c))}
     added: dict[str, dict[str, float]] = {}
     base: dict[str, list[float]] = {}

@@ -17,7 +17,7 @@ from llm_helpers import markdown_table as _table
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "frameworks_bench.py"
 
 SCENARIOS = ("langchain create_agent + tool", "langchain retrieval chain",
-             "openai-agents Runner.run_sync + tool")
+             "openai-agents Runner.run_sync + tool", "mcp resource + prompt + tool, chat call")
 #: what CI has (the test extra): ours, against each process's uninstrumented baseline; the
 #: official framework instrumentors and the peers come with the bench extra only (and each
 #: child process imports its framework: a few seconds each on a loaded machine)
@@ -33,7 +33,7 @@ def test_benchmark_reports_every_framework_and_configuration(tmp_path: Path) -> 
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Machine: ") and "load average" in lines[0]
     assert lines[1].startswith("Versions: ") and "langchain " in lines[1]
-    assert "openai-agents " in lines[1]
+    assert "openai-agents " in lines[1] and "mcp " in lines[1]
     assert not [line for line in lines if line.startswith("Not installed")]
     timed = list(ASKED)
     assert_added_tables(lines, SCENARIOS, timed)
@@ -42,8 +42,10 @@ def test_benchmark_reports_every_framework_and_configuration(tmp_path: Path) -> 
     ours = timed.index("ours")
     for scenario, cells in recorded.items():
         spans, _events, attributes = (int(n) for n in cells[ours].split(" / "))
-        # ours recorded the turn: its envelope and its model calls (two with the tool)
-        assert spans >= (3 if "tool" in scenario else 2), (scenario, cells[ours])
+        # ours recorded the turn: its envelope and its model calls (two with the tool); MCP:
+        # an implicit envelope and a surface for each of the three session calls, the call
+        assert spans >= (7 if scenario.startswith("mcp") else 3 if "tool" in scenario
+                         else 2), (scenario, cells[ours])
         assert attributes > spans
     _, goals = _table(lines, "Goal")
     assert list(goals) == list(SCENARIOS)
