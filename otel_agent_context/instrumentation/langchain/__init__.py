@@ -69,9 +69,11 @@ _Target = tuple[str | None, str, Callable[..., Any]]
 
 def _targets() -> dict[str, list[_Target]]:
     out: dict[str, list[_Target]] = {}
-    # composed with the official instrumentor, a run's envelope opens under its span (the
-    # sync managers call its handler before ours: only the async ones need the wrapper)
-    out[MANAGER_MODULE] = [("AsyncCallbackManager", method, wrap_start())
+    # a top-level run's envelope opens once every handler saw the start (composed with the
+    # official instrumentor: under its span), and not at all when a handler refused it
+    out[MANAGER_MODULE] = [(cls, method, wrap_start(asynchronous))
+                           for cls, asynchronous in (("CallbackManager", False),
+                                                     ("AsyncCallbackManager", True))
                            for method in START_METHODS]
     out.setdefault(TRIM_MODULE, []).extend([
         (None, "_first_max_tokens", wrap_trim("first")),

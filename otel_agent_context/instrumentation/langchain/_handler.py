@@ -176,15 +176,15 @@ class ContextCallbackHandler(BaseCallbackHandler):
         root = _Root(run_id, None, owned=True)
         # composed with the official LangChain instrumentor: a child of its span for this
         # run, so the run is one trace and its model calls one span each (see _official)
-        official = official_run_context(run_id)
-        pending = deferring() if official is None else None
-        if pending is not None:  # its span comes after ours: open when every handler ran
+        pending = deferring()
+        if pending is not None:  # opened once every handler saw the start (see _official)
             start = time.time_ns()
             pending.append((
                 lambda: self._open_envelope(ctx, root, name, metadata, model, start),
                 lambda: self._drop(run_id)))
         else:
-            self._open_envelope(ctx, root, name, metadata, model, None, official)
+            self._open_envelope(ctx, root, name, metadata, model, None,
+                                official_run_context(run_id))
         return root
 
     def _runs(self, env: Envelope) -> bool:

@@ -11,11 +11,11 @@ span in the other trace: each model call was recorded twice, once in each trace.
 
 That order holds for LangChain's synchronous callback managers. Its asynchronous ones run
 inline handlers (ours) before the others (the official one), so there the official span does
-not exist yet when ours is called: a top-level run's envelope is then opened once every
-handler has returned (:func:`wrap_start` around the async managers' start methods, and the
-handler's deferred open), dated when the run started (or its parent span, if later). When a
-handler raises in the start (a guardrail refusing the input), LangChain reports no end for
-the run, and no envelope is opened for it.
+not exist yet when ours is called. So a top-level run's envelope is opened once every
+handler has returned (:func:`wrap_start` around the managers' start methods, sync and async,
+and the handler's deferred open), dated when the run started (or its parent span, if later).
+When a handler raises in the start (a guardrail refusing the input), LangChain reports no end
+for the run, and no envelope is opened for it.
 
 The official instrumentor keeps its runs in private state, read here defensively: any name
 missing (another version) and the envelope is opened as before, from the current context.
@@ -27,6 +27,7 @@ import asyncio
 import contextvars
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
@@ -50,11 +51,20 @@ START_METHODS = ("on_chain_start", "on_chat_model_start", "on_llm_start", "on_re
 #: An envelope our handler put off: (open it, drop it).
 Deferred = tuple[Callable[[], None], Callable[[], None]]
 
-#: While an async start method of a top-level run runs: the envelopes our handler put off
-#: until every handler has returned, and the task they belong to (a handler run elsewhere, in
-#: an executor's copy of the context, opens its own at once).
+#: While a start method of a top-level run runs: the envelopes our handler put off until
+#: every handler has returned, and the thread and task they belong to (a handler run
+#: elsewhere, in an executor's copy of the context or another task, opens its own at once).
 DEFERRED_OPENS: contextvars.ContextVar[tuple[list[Deferred], Any] | None] = \
     contextvars.ContextVar("otel_agent_context.langchain.deferred_opens", default=None)
+
+
+def _owner() -> tuple[int, Any]:
+    """Where a start method is running: its thread, and its task if an event loop runs."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop running in this thread
+        task = None
+    return threading.get_ident(), task
 
 
 def deferring() -> list[Deferred] | None:
@@ -62,11 +72,7 @@ def deferring() -> list[Deferred] | None:
     state = DEFERRED_OPENS.get()
     if state is None:
         return None
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no event loop in this thread: an executor's copy of the context
-        return None
-    return state[0] if task is state[1] else None
+    return state[0] if _owner() == state[1] else None
 
 
 def _official_handler() -> Any:
@@ -99,10 +105,25 @@ def _settle(pending: list[Deferred], started: bool) -> None:
             log_failure("run start")
 
 
+def _started_sync(wrapped: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    pending: list[Deferred] = []
+    token = DEFERRED_OPENS.set((pending, _owner()))
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException:
+        DEFERRED_OPENS.reset(token)
+        _settle(pending, started=False)
+        raise
+    DEFERRED_OPENS.reset(token)
+    _settle(pending, started=True)
+    return result
+
+
 async def _started_async(wrapped: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
     pending: list[Deferred] = []
-    token = DEFERRED_OPENS.set((pending, asyncio.current_task()))
+    token = DEFERRED_OPENS.set((pending, _owner()))
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException:
@@ -114,18 +135,20 @@ async def _started_async(wrapped: Callable[..., Any], args: tuple[Any, ...],
     return result
 
 
-def wrap_start() -> Callable[..., Any]:
-    """A wrapper for an async callback manager's start method: a top-level run's envelope
-    opens once the method has called every handler (with the official instrumentor on, its
-    span for the run exists then), and none opens when the method raised. Child runs, which
-    open nothing, go straight through; so does everything while our instrumentor is off
-    (another wrapper above this one keeps it in place). The sync managers call the official
-    handler before ours: no wrapper there."""
+def wrap_start(asynchronous: bool) -> Callable[..., Any]:
+    """A wrapper for a callback manager's start method: a top-level run's envelope opens once
+    the method has called every handler (with the official instrumentor on, its span for the
+    run exists then: the async managers call our inline handler before it), and none opens
+    when the method raised. Child runs, which open nothing, go straight through; so does
+    everything while our instrumentor is off (another wrapper above this one keeps it in
+    place)."""
+    run = _started_async if asynchronous else _started_sync
+
     def started(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
         if not STATE.active or getattr(instance, "parent_run_id", None) is not None:
             return wrapped(*args, **kwargs)
-        return _started_async(wrapped, args, kwargs)
+        return run(wrapped, args, kwargs)
     return started
 
 

@@ -360,3 +360,44 @@ def test_with_only_the_official_openai_instrumentor_outside_ours(app_span: bool)
     mine = [s for s in chats if s.attributes.get("context.id") == env.attributes["context.id"]]
     assert len(mine) == 1 and mine[0].context.trace_id == env.context.trace_id
     assert len(chats) == (1 if app_span else 2)
+
+
+class _SyncGuard(BaseCallbackHandler):
+    """The same guardrail as a sync handler, on a sync run."""
+
+    raise_error = True
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        if "forbidden" in str(inputs):
+            raise PermissionError("blocked by guardrail")
+
+
+@pytest.mark.parametrize("config", ["alone", "ours outer", "official outer"])
+def test_a_sync_start_refused_by_another_handler_leaves_nothing_open(config: str) -> None:
+    """The guard registered as LangChain registers ours (a configure hook), after ours: the
+    sync manager calls our handler first, then the guard refuses the run."""
+    import contextvars
+
+    from langchain_core.tracers import context as hooks
+
+    with _instrumented(config) as tel, StubServer() as stub:
+        guard: contextvars.ContextVar[Any] = contextvars.ContextVar("test_guard", default=None)
+        token = guard.set(_SyncGuard())
+        hooks.register_configure_hook(guard, True)
+        guard_hook = hooks._configure_hooks[-1]
+        try:
+            chain = _chain(stub.openai_base_url)
+            with pytest.raises(PermissionError):
+                chain.invoke([HumanMessage("forbidden")])
+            _no_envelope_left()
+            chain.invoke([HumanMessage("hello")])
+            _no_envelope_left()
+        finally:
+            hooks._configure_hooks.remove(guard_hook)
+            guard.reset(token)
+        spans = tel.spans()
+    envelopes = [s for s in spans if s.name == "context.envelope"]
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert len(envelopes) == 1 and len(chats) == 1
+    assert chats[0].attributes["context.id"] == envelopes[0].attributes["context.id"]
+    assert chats[0].context.trace_id == envelopes[0].context.trace_id
