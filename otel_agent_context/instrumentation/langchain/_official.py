@@ -28,7 +28,8 @@ import contextvars
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -105,34 +106,32 @@ def _settle(pending: list[Deferred], started: bool) -> None:
             log_failure("run start")
 
 
-def _started_sync(wrapped: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> Any:
+@contextmanager
+def _putting_off() -> Iterator[None]:
+    """Put off the envelopes our handler opens while a start method runs: open them when it
+    returned, drop them when it raised."""
     pending: list[Deferred] = []
     token = DEFERRED_OPENS.set((pending, _owner()))
     try:
-        result = wrapped(*args, **kwargs)
+        yield
     except BaseException:
         DEFERRED_OPENS.reset(token)
         _settle(pending, started=False)
         raise
     DEFERRED_OPENS.reset(token)
     _settle(pending, started=True)
-    return result
+
+
+def _started_sync(wrapped: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    with _putting_off():
+        return wrapped(*args, **kwargs)
 
 
 async def _started_async(wrapped: Callable[..., Any], args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> Any:
-    pending: list[Deferred] = []
-    token = DEFERRED_OPENS.set((pending, _owner()))
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException:
-        DEFERRED_OPENS.reset(token)
-        _settle(pending, started=False)
-        raise
-    DEFERRED_OPENS.reset(token)
-    _settle(pending, started=True)
-    return result
+    with _putting_off():
+        return await wrapped(*args, **kwargs)
 
 
 def wrap_start(asynchronous: bool) -> Callable[..., Any]:
