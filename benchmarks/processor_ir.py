@@ -13,7 +13,10 @@ garbage collector off while it counts. Steps:
 - ``naive``: the baseline, ``processor_bench.naive_walk`` (parse, every attribute of every
   span and event into Python, grouped by trace);
 - ``parse``: the validating parse with the generated classes (``parse_protobuf``);
-- ``decode``: ``decode_request`` of a request with new ids (first seen by the cache);
+- ``decode``: ``parse`` then ``decode_request`` of a request with new ids (first seen by
+  the cache): how the WAL's records are read back;
+- ``read``: ``decode_request(validate=True)`` of such a request: how ``ingest`` reads one,
+  once, validating on the way (before that existed, the same as ``decode``);
 - ``ingest``: ``Pipeline.ingest`` of a new request into a new pipeline (parse, decode, WAL
   append and ``fdatasync``, buffer): what an exporter waits for;
 - ``total``: ``ingest`` and then ``emit_pending`` (rebuild, metrics, the JSON Lines write):
@@ -37,7 +40,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _callgrind as callgrind  # noqa: E402
 
-STEPS = ("naive", "parse", "decode", "ingest", "total", "rebuild", "encode", "measure")
+STEPS = ("naive", "parse", "decode", "read", "ingest", "total", "rebuild", "encode",
+         "measure")
 CASES = {"ctx20": 512, "sel100": 64}  # spans a request
 
 
@@ -77,11 +81,17 @@ def _child(case: str, calls: int) -> None:
             return lambda: bench.naive_walk(body)
         if step == "parse":
             return lambda: _decode.parse_protobuf(body)
-        if step in ("decode", "ingest", "total"):
-            work = prepared(calls + 1, step != "decode")
+        if step in ("decode", "read", "ingest", "total"):
+            work = prepared(calls + 1, step in ("ingest", "total"))
 
             def one() -> None:
                 request, pipeline = work.pop()
+                if step == "read":
+                    try:
+                        _decode.decode_request(request, validate=True)
+                    except TypeError:  # code from before the one read: parsed first
+                        _decode.decode_request(request, _decode.parse_protobuf(request))
+                    return
                 if pipeline is None:
                     _decode.decode_request(request, _decode.parse_protobuf(request))
                     return
