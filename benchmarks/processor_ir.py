@@ -4,6 +4,9 @@ move. Issue 10.
 
     python benchmarks/processor_ir.py [--cases ctx20,sel100] [--calls 3]
 
+(``--cases fast`` counts the fast-path case too; its baseline in ``processor_bench.py`` is the
+bare parse, the ``parse`` column here, not ``naive``.)
+
 Each case runs in a process of its own under ``valgrind --tool=callgrind
 --instr-atstart=no`` (Debian's ``valgrind`` package), ``PYTHONHASHSEED=0``. The process
 builds its requests, warms every step up once, then callgrind counts only around each
@@ -42,7 +45,7 @@ import _callgrind as callgrind  # noqa: E402
 
 STEPS = ("naive", "parse", "decode", "read", "ingest", "total", "rebuild", "encode",
          "measure")
-CASES = {"ctx20": 512, "sel100": 64}  # spans a request
+CASES = {"ctx20": 512, "sel100": 64, "fast": 512}  # spans a request (fast: on request)
 
 
 def _child(case: str, calls: int) -> None:
@@ -56,7 +59,8 @@ def _child(case: str, calls: int) -> None:
     from otel_agent_context.rebuild._encode import encode_bundle
 
     tune_gc()
-    make = {"ctx20": bench.ctx20_spans, "sel100": bench.sel100_spans}[case]
+    make = {"ctx20": bench.ctx20_spans, "sel100": bench.sel100_spans,
+            "fast": bench.fast_spans}[case]
     per = CASES[case]
     body = bench._request(5, make, per)
     groups: dict[tuple[str, str], list[Any]] = {}

@@ -722,24 +722,26 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
     whole request, then the request is read as without ``validate``: the outcome, to the
     message, is the one of parsing first.
     """
-    if validate and request is None and any(needle in body for needle in _NEEDLES):
+    walk = any(needle in body for needle in _NEEDLES)  # once: ~1 k instructions a span
+    if validate and request is None and walk:
         _UNPARSED.on = True
         try:
-            return _decode(body, None, [])
+            return _decode(body, None, [], walk)
         except (_Unverified, DecodeError):
             pass
         finally:
             _UNPARSED.on = False
         request = parse_protobuf(body)  # raises InvalidRequest when it is malformed
-    return _decode(body, request, None)
+    return _decode(body, request, None, walk)
 
 
 def _decode(body: bytes, request: ExportTraceServiceRequest | None,
-            unchecked: list[tuple[int, int, int]] | None) -> Decoded:
+            unchecked: list[tuple[int, int, int]] | None, walk: bool) -> Decoded:
     """:func:`decode_request`; ``unchecked`` a list when the request was not parsed: the
-    spans this read does not check end up there, and are checked before returning."""
+    spans this read does not check end up there, and are checked before returning.
+    ``walk``: the body holds ``context.`` or ``gen_ai.``."""
     out = Decoded()
-    if not any(needle in body for needle in _NEEDLES):
+    if not walk:
         if request is None:
             request = parse_protobuf(body)
         out.spans = out.fast_path = sum(
