@@ -727,8 +727,8 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
         _UNPARSED.on = True
         try:
             return _decode(body, None, [], walk)
-        except (_Unverified, DecodeError):
-            pass
+        except (_Unverified, DecodeError, RuntimeError, ValueError):
+            pass  # what parse_protobuf turns into InvalidRequest, or a span rejection
         finally:
             _UNPARSED.on = False
         request = parse_protobuf(body)  # raises InvalidRequest when it is malformed
