@@ -9,9 +9,11 @@ sel100 envelopes, rebuilt by the real pipeline with the JSON Lines sink alone) g
 each piece on its own, in this process, in batches of 256 lines as the emitter makes them:
 decoding the lines (orjson), ``bundle_rows``, ``Store.write`` of decoded bundles, and the
 child's whole work for a batch (decode and write), each into a fresh SQLite file (fsync on)
-opened before and closed after what is measured. CPU-time medians of ``--rounds`` (the pieces
-alternate within each round); ``--callgrind`` counts instructions instead (independent of
-the machine's load), one pass each.
+opened before and closed after what is measured; and, where the code sends batches in parts
+(``BatchInParts``), the child's work for the same batches sent in parts of
+``_STORE_PART_BYTES``, written in one transaction a batch. CPU-time medians of
+``--rounds`` (the pieces alternate within each round); ``--callgrind`` counts instructions
+instead (independent of the machine's load), one pass each.
 
 Run it with ``PYTHONPATH=/path/to/another/checkout`` to measure that checkout's code (the
 child's binding setup and ``write_lines`` are used when the code has them).
@@ -87,7 +89,7 @@ def pieces(lines: list[bytes], tmp: Path, tag: str
     def nothing() -> None:
         pass
 
-    return {
+    pieces = {
         "decode": (nothing, lambda: [orjson.loads(line) for line in lines], nothing),
         "bundle_rows": (nothing, lambda: [bundle_rows(b) for b in bundles], nothing),
         "write (decoded)": (open_sink, lambda: [sinks[0].write(e) for e in entries],
@@ -95,6 +97,39 @@ def pieces(lines: list[bytes], tmp: Path, tag: str
         "child (decode + write)": (open_sink, lambda: [write_lines(sinks[0], p)
                                                        for p in payloads], close_sink),
     }
+    if hasattr(child, "BatchInParts"):  # each batch sent in parts, as the emitter sends it
+        in_parts = [_parts(batch, number) for number, batch in enumerate(batches)]
+
+        def write_parts() -> None:
+            parts = child.BatchInParts(sinks[0])
+            for requests in in_parts:
+                for payload in requests:
+                    parts.take(payload)
+                parts.finish()
+
+        pieces["child in parts (decode + write)"] = (open_sink, write_parts, close_sink)
+    return pieces
+
+
+def _parts(batch: list[bytes], number: int) -> list[bytes]:
+    """The requests of one batch sent in parts of ``_STORE_PART_BYTES`` (the last one the
+    rest, perhaps empty), as ``Pipeline._emit`` cuts them."""
+    from otel_agent_context.processor._pipeline import _STORE_PART_BYTES
+
+    requests: list[bytes] = []
+    start = size = 0
+    for at, line in enumerate(batch, 1):
+        size += len(line)
+        if size >= _STORE_PART_BYTES:
+            requests.append(_part(batch[start:at], number, len(requests), False))
+            start, size = at, 0
+    requests.append(_part(batch[start:], number, len(requests), True))
+    return requests
+
+
+def _part(lines: list[bytes], batch: int, number: int, last: bool) -> bytes:
+    return child.request(lines, [child.encode_indexed(orjson.loads(line))[1] for line in lines],
+                         child.part_head(batch, number, last))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +159,7 @@ def _main(argv: list[str] | None, tmp: Path) -> int:
             fn()  # warm
             tear_down()
             set_up()
-            _callgrind.count(fn, 1, name.split(" ")[0])
+            _callgrind.count(fn, 1, name.split(" (")[0].replace(" ", "-"))
             tear_down()
         return 0
     for case in CASES:

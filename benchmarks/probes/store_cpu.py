@@ -10,6 +10,10 @@ and with the store, the CPU time of the store's thread (``Store.write``), of whi
 bundles into rows (``bundle_rows``) and SQLite's own statements and commits (CPU, and wall time
 including the fsyncs); and with ``store.writer: process``, the processor's CPU time per
 envelope and the store child's. Medians of the rounds.
+
+``--callgrind [--requests 8]``: instead, the instructions of the processor's own process (all
+its threads, not the store's child) per envelope, JSON Lines alone and with the store's
+process, one pass after a warm one (load-independent).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _callgrind  # noqa: E402
 from processor_bench import _pipeline, _request, ctx20_spans, sel100_spans  # noqa: E402
 from store_bench import timed_run  # noqa: E402
 
@@ -83,7 +88,55 @@ def process_run(directory: Path, bodies: list[bytes]) -> tuple[float, float, int
 
 def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="store-cpu-") as tmp:  # ~300 MB a run
+        if argv is None:
+            argv = sys.argv[1:]
+        if "--callgrind" in argv:
+            return _callgrind_main(argv, Path(tmp))
         return _main(argv, Path(tmp))
+
+
+def _callgrind_main(argv: list[str], tmp: Path) -> int:
+    """``--callgrind``: the instructions of the processor's process (every thread of it, not
+    the store's child) per envelope, for ingest and emission of ``--requests`` requests with
+    the JSON Lines sink alone and with ``store.writer: process``; load-independent."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cases = {"ctx20": (ctx20_spans, 512), "sel100": (sel100_spans, 64)}
+    if args.child:
+        name, store = args.child.split(":")
+        make, per_request = cases[name]
+        bodies = [_request(i + 1, make, per_request) for i in range(args.requests)]
+        for warm in (True, False):
+            pipeline = _pipeline(tmp / f"{name}-{store}-{warm}",
+                                 **{"store.url": store, "store.writer": "process"})
+
+            def run(pipeline: Any = pipeline) -> None:
+                for body in bodies:
+                    pipeline.ingest(body, "bench")
+                pipeline.emit_pending()
+
+            if warm:
+                run()
+            else:
+                _callgrind.count(run, 1, f"{name}-{store}")
+            pipeline.close(timeout=5)
+        return 0
+    tune_gc()
+    for name, (_, per_request) in cases.items():
+        envelopes = args.requests * per_request // 8
+        counts = {}
+        for store in ("off", "sqlite"):
+            counts.update(_callgrind.run(
+                [sys.executable, __file__, "--callgrind", "--requests", str(args.requests),
+                 "--child", f"{name}:{store}"], dict(os.environ), envelopes))
+        alone, with_store = counts[f"{name}-off"], counts[f"{name}-sqlite"]
+        print(f"{name}: the processor's instructions an envelope: JSON Lines alone "
+              f"{alone / 1e3:,.0f}K, with store.writer: process {with_store / 1e3:,.0f}K "
+              f"({alone / with_store:.3f}x)", flush=True)
+    return 0
 
 
 def _main(argv: list[str] | None, tmp: Path) -> int:

@@ -269,6 +269,8 @@ class Store:
         #: envelopes left out (logged; the JSON Lines file has them), by reason: ``refused``
         #: (their values) or ``full`` (no room in the database even for one envelope alone)
         self.left_out: dict[str, int] = {}
+        #: a transaction of write_begun is open
+        self._begun = False
         self._insert = {
             table: self._insert_sql(table, columns) for table, columns in COLUMNS.items()
         }
@@ -436,6 +438,76 @@ class Store:
 
     def _write(self, bundles: Sequence[Mapping[str, Any]],
                encoded: Sequence[bytes] | None) -> int:
+        tables = self._tables(bundles, encoded)
+        if not tables["envelopes"]:
+            return 0
+        db = self._db
+        with self._lock:
+            db.reconnect()
+            db.begin()
+            try:
+                self._put(tables)
+                db.commit()
+            except BaseException:
+                self._rollback()
+                raise
+        return len(tables["envelopes"])
+
+    # -- a batch written in parts, in one transaction (the store's process) ------------------------
+    def write_begun(self, bundles: Sequence[Mapping[str, Any]],
+                    encoded: Sequence[bytes] | None = None) -> int:
+        """Write ``bundles`` in a transaction left open: the first call after a commit or
+        rollback begins it, :meth:`commit_begun` (or :meth:`rollback_begun`) ends it. A
+        bundle written by an earlier part of the same transaction is replaced, as a bundle
+        written again always is. No splitting: on any error the whole transaction is rolled
+        back (every part since it began) and the error raised; the caller decides (the
+        store's process writes the whole batch again with :meth:`write`). For one writer:
+        another write on this store while the transaction is open fails."""
+        tables = self._tables(bundles, encoded)
+        db = self._db
+        with self._lock:
+            try:
+                if not self._begun:
+                    db.reconnect()
+                    db.begin()
+                    self._begun = True
+                if tables["envelopes"]:
+                    self._put(tables)
+            except BaseException:
+                self._rollback()
+                raise
+        return len(tables["envelopes"])
+
+    def commit_begun(self) -> None:
+        """Commit what :meth:`write_begun` wrote (nothing to do if nothing is begun); on an
+        error everything since it began is rolled back and the error raised."""
+        with self._lock:
+            if not self._begun:
+                return
+            try:
+                self._db.commit()
+            except BaseException:
+                self._rollback()
+                raise
+            self._begun = False
+
+    def rollback_begun(self) -> None:
+        """Undo what :meth:`write_begun` wrote since the transaction began (nothing to do
+        if nothing is begun)."""
+        with self._lock:
+            if self._begun:
+                self._rollback()
+
+    def _rollback(self) -> None:
+        self._begun = False
+        try:
+            self._db.rollback()
+        except self._db.errors:
+            log.debug("rollback after a failed write failed", exc_info=True)
+
+    def _tables(self, bundles: Sequence[Mapping[str, Any]], encoded: Sequence[bytes] | None
+                ) -> dict[str, dict[tuple[Any, ...], tuple[Any, ...]]]:
+        """Each table's rows of ``bundles`` by primary key (a bundle twice: its last)."""
         tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {t: {} for t in COLUMNS}
         plain = {t: not self._json_at[t] and not self._ts_at[t] for t in COLUMNS}
         envelopes = tables["envelopes"]
@@ -460,30 +532,20 @@ class Store:
                     continue
                 for row in rows:
                     target[row[:width]] = self._adapt(table, row)
-        if not envelopes:
-            return 0
+        return tables
+
+    def _put(self, tables: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]]) -> None:
+        """The rows in the open transaction, replacing those of the same envelopes."""
         db = self._db
-        with self._lock:
-            db.reconnect()
-            db.begin()
-            try:
-                existing = self._existing(list(envelopes))
-                if existing:
-                    for table in _CHILDREN:
-                        db.executemany(f"DELETE FROM {table} WHERE trace_id = ? AND "
-                                       f"context_id = ?", existing)
-                db.executemany(self._insert["envelopes"], envelopes.values())
-                for table in _CHILDREN:
-                    if tables[table]:
-                        db.executemany(self._insert[table], tables[table].values())
-                db.commit()
-            except BaseException:
-                try:
-                    db.rollback()
-                except db.errors:
-                    log.debug("rollback after a failed write failed", exc_info=True)
-                raise
-        return len(envelopes)
+        existing = self._existing(list(tables["envelopes"]))
+        if existing:
+            for table in _CHILDREN:
+                db.executemany(f"DELETE FROM {table} WHERE trace_id = ? AND "
+                               f"context_id = ?", existing)
+        db.executemany(self._insert["envelopes"], tables["envelopes"].values())
+        for table in _CHILDREN:
+            if tables[table]:
+                db.executemany(self._insert[table], tables[table].values())
 
     def _envelope(self, row: tuple[Any, ...], line: bytes | None, now: int) -> tuple[Any, ...]:
         """The envelope row as bound: JSON columns encoded (the bundle, last, as its JSON

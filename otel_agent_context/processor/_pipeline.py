@@ -87,6 +87,9 @@ log = logging.getLogger(__name__)
 RebuildFunction = Callable[..., dict[str, Any]]
 
 _BATCH = 256
+#: With store.writer: process, a batch's lines go to the store's process in parts of about
+#: this many bytes while the emitter is still rebuilding the batch (benchmarks/store.md).
+_STORE_PART_BYTES = 256 * 1024
 _MAX_SINK_BACKOFF = 5.0
 DEAD_LETTER = "dead-letter.jsonl"
 
@@ -211,7 +214,8 @@ class _Pending:
     batch: list[Finished]
     entries: list[tuple[tuple[str, str], dict[str, Any], bytes]]
     partial_reasons: list[str]
-    future: Future[None]
+    #: the store's writes of the batch: one, or each of its parts (store.writer: process)
+    futures: list[Future[None]]
     flight: _Flight
     #: where the members the store's rows read are in each line (store.writer: process)
     members: list[list[int] | None] | None = None
@@ -328,10 +332,15 @@ class Pipeline:
         # statements with the GIL released, so its inserts and fsync overlap the rebuild of
         # the next batch. A batch is recorded written only when the store has it too. With
         # store.writer: process (the default) this thread only hands the batch's lines to the
-        # store's child process and waits, the GIL released, for its answer.
+        # store's child process and waits, the GIL released, for its answer; and the batch
+        # goes in parts while the emitter rebuilds it (_STORE_PART_BYTES): the child writes
+        # each part into one open transaction, so when the emitter is done, only the last
+        # part and the commit are left (a part failing: nothing committed, all sent again).
         self._store_pool = (ThreadPoolExecutor(1, thread_name_prefix="otel-ac-store")
                             if self.store is not None else None)
         self._pending: _Pending | None = None
+        #: the number of the last batch sent to the store's process in parts
+        self._store_batch = 0
         self.forwarder = (
             Forwarder(config.forward, queue_size=config.forward_queue_size,
                       max_request_bytes=config.forward_max_request_bytes,
@@ -794,6 +803,12 @@ class Pipeline:
         # the store's child decodes only what its rows read: where that is in each line
         members: list[list[int] | None] | None = (
             [] if isinstance(self.store, StoreProcess) else None)
+        # ... and it has the batch in parts as they are rebuilt, its work overlapping the
+        # rebuild of the rest: at the end only the last part is waited for
+        parts: list[Future[None]] = []
+        sent = unsent_bytes = 0
+        if members is not None:
+            self._store_batch += 1
         for finished in batch:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
@@ -826,6 +841,11 @@ class Pipeline:
             entries.append((finished.key, bundle, line))
             if members is not None:
                 members.append(spans)
+                unsent_bytes += len(line)
+                if unsent_bytes >= _STORE_PART_BYTES:
+                    parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
+                                                 last=False))
+                    sent, unsent_bytes = len(entries), 0
         if dead:
             self._write_dead_letter(dead)
         # the store is one batch behind at most
@@ -841,11 +861,23 @@ class Pipeline:
             sink_thread.put(flight)
         if entries and self._store_pool is not None:
             assert self.store is not None
-            self._pending = _Pending(batch, entries, partial_reasons,
-                                     self._store_pool.submit(self.store.write, entries, members),
-                                     flight, members)
+            if members is not None:
+                parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
+                                             last=True))
+            else:
+                parts = [self._store_pool.submit(self.store.write, entries, members)]
+            self._pending = _Pending(batch, entries, partial_reasons, parts, flight, members)
             return True
         return self._landed(flight)
+
+    def _send_part(self, part: list[tuple[tuple[str, str], dict[str, Any], bytes]],
+                   members: list[list[int] | None], number: int, *, last: bool
+                   ) -> Future[None]:
+        """Part ``number`` of the batch being emitted, to the store's process (on the
+        store's thread: the emitter goes on rebuilding)."""
+        assert isinstance(self.store, StoreProcess) and self._store_pool is not None
+        return self._store_pool.submit(self.store.write_part, part, members,
+                                       self._store_batch, number, last)
 
     def finish_pending(self) -> bool:
         """Wait for the store's batch (retrying it while it fails), then record it written;
@@ -857,7 +889,11 @@ class Pipeline:
         backoff = 0.05
         while True:
             try:
-                pending.future.result()
+                # every part answered (or failed) before the batch is written again whole
+                failed = [exc for exc in map(Future.exception, pending.futures)
+                          if exc is not None]
+                if failed:
+                    raise failed[0]
                 self.metrics.self.inc("context_processor_bundles_written_total",
                                       (self.store.name,), len(pending.entries))
                 break
@@ -872,8 +908,8 @@ class Pipeline:
                 with self._cond:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
-                pending.future = self._store_pool.submit(self.store.write, pending.entries,
-                                                         pending.members)
+                pending.futures = [self._store_pool.submit(self.store.write, pending.entries,
+                                                           pending.members)]
         self._pending = None
         return self._landed(pending.flight)
 

@@ -18,6 +18,15 @@ line as the envelope's ``bundle``; a line indexed by its length alone is decoded
 answer is JSON: ``{"ok": true, "left_out": {reason: count}}`` (the envelopes this batch left
 out, see ``Store.write``) or ``{"error": text}``. The child's first answer, before any
 request, says whether the store opened.
+
+A batch may also come in parts while the emitter is still rebuilding it (see
+:meth:`StoreProcess.write_part`): each part's request starts with a head (``P`` or, for the
+last part, ``C``; the batch's number and the part's, ``:`` between; ``\n``). The child writes
+each part as it comes into one open transaction (its work overlaps the rebuild of the rest of
+the batch) and answers only the last part, after the commit. Nothing of a batch is committed
+unless all its parts were written (:class:`BatchInParts`): the parent writes a batch whose
+last answer is an error again whole, and a crash of either process between two parts leaves
+the batch to the processor's WAL replay (or JSON Lines recovery), as for a batch sent whole.
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ from ..exceptions import ConfigError
 from ..rebuild._encode import encode_bundle
 from ._store_sink import StoreSink
 
-__all__ = ["StoreProcess", "bind_plainly", "encode_indexed", "request", "write_lines"]
+__all__ = ["BatchInParts", "StoreProcess", "bind_plainly", "decode_lines", "encode_indexed",
+           "part_head", "request", "write_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +107,24 @@ def encode_indexed(bundle: dict[str, Any]) -> tuple[bytes, list[int] | None]:
     return b"{" + b",".join(members) + b"}\n", spans
 
 
-def request(lines: Sequence[bytes], members: Sequence[list[int] | None] | None) -> bytes:
+def request(lines: Sequence[bytes], members: Sequence[list[int] | None] | None,
+            part: bytes = b"") -> bytes:
     """A request's payload: the index, then the lines (``members``: each line's from
-    :func:`encode_indexed`, or None to decode every line whole)."""
+    :func:`encode_indexed`, or None to decode every line whole); ``part``: the head of a
+    part of a batch (:func:`part_head`), empty for a whole batch."""
     if members is None:
         index = [[len(line)] for line in lines]
     else:
         index = [[len(line), *spans] if spans else [len(line)]
                  for line, spans in zip(lines, members, strict=True)]
-    return b"".join((orjson.dumps(index), b"\n", *lines))
+    return b"".join((part, orjson.dumps(index), b"\n", *lines))
+
+
+def part_head(batch: int, number: int, last: bool) -> bytes:
+    """The head of part ``number`` (0, 1, ...) of batch ``batch``: ``P`` (more parts follow,
+    no answer) or ``C`` (the last: commit, and answer for the whole batch), the two numbers,
+    a newline."""
+    return b"%c%d:%d\n" % (67 if last else 80, batch, number)
 
 
 class StoreProcess:
@@ -181,29 +200,49 @@ class StoreProcess:
               members: Sequence[list[int] | None] | None = None) -> None:
         """``members``: where each line's members are (:func:`encode_indexed`), if known."""
         with self._lock:
-            if self._child is None or self._child.poll() is not None:
-                if self._child is not None:
-                    log.warning("store: process %d exited (%s); starting another",
-                                self._child.pid, self._child.returncode)
-                    self._stop(self._child)
-                    self._child = None
-                self._child = self._start()
-            child = self._child
-            assert child.stdin is not None and child.stdout is not None
-            try:
-                _send(child.stdin, request([line for _, _, line in batch], members))
-                answer = _receive(child.stdout)
-            except OSError as exc:  # a broken pipe: the child died
-                answer = None
-                log.debug("store: pipe to the process failed: %s", exc)
-            if answer is None:
-                child.wait()
-                raise StoreChildError(f"the store's process died ({child.returncode})")
-            reply = orjson.loads(answer)
-            if "error" in reply:
-                raise StoreChildError(reply["error"])
-            for reason, count in reply["left_out"].items():
-                self.left_out[reason] = self.left_out.get(reason, 0) + count
+            self._exchange(request([line for _, _, line in batch], members), answer=True)
+
+    def write_part(self, part: Sequence[tuple[tuple[str, str], dict[str, Any], bytes]],
+                   members: Sequence[list[int] | None] | None, batch: int, number: int,
+                   last: bool) -> None:
+        """Part ``number`` of batch ``batch`` (a number the caller never reuses): the child
+        writes the parts of a batch as they come, in one transaction it commits at the last
+        part; only the last waits for an answer (for the whole batch). Any failure (of this
+        part, of an earlier one, a child restarted between them) raises at the last part at
+        the latest, and nothing of the batch is committed: the caller writes the whole batch
+        again (:meth:`write`)."""
+        with self._lock:
+            self._exchange(request([line for _, _, line in part], members,
+                                   part_head(batch, number, last)), answer=last)
+
+    def _exchange(self, payload: bytes, *, answer: bool) -> None:
+        """Send a request to the child (started if it is not running); with ``answer``, wait
+        for the child's and raise if it failed. Under ``self._lock``."""
+        if self._child is None or self._child.poll() is not None:
+            if self._child is not None:
+                log.warning("store: process %d exited (%s); starting another",
+                            self._child.pid, self._child.returncode)
+                self._stop(self._child)
+                self._child = None
+            self._child = self._start()
+        child = self._child
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            _send(child.stdin, payload)
+            reply = _receive(child.stdout) if answer else b"{}"
+        except OSError as exc:  # a broken pipe: the child died
+            reply = None
+            log.debug("store: pipe to the process failed: %s", exc)
+        if reply is None:
+            child.wait()
+            raise StoreChildError(f"the store's process died ({child.returncode})")
+        if not answer:
+            return
+        decoded = orjson.loads(reply)
+        if "error" in decoded:
+            raise StoreChildError(decoded["error"])
+        for reason, count in decoded["left_out"].items():
+            self.left_out[reason] = self.left_out.get(reason, 0) + count
 
     def close(self) -> None:
         with self._lock:
@@ -229,9 +268,9 @@ def bind_plainly() -> None:
     sqlite3.register_adapter(bool, operator.index)  # the exact int, without int()'s parsing
 
 
-def write_lines(sink: StoreSink, payload: bytes) -> None:
-    """One batch as the parent sends it (see :func:`request`): of each line, the members the
-    rows read decoded, and the line stored whole."""
+def decode_lines(payload: bytes) -> list[tuple[tuple[str, str], dict[str, Any], bytes]]:
+    """A request's lines as the parent sends them (see :func:`request`; its index first): of
+    each line, the members the rows read decoded, and the line itself."""
     head, _, lines = payload.partition(b"\n")
     entries = []
     at = 0
@@ -247,7 +286,103 @@ def write_lines(sink: StoreSink, payload: bytes) -> None:
         entries.append((("", ""), loads(b"{" + b",".join(members) + b"}"), line))
     if at != len(lines):
         raise ValueError(f"a request of {len(lines)} bytes of lines indexed {at}")
-    sink.write(entries)
+    return entries
+
+
+def write_lines(sink: StoreSink, payload: bytes) -> None:
+    """One batch as the parent sends it (see :func:`request`): of each line, the members the
+    rows read decoded, and the line stored whole."""
+    sink.write(decode_lines(payload))
+
+
+class BatchInParts:
+    """The child's side of :meth:`StoreProcess.write_part`: the parts of one batch written as
+    they come, in one transaction, committed at the last part.
+
+    Nothing of a batch is committed unless every part of it was written: a part missing (a
+    child started between two parts has only the later ones; the parent gave a batch up for
+    another) or a part that failed rolls the whole transaction back, and the last part's
+    answer is an error, so the parent writes the whole batch again. Data the database refuses
+    (or has no room for) in some part is not an error of the batch: the batch is written
+    again here, whole, by :meth:`StoreSink.write`, which splits it and leaves the refused
+    envelopes out, as for a batch sent whole (its entries are kept until the last part)."""
+
+    def __init__(self, sink: StoreSink) -> None:
+        self.sink = sink
+        self.batch: int | None = None
+        self.expected = 0
+        self.entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
+        #: the first failure of this batch's parts; ``refused``: a data (or room) error
+        self.error: Exception | None = None
+        self.refused = False
+
+    def reset(self) -> None:
+        """Forget the open batch (rolled back)."""
+        if self.batch is not None:
+            self.sink.opened.rollback_begun()
+        self.batch, self.expected, self.entries = None, 0, []
+        self.error, self.refused = None, False
+
+    def take(self, payload: bytes) -> bool:
+        """One part (never raises: a failure is kept for the last part's answer); whether it
+        was the last."""
+        head, _, rest = payload.partition(b"\n")
+        last = head[:1] == b"C"
+        try:
+            batch, number = (int(n) for n in head[1:].split(b":"))
+        except ValueError:
+            batch, number = -1, -1
+        if batch != self.batch:
+            self.reset()
+            self.batch = batch
+        if number != self.expected and (self.error is None or self.refused):
+            self.sink.opened.rollback_begun()
+            self.error = StoreChildError(f"part {number} of batch {batch} without part "
+                                         f"{self.expected}: the batch is written again whole")
+            self.refused = False
+        self.expected = number + 1
+        if self.error is not None and not self.refused:
+            return last
+        store = self.sink.opened
+        try:
+            entries = decode_lines(rest)
+        except Exception as exc:  # noqa: BLE001 - answered at the last part
+            store.rollback_begun()
+            self.error, self.refused = exc, False
+            return last
+        self.entries.extend(entries)
+        if self.error is not None:  # refused earlier: kept to be written whole at the end
+            return last
+        try:
+            store.write_begun([bundle for _, bundle, _ in entries],
+                              [line for _, _, line in entries])
+        except Exception as exc:  # noqa: BLE001 - rolled back; answered at the last part
+            self.error = exc
+            self.refused = store._cannot_store(exc) is not None
+        return last
+
+    def finish(self) -> None:
+        """After the last part: commit the batch, or write it whole when the database
+        refused some of its data; raise when the batch must be sent again."""
+        try:
+            store = self.sink.opened
+            if self.error is None:
+                try:
+                    store.commit_begun()
+                except Exception as exc:
+                    if store._cannot_store(exc) is None:
+                        raise
+                    self.sink.write(self.entries)  # no room for all of it: in parts
+                    return
+                self.sink.prune()
+                return
+            if not self.refused:
+                raise self.error
+            log.warning("store: the database refused part of a batch (%s); writing the batch "
+                        "whole", self.error)
+            self.sink.write(self.entries)
+        finally:
+            self.reset()
 
 
 def _serve() -> int:
@@ -268,13 +403,23 @@ def _serve() -> int:
         return 1
     _send(out, b'{"ok":true}')
     store = sink.opened
+    parts = BatchInParts(sink)
     while True:
         payload = _receive(inp)
         if payload is None:
             break
+        kind = payload[:1]
+        if kind == b"P":  # more parts follow: no answer
+            parts.take(payload)
+            continue
         try:
             before = dict(store.left_out)
-            write_lines(sink, payload)
+            if kind == b"C":
+                parts.take(payload)
+                parts.finish()
+            else:  # a whole batch (a batch in parts left open is given up)
+                parts.reset()
+                write_lines(sink, payload)
             left_out = {reason: count - before.get(reason, 0)
                         for reason, count in store.left_out.items()
                         if count != before.get(reason, 0)}
@@ -282,6 +427,7 @@ def _serve() -> int:
         except Exception as exc:  # noqa: BLE001 - reported; the parent retries the batch
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         _send(out, orjson.dumps(answer))
+    parts.reset()
     sink.close()
     return 0
 

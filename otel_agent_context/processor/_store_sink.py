@@ -39,7 +39,7 @@ class StoreSink:
             self.store = open_store(self.url, durable=self.durable)
         except StoreError as exc:
             raise ConfigError("store.url", str(exc)) from None
-        self._prune()
+        self.prune()
 
     @property
     def left_out(self) -> dict[str, int]:
@@ -60,9 +60,10 @@ class StoreSink:
             self.open()
         assert self.store is not None
         self.store.write([bundle for _, bundle, _ in batch], [line for _, _, line in batch])
-        self._prune()
+        self.prune()
 
-    def _prune(self) -> None:
+    def prune(self) -> None:
+        """Delete the envelopes past the retention, at most once a minute."""
         if self.retention is None or self.store is None:
             return
         now = time.monotonic()

@@ -132,3 +132,12 @@ def postgres_url(postgres_server: dict[str, Any]) -> Iterator[str]:
     yield f"postgresql://postgres@127.0.0.1:{postgres_server['port']}/{name}"
     with psycopg.connect(postgres_server["admin"], autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store's URL: a SQLite file under ``out``, then a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'out' / 'context.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

@@ -49,14 +49,6 @@ def _store_errors(processor: Processor) -> float:
     return 0.0
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'out' / 'context.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 def test_a_store_process_killed_mid_batch_is_restarted_and_loses_nothing(
         tmp_path: Path, store_url: str) -> None:
     processor = Processor(config(tmp_path, store__url=store_url, store__writer="process",
