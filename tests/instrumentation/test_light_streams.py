@@ -432,3 +432,108 @@ def test_span_is_current_while_a_light_stream_reads(monkeypatch: pytest.MonkeyPa
                     inst.uninstrument()
                 tel.shutdown()
     assert seen == [(True, True, False)] * 2
+
+
+# -- the three roles with a stream, field by field, against util-genai's own invocations ---
+
+
+def _chunk(inv: Any, light: bool, at: float) -> None:
+    """A chunk ``at`` seconds after the invocation's start (the same times either way)."""
+    inv._on_stream_chunk((inv._start if light else inv._monotonic_start_s) + at)
+
+
+def _recorded(tel: CapturedTelemetry) -> tuple[Any, ...]:
+    (span,) = tel.spans()
+    points = []
+    data = tel.metric_reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for p in metric.data.data_points:
+                    value = (p.count,) if metric.name == TIMES[0] else \
+                        (p.count, round(p.sum, 9), round(p.min, 9), round(p.max, 9))
+                    points.append((metric.name, sm.scope.name,
+                                   sorted((p.attributes or {}).items()), value))
+    return (span.name, span.status.status_code, list(span.attributes.items()),
+            sorted(points, key=repr))
+
+
+@pytest.mark.parametrize("role", ["own", "published", "published_unseen", "suppressed"])
+def test_stream_roles_record_what_util_genai_records(role: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Driven as a stream wrapper drives them (``_request_stream`` set, suspended, chunks at
+    fixed times after the start, one after the end), the light invocations record the same
+    span attributes (the time to first chunk exactly) and the same points (the chunks'
+    times exactly) as util-genai's: ours alone (the response model set between two chunks:
+    the later points carry it); ours outermost with another instrumentor's suppressed
+    invocation inside that saw the chunks too (ours' time wins) or alone saw them
+    ("published_unseen": the helper's stream, read by the other one only); ours inside
+    another's inference (its time published into the outer data)."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
+
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    outcomes, published = [], []
+    for light in (True, False):
+        tel = CapturedTelemetry()
+        kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider,
+              "logger_provider": tel.logger_provider}
+        ours = TelemetryHandler(instrumentation_scope_name="ours", **kw)
+        theirs = TelemetryHandler(instrumentation_scope_name="theirs", **kw)
+        where = {"request_model": "gpt-x", "server_address": "h", "server_port": 1}
+        try:
+            outer = theirs.inference("openai", operation_name="chat", **where) \
+                if role == "suppressed" else None
+            if light and role == "suppressed":
+                data = otel_context.get_value(CLIENT_INFERENCE_CONTEXT_KEY)
+                inv: Any = _inference.LightSuppressed(data, "openai", context=None, **where)
+            elif light:
+                inv = _inference.LightInference(ours, "openai", context=None,
+                                                publish=role != "own", **where)
+            else:
+                inv = ours.inference("openai", operation_name="chat", **where)
+            inner = theirs.inference("openai", operation_name="chat", **where) \
+                if role.startswith("published") else None
+            for invocation in (inv, inner):
+                if invocation is not None:
+                    invocation._request_stream = True  # what the stream wrappers set
+                    invocation.suspend()
+            if inner is not None:
+                _chunk(inner, False, 0.125)
+                inner.response_model_name = "m-theirs"
+                inner.stop()
+            if role != "published_unseen":
+                _chunk(inv, light, 0.25)
+                _chunk(inv, light, 0.5)
+                inv.response_model_name = "m-ours"
+                _chunk(inv, light, 0.625)
+            inv.input_tokens, inv.output_tokens = 9, 3
+            inv.stop()
+            if role != "published_unseen":
+                _chunk(inv, light, 0.75)  # read after the end (an outer wrapper's chunk)
+            if outer is not None:
+                data = otel_context.get_value(CLIENT_INFERENCE_CONTEXT_KEY)
+                published.append({f: getattr(data, f) for f in data.__dataclass_fields__})
+                outer.stop()
+            outcomes.append(_recorded(tel))
+        finally:
+            tel.shutdown()
+    assert outcomes[0] == outcomes[1]
+    attrs = dict(outcomes[0][2])
+    assert attrs["gen_ai.request.stream"] is True
+    assert attrs[TTFC] == (0.125 if role == "published_unseen" else 0.25)
+    points = {(p[0], p[1]) for p in outcomes[0][3]}
+    if role == "own":
+        (first,) = [p for p in outcomes[0][3] if p[0].endswith("time_to_first_chunk")]
+        assert first[3] == (1, 0.25, 0.25, 0.25)
+        later = {p[3]: p[2] for p in outcomes[0][3] if p[0].endswith("time_per_output_chunk")}
+        # the second chunk without the response model; the third with it, and the one
+        # after the end with the call's final attributes (the same: one point of two)
+        assert sorted(later) == [(1, 0.25, 0.25, 0.25), (2, 0.25, 0.125, 0.125)]
+        assert ("gen_ai.response.model", "m-ours") not in later[(1, 0.25, 0.25, 0.25)]
+        assert ("gen_ai.response.model", "m-ours") in later[(2, 0.25, 0.125, 0.125)]
+    if role == "suppressed":
+        assert published[0] == published[1]
+        assert published[0]["response_time_to_first_chunk"] == 0.25
+        assert published[0]["request_stream"] is True
+        assert ("gen_ai.client.operation.time_to_first_chunk", "ours") not in points
