@@ -1,7 +1,7 @@
 """Probe: instructions (callgrind) of the pieces of one auto-instrumented Anthropic call, in
 process, no network: where a call's cost goes.
 
-    python benchmarks/probes/call_pieces.py [--calls 20]
+    python benchmarks/probes/call_pieces.py [--calls 20] [--only PIECE,...]
 
 Each piece runs ``--calls`` times after a warm-up, counted alone (``_callgrind.count``) on an
 SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` into memory (as the benchmarks):
@@ -14,7 +14,11 @@ other, suppressed, inside; or the other outermost and ours inside, util-genai's 
 invocation or ``LightSuppressed``), ``bare`` (an SDK span with the same
 attributes), ``request`` / ``response`` (reading them), ``materialize``, ``segments``,
 ``fold`` (a span, the call envelope and ``fold_call``), ``envelope`` (a span and the call
-envelope started and stopped). Results: ``benchmarks/instrumentation.md``.
+envelope started and stopped); ``stream*`` an OpenAI chat stream of the benchmark's 15
+chunks from a list (our ``Call`` and stream wrapper, the light path or ``_util``;
+``stream_official`` the official instrumentor's wrapper alone, ``stream_ours_outer`` /
+``stream_ours_inner`` the two composed, ours outermost or inside; ``stream_accumulate``
+reading the chunks). Results: ``benchmarks/instrumentation.md``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _callgrind as callgrind  # noqa: E402
 
 
-def _child(calls: int) -> None:
+def _child(calls: int, only: list[str] | None) -> None:
     import instrumentation_bench as bench
     from anthropic.types import Message
     from opentelemetry.sdk.trace import TracerProvider
@@ -123,7 +127,89 @@ def _child(calls: int) -> None:
         tel.ctx._call_envelope(span).stop()
         span.end()
 
+    # -- an OpenAI chat stream: the benchmark's 15 chunks, from a list (no network) --------
+    from openai.types.chat import ChatCompletionChunk
+    from opentelemetry.instrumentation.genai.openai.chat_wrappers import ChatStreamWrapper
+
+    from otel_agent_context.instrumentation._stub import REPLY
+    from otel_agent_context.instrumentation.openai import _extract as OX
+
+    chat_api = C.Api(OX.chat_request, OX.chat_response, OX.ChatAccumulator,
+                     OX.chat_is_stream, OX.PROVIDER)
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+            "model": "gpt-4o-mini", "system_fingerprint": "fp_stub"}
+    events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                    "finish_reason": None}]}]
+    events += [{**base, "choices": [{"index": 0, "delta": {"content": w + " "},
+                                     "finish_reason": None}]}
+               for w in REPLY.split(" ")]
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    events.append({**base, "choices": [], "usage": {"prompt_tokens": 900,
+                                                    "completion_tokens": 12,
+                                                    "total_tokens": 912}})
+    chunks = [ChatCompletionChunk.model_validate(e) for e in events]
+
+    class _Response:
+        def close(self) -> None:
+            pass
+
+    class _Stream:
+        """An SDK stream's shape: iterable, ``close()``, its HTTP ``response``."""
+
+        def __init__(self) -> None:
+            self.response = _Response()
+
+        def __iter__(self) -> Any:
+            return iter(chunks)
+
+        def close(self) -> None:
+            pass
+
+    def chat_kwargs() -> dict[str, Any]:
+        return {"model": "gpt-4o-mini", "messages": bench.HISTORY,
+                "max_completion_tokens": 300, "stream": True,
+                "stream_options": {"include_usage": True}}
+
+    chat_where = {"request_model": "gpt-4o-mini", "server_address": "127.0.0.1",
+                  "server_port": 8000}
+
+    def stream(light: bool = True, official: str = "none") -> None:
+        """Ours alone, the official wrapper alone ("alone"), or both: the official inside
+        ours ("inner") or outside ("outer")."""
+        if official == "alone":
+            inv = other.inference("openai", operation_name="chat", **chat_where)
+            for _ in ChatStreamWrapper(_Stream(), inv, False):
+                pass
+            return
+        outer = other.inference("openai", operation_name="chat", **chat_where) \
+            if official == "outer" else None
+        call = tel.start(chat_api, (), chat_kwargs(), "127.0.0.1", 8000, light,
+                         official == "inner")
+        sdk: Any = _Stream()
+        if official == "inner":
+            sdk = ChatStreamWrapper(sdk, other.inference("openai", operation_name="chat",
+                                                         **chat_where), False)
+        wrapped = C._wrap_result(call, chat_api, sdk, True, False)
+        if outer is not None:
+            wrapped = ChatStreamWrapper(wrapped, outer, False)
+        for _ in wrapped:
+            pass
+
+    def accumulate() -> None:
+        acc = OX.ChatAccumulator(False)
+        for chunk in chunks:
+            acc.add(chunk)
+        acc.result()
+
     pieces = {
+        "stream": stream,
+        "stream_util": lambda: stream(False),
+        "stream_official": lambda: stream(official="alone"),
+        "stream_ours_outer": lambda: stream(official="inner"),
+        "stream_ours_outer_util": lambda: stream(False, official="inner"),
+        "stream_ours_inner": lambda: stream(official="outer"),
+        "stream_ours_inner_util": lambda: stream(False, official="outer"),
+        "stream_accumulate": accumulate,
         "whole": whole,
         "whole_util": lambda: whole(False),
         "light": lambda: invocation(LightInference(
@@ -145,6 +231,8 @@ def _child(calls: int) -> None:
         "envelope": envelope,
     }
     for name, fn in pieces.items():
+        if only is not None and name not in only:
+            continue
         for _ in range(3):
             fn()
         exporter.clear()
@@ -155,16 +243,17 @@ def _child(calls: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--only", help="comma-separated pieces (default: all)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.calls)
+        _child(args.calls, args.only.split(",") if args.only else None)
         return
     if not callgrind.available():
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     env = {**os.environ, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"}
-    counts = callgrind.run([sys.executable, __file__, "--child", "--calls", str(args.calls)],
-                           env, args.calls)
+    counts = callgrind.run([sys.executable, __file__, "--child", "--calls", str(args.calls)]
+                           + (["--only", args.only] if args.only else []), env, args.calls)
     for name, value in counts.items():
         print(f"{name:12s} {value / 1e3:8,.0f}K instructions")
 

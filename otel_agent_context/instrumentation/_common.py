@@ -8,8 +8,8 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   official GenAI instrumentor of the same client is also enabled, the handler merges the two
   nested inference invocations into ONE span whichever wrapper runs outermost: the outer one
   owns the span, the inner one is suppressed and publishes its ``gen_ai.*`` data into it.
-  Our context telemetry always goes on ``invocation.span``, which is that one span. A plain
-  non-streaming call without content capture records the same span and metrics through
+  Our context telemetry always goes on ``invocation.span``, which is that one span. A call
+  (or stream) without content capture records the same span and metrics through
   :class:`~._inference.LightInference` instead, at a fraction of the cost; composed, it
   takes util-genai's part in the merge itself (publishing for the other instrumentor inside
   ours, or :class:`~._inference.LightSuppressed` inside the other one's inference).
@@ -19,7 +19,8 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   the inference span.
 - Streams are wrapped with util-genai's stream wrappers (iteration, ``with``, ``close()``,
   ``send``/``throw`` and abandoned streams behave as the SDK's own); the call is finished when
-  the stream ends, is closed, or its HTTP response is closed by an SDK helper.
+  the stream ends, is closed, or its HTTP response is closed by an SDK helper. With a light
+  invocation a chunk's read is ours in one frame (util-genai's ``_advance`` inlined).
 
 Telemetry never breaks the host: every step is guarded, and the application's exceptions
 pass through unchanged (the same object).
@@ -38,12 +39,13 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from timeit import default_timer
 from typing import Any
 
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context, attach, detach
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
@@ -59,7 +61,7 @@ from .._folded import Segment, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
-from . import _frames, _tokens
+from . import _frames, _inference, _tokens
 from ._inference import (
     COMPOSABLE,
     LightInference,
@@ -757,19 +759,25 @@ def _http_response(stream: Any) -> Any:
         return None
 
 
+def _read_chunk(stream: Any, acc: Accumulator, chunk: Any) -> None:
+    """One chunk into the call's accumulator; the call finished at the API's terminal
+    event (the stream wrapper's ``_process_chunk``)."""
+    try:
+        acc.add(chunk)
+    except Exception:
+        if _strict_now():
+            raise
+        _log.debug("otel_agent_context: could not read a stream chunk", exc_info=True)
+    if acc.terminal:
+        stream._finalize_success()
+
+
 class _StreamMixin:
     _self_call: Call
     _self_acc: Accumulator
 
     def _process_chunk(self, chunk: Any) -> None:
-        try:
-            self._self_acc.add(chunk)
-        except Exception:
-            if _strict_now():
-                raise
-            _log.debug("otel_agent_context: could not read a stream chunk", exc_info=True)
-        if self._self_acc.terminal:
-            self._finalize_success()  # type: ignore[attr-defined]
+        _read_chunk(self, self._self_acc, chunk)
 
     # Guarded: these run inside the application's iteration; a failure here must not
     # replace its StopIteration or its own error.
@@ -783,6 +791,43 @@ class _StreamMixin:
         self._self_call.fail(error, self._self_acc.result())
 
 
+def _light_stream(wrapper: Any, inv: Any, acc: Accumulator) -> None:
+    """What the wrapper's reads use with a light invocation (``_self_light``: the
+    invocation, the accumulator, whether it is our own inference, whose span is current
+    around each read and which times every chunk; else None: util-genai's ``_advance``).
+    One tuple: an attribute read on the wrapper (a wrapt proxy with a Python
+    ``__getattr__``) costs several plain ones, and a stream reads them on every chunk."""
+    if isinstance(inv, (_inference.LightInference, _inference.LightSuppressed)):
+        wrapper._self_light = (inv, acc, isinstance(inv, _inference.LightInference))
+    else:
+        wrapper._self_light = None
+
+
+#: an attribute of the stream wrapper itself, without the proxy's Python ``__getattr__``
+#: hook in between (what a chunk's read costs)
+_own = object.__getattribute__
+
+
+def _activate(light: tuple[Any, Accumulator, bool]) -> Any:
+    """util-genai's ``_execution_context`` for a light invocation: our own inference's
+    span current again around a read (a token to detach), while the call is under way."""
+    inv, _, own = light
+    if own and not inv._finished and inv._token is None:
+        return attach(inv._span_context)
+    return None
+
+
+def _light_chunk(stream: Any, light: tuple[Any, Accumulator, bool], chunk: Any) -> None:
+    """A chunk just read: into the accumulator (``_process_chunk``), and its time
+    (``_on_stream_chunk``; a suppressed invocation keeps the first chunk's only)."""
+    inv, acc, own = light
+    timed = own or inv.ttfc_seconds is None
+    chunk_at = default_timer() if timed else 0.0
+    _read_chunk(stream, acc, chunk)
+    if timed:
+        inv._on_stream_chunk(chunk_at)
+
+
 class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
     """A sync SDK stream that records the call when it ends (or its response is closed)."""
 
@@ -790,6 +835,7 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
         super().__init__(stream, invocation=call.invocation)
         self._self_call = call
         self._self_acc = acc
+        _light_stream(self, call.invocation, acc)
         call.invocation.suspend()
         response = _http_response(stream)
         close = getattr(response, "close", None)
@@ -808,6 +854,30 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
             with contextlib.suppress(Exception):  # a response we cannot patch
                 response.close = closing
 
+    def __next__(self) -> Any:
+        """util-genai's ``__next__`` (``_advance``: the call's span current around the
+        read, the chunk read, then ``_process_chunk`` and its time recorded), for a light
+        invocation in one frame: no closure, no generator context manager, two reads of the
+        wrapper's attributes a chunk."""
+        light = _own(self, "_self_light")
+        if light is None:
+            return SyncStreamWrapper.__next__(self)
+        token = _activate(light)
+        try:
+            try:
+                chunk = next(_own(self, "_self_iterator"))
+            except StopIteration:
+                self._finalize_success()
+                raise
+            except BaseException as error:
+                self._finalize_failure(error)
+                raise
+            _light_chunk(self, light, chunk)
+            return chunk
+        finally:
+            if token is not None:
+                detach(token)
+
 
 class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
     """The async counterpart of :class:`OurSyncStream`."""
@@ -816,6 +886,7 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
         super().__init__(stream, invocation=call.invocation)
         self._self_call = call
         self._self_acc = acc
+        _light_stream(self, call.invocation, acc)
         call.invocation.suspend()
         response = _http_response(stream)
         aclose = getattr(response, "aclose", None)
@@ -831,6 +902,28 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
 
             with contextlib.suppress(Exception):
                 response.aclose = closing
+
+    async def __anext__(self) -> Any:
+        """util-genai's ``__anext__`` for a light invocation in one frame (see
+        :meth:`OurSyncStream.__next__`)."""
+        light = _own(self, "_self_light")
+        if light is None:
+            return await AsyncStreamWrapper.__anext__(self)
+        token = _activate(light)
+        try:
+            try:
+                chunk = await anext(_own(self, "_self_aiter"))
+            except StopAsyncIteration:
+                self._finalize_success()
+                raise
+            except BaseException as error:
+                self._finalize_failure(error)
+                raise
+            _light_chunk(self, light, chunk)
+            return chunk
+        finally:
+            if token is not None:
+                detach(token)
 
 
 @dataclass(slots=True)
@@ -965,8 +1058,9 @@ def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
 
 def _light(wrapped: Any, streaming: bool | None) -> bool:
     """Whether a call may take the light inference path as far as the wrapper can tell:
-    not a stream (util-genai's stream wrappers follow it)."""
-    return streaming is False
+    whether it can tell a stream (followed by our stream wrappers, the light invocation
+    timing its chunks as util-genai's does) from a plain call."""
+    return streaming is not None
 
 
 def _stream_call(api: Api, kwargs: dict[str, Any]) -> bool | None:

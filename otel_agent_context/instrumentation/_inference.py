@@ -4,11 +4,10 @@
 util-genai's invocation is built for every case: it composes with other instrumentors of the
 same call (the outer one owns the span, the inner one publishes into it through a context
 value), captures message content on spans, in events and through upload hooks, and follows
-streams chunk by chunk. A non-streaming call with content capture off, and nothing of that
-kind composed around or under it, uses none of that, yet it paid for it on every call (in
-process, ~500K instructions of ~1.7M that ours added to an Anthropic call): two dataclasses of
-50 fields, a field-by-field merge with its own empty context data, a 40-pair attribute walk,
-an environment read.
+streams chunk by chunk. A call with content capture off uses little of that, yet it paid for
+all of it on every call (in process, ~500K instructions of ~1.7M that ours added to an
+Anthropic call): two dataclasses of 50 fields, a field-by-field merge with its own empty
+context data, a 40-pair attribute walk, an environment read.
 
 :class:`LightInference` records exactly what util-genai records for such a call: the span
 (name ``chat <model>``, kind ``CLIENT``, the same start attributes, the same finish attributes
@@ -17,6 +16,15 @@ runs; ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage`` wit
 attributes, on util-genai's own instruments; nothing else (no event: util-genai emits one only
 when asked, and then :func:`light_allowed` says no). ``tests/instrumentation/
 test_light_inference.py`` compares the two on the same calls.
+
+A stream is followed by our stream wrappers (util-genai's, see ``_common.OurSyncStream``),
+which drive a light invocation as they drive util-genai's: the span current again around each
+read (``_suspended``, ``activate``), ``request_stream`` set (``_request_stream``), each chunk's
+time (``_on_stream_chunk``): the time to first chunk as a span attribute and a
+``gen_ai.client.operation.time_to_first_chunk`` point, the gap before each later chunk a
+``time_per_output_chunk`` point, with util-genai's metric attributes at that moment.
+``tests/instrumentation/test_light_streams.py`` compares them on streams of every kind, ended
+every way (drained, closed early, the application's error, the transport's, abandoned).
 
 Composed with another util-genai instrumentor of the same call (the official GenAI one),
 util-genai merges the two invocations into one span: the outer one owns it and publishes an
@@ -33,17 +41,20 @@ first) into its span and metrics. Both roles are here too, with the same results
   :class:`LightSuppressed` opens nothing; our records go on the current (outer) span and our
   fields are written into the outer ``InferenceData`` as util-genai's suppressed invocation
   writes them (its ``publish_to_context``), without building one (a 50-field dataclass, its
-  field-by-field merge: ~200K instructions a call).
+  field-by-field merge: ~200K instructions a call); of a stream, it keeps the time to first
+  chunk (published as util-genai's suppressed invocation publishes it) and records no point.
 
 The other instrumentor's code runs unchanged in both orders: its span, metrics and data are
 its own. When anything else is in play (content capture, util-genai's event switch or
-completion hook, a stream), the call goes through util-genai as before.
+completion hook), the call goes through util-genai as before.
 """
 
 from __future__ import annotations
 
 import os
 import timeit
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.context import Context, attach, detach, get_value, set_value
@@ -81,8 +92,9 @@ _TOKEN_TYPE = "gen_ai.token.type"
 
 #: util-genai's finish attributes after the start ones, in its order: (key, field, zero is
 #: absent). Fields util-genai has that we never set (modality tokens, prompt name and
-#: version, time to first chunk: a stream's) are not here; setting one is an AttributeError
-#: (slots), so a new use cannot be silently dropped.
+#: version) are not here; setting one is an AttributeError (slots), so a new use cannot be
+#: silently dropped. The time to first chunk is a stream's (:meth:`LightInference.
+#: _on_stream_chunk`), under util-genai's name for it (``ttfc_seconds``).
 _FINISH: tuple[tuple[str, str, bool], ...] = (
     ("gen_ai.conversation.id", "conversation_id", True),
     ("gen_ai.request.stream", "request_stream", False),
@@ -107,6 +119,7 @@ _FINISH: tuple[tuple[str, str, bool], ...] = (
     ("gen_ai.request.reasoning.level", "reasoning_level", False),
     ("gen_ai.request.previous_response.id", "previous_response_id", False),
     ("gen_ai.conversation.compacted", "conversation_compacted", True),
+    ("gen_ai.response.time_to_first_chunk", "ttfc_seconds", False),
 )
 _FIELDS = tuple(f for _, f, _ in _FINISH if f != "conversation_id")
 
@@ -127,6 +140,7 @@ _DATA_FIELD: dict[str, str] = {
     "reasoning_level": "request_reasoning_level",
     "previous_response_id": "request_previous_response_id",
     "conversation_compacted": "conversation_compacted",
+    "ttfc_seconds": "response_time_to_first_chunk",
 }
 #: the lists util-genai's setters copy
 _LISTS = frozenset({"finish_reasons", "stop_sequences"})
@@ -270,17 +284,36 @@ def light_mode(parent: Context | None) -> InferenceData | bool:
     return False
 
 
-class LightInference:
+class _Streamed:
+    """What util-genai's stream wrappers set on the invocation they are given."""
+
+    __slots__ = ()
+    request_stream: bool | None
+
+    @property
+    def _request_stream(self) -> bool | None:
+        """util-genai's name for ``request_stream``, which its stream wrappers set."""
+        return self.request_stream
+
+    @_request_stream.setter
+    def _request_stream(self, value: bool | None) -> None:
+        self.request_stream = value  # type: ignore[misc]  # a slot of each subclass
+
+
+class LightInference(_Streamed):
     """The subset of util-genai's ``InferenceInvocation`` our instrumentors use, for a
-    non-streaming call (see the module's docstring)."""
+    call or a stream (see the module's docstring)."""
 
     __slots__ = ("span", "_instruments", "_start_attributes", "_span_context", "_token",
-                 "_start", "_finished", "conversation_id", "_error_type", "_data", *_FIELDS)
+                 "_start", "_finished", "conversation_id", "_error_type", "_data",
+                 "_last_chunk", "_chunk_attributes", *_FIELDS)
 
     # the fields read here (the others are set by name, see _FINISH)
     response_model_name: str | None
     input_tokens: int | None
     output_tokens: int | None
+    request_stream: bool | None
+    ttfc_seconds: float | None
 
     def __init__(self, handler: TelemetryHandler, provider: str, *,
                  request_model: str | None, server_address: str | None,
@@ -293,6 +326,10 @@ class LightInference:
         #: publishes for us (util-genai's outer invocation puts the same in its context)
         self._data: InferenceData | None = new_data() if publish else None
         self._finished = False
+        #: a stream's: when its last chunk arrived; the metric attributes its chunks get
+        #: after the call's end (util-genai's then, see :meth:`_on_stream_chunk`)
+        self._last_chunk: float | None = None
+        self._chunk_attributes: dict[str, Any] | None = None
         self._instruments = handler._instruments
         start: dict[str, Any] = {_OPERATION: "chat", _PROVIDER: provider}
         if request_model is not None:
@@ -321,6 +358,48 @@ class LightInference:
         token, self._token = self._token, None
         if token is not None:
             detach(token)
+
+    # -- a stream (util-genai's stream wrappers drive these, as they drive its invocation) --
+
+    @property
+    def _suspended(self) -> bool:
+        """util-genai's: attached at the start and suspended since (then a stream wrapper
+        makes the span current again around each read)."""
+        return self._token is None
+
+    @contextmanager
+    def activate(self) -> Iterator[None]:
+        """The span current inside the block (nothing once the call has ended)."""
+        if self._finished:
+            yield
+            return
+        token = attach(self._span_context)
+        try:
+            yield
+        finally:
+            detach(token)
+
+    def _on_stream_chunk(self, chunk_at: float) -> None:
+        """One chunk arrived at ``chunk_at``: util-genai's ``_on_stream_chunk`` for its own
+        inference. The first chunk's delay from the start is the time to first chunk (a
+        span attribute and a ``gen_ai.client.operation.time_to_first_chunk`` point), each
+        later one's from the previous chunk a ``time_per_output_chunk`` point; their
+        attributes are util-genai's metric attributes at that moment: the start ones and
+        the response model once set, and after the call's end those of its last points."""
+        last = self._last_chunk
+        self._last_chunk = chunk_at
+        attrs = self._chunk_attributes
+        if attrs is None:
+            attrs = self._start_attributes
+            if self.response_model_name is not None:
+                attrs = {**attrs, _RESPONSE_MODEL: self.response_model_name}
+        if last is None:
+            self.ttfc_seconds = delta = max(chunk_at - self._start, 0.0)
+            self._instruments.time_to_first_chunk.record(delta, attributes=attrs,
+                                                         context=self._span_context)
+        else:
+            self._instruments.time_per_output_chunk.record(
+                max(chunk_at - last, 0.0), attributes=attrs, context=self._span_context)
 
     def stop(self) -> None:
         self._finish(None)
@@ -371,6 +450,7 @@ class LightInference:
 
     def _record(self, attrs: dict[str, Any], input_tokens: int | None,
                 output_tokens: int | None) -> None:
+        self._chunk_attributes = attrs  # a stream's chunks read after the end get these
         instruments, context = self._instruments, self._span_context
         instruments.operation_duration.record(
             max(timeit.default_timer() - self._start, 0.0), attributes=attrs, context=context)
@@ -435,14 +515,19 @@ class LightInference:
         return own
 
 
-class LightSuppressed:
+class LightSuppressed(_Streamed):
     """Ours inside another util-genai inference of the same call (the official instrumentor
     outside ours): what util-genai's ``SuppressedInferenceInvocation`` does there, without
     its dataclass (see the module's docstring). No span, no metrics: ``span`` is the outer
     one (current), and at the end our fields go into the outer invocation's data, which
     merges them under its own."""
 
-    __slots__ = ("span", "_data", "_finished", "_published", "conversation_id", *_FIELDS)
+    __slots__ = ("span", "_data", "_finished", "_published", "conversation_id", "_start",
+                 *_FIELDS)
+
+    # the fields read here (the others are set by name, see _FINISH)
+    request_stream: bool | None
+    ttfc_seconds: float | None
 
     def __init__(self, data: InferenceData, provider: str, *, request_model: str | None,
                  server_address: str | None, server_port: int | None,
@@ -461,9 +546,17 @@ class LightSuppressed:
             if value is not None:
                 self._published[field] = value
         self.span = get_current_span(context)
+        self._start = timeit.default_timer()
 
     def suspend(self) -> None:
         """Nothing to restore: a suppressed invocation makes nothing current."""
+
+    def _on_stream_chunk(self, chunk_at: float) -> None:
+        """A stream's chunk: util-genai's suppressed invocation records no metric, only the
+        stream and its time to first chunk, published at the end."""
+        if self.ttfc_seconds is None:
+            self.ttfc_seconds = max(chunk_at - self._start, 0.0)
+            self.request_stream = True
 
     def stop(self) -> None:
         self._finish()

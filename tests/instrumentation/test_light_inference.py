@@ -6,9 +6,9 @@ forced through util-genai, everything recorded is compared: every span's name, k
 status, attributes and events, and the points of ``gen_ai.client.operation.duration`` (count
 and attributes) and ``gen_ai.client.token.usage`` (attributes and sums). Then: the light
 path is the one taken when nothing else is in play and composed with the official instrumentor
-either way round (the same comparison, composed), and not under content capture, with
-util-genai's event switch, nor for streams. Last, the two composed roles field by field
-against util-genai's outer and suppressed invocations.
+either way round (the same comparison, composed), and not under content capture nor with
+util-genai's event switch (streams: ``test_light_streams.py``). Last, the two composed roles
+field by field against util-genai's outer and suppressed invocations.
 """
 
 from __future__ import annotations
@@ -268,11 +268,17 @@ def test_when_the_light_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
         # (ours publishes for the official one inside, or publishes into the one outside)
         assert _taken(stub.url, _messages, monkeypatch, official="inner") == 1
         assert _taken(stub.url, _messages, monkeypatch, official="outer") == 1
-        assert _taken(stub.url, _messages_stream, monkeypatch, official="outer") == 0
         assert _taken(stub.url, _messages, monkeypatch, official="outer", capture=True) == 0
-        # streams: util-genai's stream wrappers follow them
-        assert _taken(stub.url, _messages_stream, monkeypatch) == 0
-        assert _taken(stub.url, _messages_create_stream, monkeypatch) == 0
+        # streams too (the light invocation times their chunks as util-genai's does; see
+        # test_light_streams.py), alone and composed, not under content capture
+        assert _taken(stub.url, _messages_stream, monkeypatch) == 1
+        assert _taken(stub.url, _messages_create_stream, monkeypatch) == 1
+        assert _taken(stub.url, _messages_stream, monkeypatch, official="outer") == 1
+        assert _taken(stub.url, _messages_stream, monkeypatch, official="inner") == 1
+        assert _taken(stub.url, _messages_create_stream, monkeypatch, official="outer") == 1
+        assert _taken(stub.url, _messages_create_stream, monkeypatch, official="inner") == 1
+        assert _taken(stub.url, _messages_stream, monkeypatch, capture=True) == 0
+        assert _taken(stub.url, _messages_create_stream, monkeypatch, capture=True) == 0
         # content capture, ours or util-genai's
         assert _taken(stub.url, _messages, monkeypatch, capture=True) == 0
         monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")

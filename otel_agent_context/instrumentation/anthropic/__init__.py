@@ -51,15 +51,18 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
     """The ``messages.stream()`` manager: the call starts on enter and ends on exit."""
 
     def __init__(self, manager: Any, tel: ClientTelemetry, api: Api, instance: Any,
-                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                 args: tuple[Any, ...], kwargs: dict[str, Any], wrapped: Any = None) -> None:
         super().__init__(manager)
-        self._self_start = (tel, api, instance, args, kwargs)
+        self._self_start = (tel, api, instance, args, kwargs, wrapped)
         self._self_call: Any = None
         self._self_stream: Any = None
 
     def _enter(self) -> None:
-        tel, api, instance, args, kwargs = self._self_start
-        self._self_call = _begin(tel, api, instance, args, {**kwargs, "stream": True})
+        tel, api, instance, args, kwargs, wrapped = self._self_start
+        # the light inference (the stream is the SDK's, read at the end: no chunk of it
+        # passes through ours); ``wrapped``: another instrumentor's wrapper inside ours
+        self._self_call = _begin(tel, api, instance, args, {**kwargs, "stream": True}, True,
+                                 wrapped)
 
     def _entered(self, stream: Any) -> Any:
         self._self_stream = stream
@@ -125,7 +128,7 @@ def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
         if not readable:  # the application's iterable raised: the SDK raises it on enter
             return manager
         try:
-            return _StreamManager(manager, tel, api, instance, args, kwargs)
+            return _StreamManager(manager, tel, api, instance, args, kwargs, wrapped)
         except Exception:  # pragma: no cover - proxying cannot fail in practice
             return manager
 
