@@ -87,6 +87,8 @@ class Envelope(_Recorder):
         #: Attributes for the envelope's own span written once, when it stops (see
         #: :meth:`_set`); None: written as they come.
         self._pending: dict[str, Any] | None = None
+        #: Whether every value pending was built by our own code (see ``_fastattrs``)
+        self._pending_checked = False
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -277,21 +279,26 @@ class Envelope(_Recorder):
 
     # -- events on the envelope (or another span of it) --------------------------------
 
-    def _set(self, span: Span, attrs: dict[str, Any], now: bool = False) -> None:
+    def _set(self, span: Span, attrs: dict[str, Any], now: bool = False,
+             checked: bool = False) -> None:
         """Attributes for ``span``. When it is the envelope's own span and the envelope
         defers (an auto-instrumented call's envelope on its inference span), they wait and
         go with the next write ``now`` (the call's records, at its start) or with the
         envelope's own when it stops: two ``set_attributes`` a call instead of four.
-        Otherwise they are written at once."""
+        Otherwise they are written at once. ``checked``: every value was built by our own
+        code (``_fastattrs.set_attributes``)."""
         pending = self._pending
         if pending is None or span is not self._span:
-            set_attributes(span, attrs)
+            set_attributes(span, attrs, checked)
         elif now:
             pending.update(attrs)
+            checked = checked and self._pending_checked
             self._pending = {}
-            set_attributes(span, pending)
+            self._pending_checked = True
+            set_attributes(span, pending, checked)
         else:
             pending.update(attrs)
+            self._pending_checked = self._pending_checked and checked
 
     def _target_span(self, span: Span | None) -> Span:
         if span is None or span is self._span:
