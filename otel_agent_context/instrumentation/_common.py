@@ -204,6 +204,9 @@ def distinct_ids(blocks: list[Block]) -> None:
     """Two blocks never share an item id: a repeat of a message (the same text again, later
     in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls. A renamed
     block is a copy in its place (a remembered one, see :func:`plain_block`, is shared)."""
+    ids = [b.item_id for b in blocks]
+    if len(set(ids)) == len(ids):
+        return  # no repeat (the usual history): nothing to rename
     seen: dict[str, int] = {}
     for i, block in enumerate(blocks):
         count = seen.get(block.item_id, 0) + 1
