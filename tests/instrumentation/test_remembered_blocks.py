@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from otel_agent_context import _envelope, _folded
+from otel_agent_context import _digest, _envelope, _folded
 from otel_agent_context.instrumentation import _common as C
 from otel_agent_context.instrumentation._common import (
     KNOWN_MESSAGES,
@@ -35,6 +35,13 @@ HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
            {"role": "user", "content": ""},
            {"role": "user", "content": "Where is my order?"},
            {"role": "user", "content": "And when will it arrive?"}]
+
+
+@pytest.fixture(autouse=True)
+def _empty_memo() -> None:
+    """The memo starts empty: one full from earlier tests is forgotten at its next entry,
+    maybe between two of a test's calls."""
+    _digest._forget()
 
 
 def _objects(messages: list[dict[str, Any]]) -> list[Any]:
