@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,10 +39,14 @@ HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
 
 
 @pytest.fixture(autouse=True)
-def _empty_memo() -> None:
-    """The memo starts empty: one full from earlier tests is forgotten at its next entry,
-    maybe between two of a test's calls."""
+def _fresh_state() -> Iterator[None]:
+    """The memo starts empty (one full from earlier tests is forgotten at its next entry,
+    maybe between two of a test's calls) and no framework's message ids are current (a
+    value an earlier test left set sends every message the known ids' way)."""
     _digest._forget()
+    token = KNOWN_MESSAGES.set(None)
+    yield
+    KNOWN_MESSAGES.reset(token)
 
 
 def _objects(messages: list[dict[str, Any]]) -> list[Any]:
