@@ -186,6 +186,8 @@ class AgentContext:
         env._pending = {S.CONTEXT_ID: context_id, S.CONTEXT_SCOPE: Scope.TURN.value,
                         S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
                         S.CONTEXT_PRODUCER: self.producer}
+        # ours, but the producer: the application's (a string, unless misused)
+        env._pending_checked = isinstance(self.producer, str)
         return env
 
 

@@ -150,8 +150,9 @@ def reset() -> None:
 #: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
 #: entries and by the characters the keys hold; forgotten whole when full, or with the key.
 _MEMO: dict[Any, Any] = {}
-#: three entries a message (its digest, its short digest, the instrumentors' message facts)
-_MEMO_MAX_ENTRIES = 3 * 4096
+#: four entries a message (its digest, its short digest, the instrumentors' message facts
+#: and their remembered block)
+_MEMO_MAX_ENTRIES = 4 * 4096
 _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
 

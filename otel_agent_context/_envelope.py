@@ -53,6 +53,14 @@ _ENVELOPE_KEY = otel_context.create_key("otel_agent_context.envelope")
 _PRODUCER = f"otel-agent-context/{__version__}"
 
 
+#: the lifecycle an envelope reached, by the latest stage it recorded (plain strings)
+_DERIVED = tuple((stage, state.value) for stage, state in (
+    ("injection", Lifecycle.INJECTED), ("assembly", Lifecycle.ASSEMBLED),
+    ("selection", Lifecycle.SELECTED), ("compaction", Lifecycle.COMPACTED),
+    ("surface", Lifecycle.AVAILABLE)))
+_DRAFT = Lifecycle.DRAFT.value
+
+
 class Envelope(_Recorder):
     """One context envelope (a turn, task, session, tool call, review or handoff)."""
 
@@ -65,7 +73,7 @@ class Envelope(_Recorder):
         self._lifecycle = lifecycle
         self._agent = agent
         self._scope = scope
-        self._ctx = trace.set_span_in_context(span)
+        self._span_ctx: Context | None = None  # see _ctx
         self._span_count = 0
         self._ended = False
         self._token: object | None = None
@@ -87,6 +95,17 @@ class Envelope(_Recorder):
         #: Attributes for the envelope's own span written once, when it stops (see
         #: :meth:`_set`); None: written as they come.
         self._pending: dict[str, Any] | None = None
+        #: Whether every value pending was built by our own code (see ``_fastattrs``)
+        self._pending_checked = False
+
+    @property
+    def _ctx(self) -> Context:
+        """The context of the envelope's span, made when first needed (entering the
+        envelope, a stage span): an auto-instrumented call's envelope needs neither."""
+        ctx = self._span_ctx
+        if ctx is None:
+            ctx = self._span_ctx = trace.set_span_in_context(self._span)
+        return ctx
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -151,13 +170,11 @@ class Envelope(_Recorder):
         return None if links is None else links.sources(blocks)
 
     def _derived_lifecycle(self) -> str:
-        for stage, state in (("injection", Lifecycle.INJECTED), ("assembly", Lifecycle.ASSEMBLED),
-                             ("selection", Lifecycle.SELECTED),
-                             ("compaction", Lifecycle.COMPACTED),
-                             ("surface", Lifecycle.AVAILABLE)):
-            if stage in self._stages:
-                return state.value
-        return Lifecycle.DRAFT.value
+        stages = self._stages
+        for stage, state in _DERIVED:
+            if stage in stages:
+                return state
+        return _DRAFT
 
     @property
     def span(self) -> Span:
@@ -277,21 +294,26 @@ class Envelope(_Recorder):
 
     # -- events on the envelope (or another span of it) --------------------------------
 
-    def _set(self, span: Span, attrs: dict[str, Any], now: bool = False) -> None:
+    def _set(self, span: Span, attrs: dict[str, Any], now: bool = False,
+             checked: bool = False) -> None:
         """Attributes for ``span``. When it is the envelope's own span and the envelope
         defers (an auto-instrumented call's envelope on its inference span), they wait and
         go with the next write ``now`` (the call's records, at its start) or with the
         envelope's own when it stops: two ``set_attributes`` a call instead of four.
-        Otherwise they are written at once."""
+        Otherwise they are written at once. ``checked``: every value was built by our own
+        code (``_fastattrs.set_attributes``)."""
         pending = self._pending
         if pending is None or span is not self._span:
-            set_attributes(span, attrs)
+            set_attributes(span, attrs, checked)
         elif now:
             pending.update(attrs)
+            checked = checked and self._pending_checked
             self._pending = {}
-            set_attributes(span, pending)
+            self._pending_checked = True
+            set_attributes(span, pending, checked)
         else:
             pending.update(attrs)
+            self._pending_checked = self._pending_checked and checked
 
     def _target_span(self, span: Span | None) -> Span:
         if span is None or span is self._span:

@@ -17,6 +17,13 @@ value of another type (``None``, nested, bytes, a mapping), a string length limi
 reach (the SDK drops the oldest, with a warning), an ended span (the SDK warns). What is
 recorded is the same either way (``tests/test_fastattrs.py``). Events take the same
 shortcut in :mod:`._sdk_events`.
+
+A caller that built every value itself (``checked=True``: the folded call's records, whose
+ids, digests, kinds and token counts are ours by construction) skips even the bulk check:
+for an instance of ``str``, ``int``, ``float`` or ``bool``, or a list or tuple of them, the
+SDK's check returns the value unchanged (a list as a tuple), so there is nothing for it to
+find. Such a write whose keys are all new to the span and whose arrays are tuples already is
+one ``dict.update``.
 """
 
 from __future__ import annotations
@@ -35,11 +42,18 @@ _SdkSpan = getattr(_sdk_trace, "_Span", _PublicSpan)
 
 __all__ = ["set_attributes"]
 
+_LIST = list
 
-def set_attributes(span: Any, attrs: Mapping[str, Any]) -> None:
+
+def set_attributes(span: Any, attrs: Mapping[str, Any], checked: bool = False) -> None:
     """``span.set_attributes(attrs)``, without the per-value checks when every value is a
-    plain scalar or a flat list of them (see the module's docstring)."""
-    if (type(span) is not _SdkSpan and type(span) is not _PublicSpan) or not _plain(attrs):
+    plain scalar or a flat list of them (see the module's docstring). ``checked``: the
+    caller vouches for that (every key a non-empty string, every value an instance of
+    ``str``, ``int``, ``float`` or ``bool`` or a list or tuple of such, built by our own code);
+    then the values are not looked at, and with tuples for arrays and only keys the span does
+    not hold yet they are stored in one update."""
+    if (type(span) is not _SdkSpan and type(span) is not _PublicSpan) or not (
+            checked or _plain(attrs)):
         span.set_attributes(attrs)
         return
     written = False
@@ -53,6 +67,10 @@ def set_attributes(span: Any, attrs: Mapping[str, Any]) -> None:
                         stored = bounded._dict
                         maxlen = bounded.maxlen
                         if maxlen is None or len(stored) + len(attrs) <= maxlen:
+                            if checked and stored.keys().isdisjoint(attrs) and \
+                                    _LIST not in set(map(type, attrs.values())):
+                                stored.update(attrs)  # new keys, tuples: as the loop stores
+                                attrs = {}
                             for key, value in attrs.items():
                                 if key in stored:
                                     del stored[key]

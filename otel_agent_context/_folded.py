@@ -56,6 +56,21 @@ def _ints(values: Sequence[int | None]) -> list[int]:
     return [-1 if v is None else v for v in values]
 
 
+def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
+          overflow_strategy: Any) -> bool:
+    """Whether the fold's values that are not built here are of the types written as
+    they are: the item ids text (``str.join`` takes nothing else), the sizes integers."""
+    if not (max_tokens is None or type(max_tokens) is int) or not (
+            reserved_tokens is None or type(reserved_tokens) is int) or not (
+            overflow_strategy is None or type(overflow_strategy) is str):
+        return False
+    try:
+        "".join(item_ids)
+    except TypeError:
+        return False
+    return True
+
+
 def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
               reserved_tokens: int | None, overflow_strategy: str | None,
               segments: Sequence[Segment], blocks: Sequence[Any],
@@ -78,11 +93,11 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     if overflow_strategy is not None:
         attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
     budget = FoldedBudget(env, span, budget_id, attrs)
-    if segments:
-        attrs[S.WINDOW_SEGMENT_NAMES] = [s[0] for s in segments]
-        attrs[S.WINDOW_SEGMENT_ORDERS] = _ints([s[1] for s in segments])
-        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = _ints([s[2] for s in segments])
-        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = _ints([s[3] for s in segments])
+    if segments:  # arrays as tuples: what the span stores (see _fastattrs)
+        attrs[S.WINDOW_SEGMENT_NAMES] = tuple([s[0] for s in segments])
+        attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(_ints([s[1] for s in segments]))
+        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(_ints([s[2] for s in segments]))
+        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(_ints([s[3] for s in segments]))
 
     # one comprehension per array: a Python loop appending to eight lists cost twice as much
     item_ids = [b.item_id for b in blocks]
@@ -108,16 +123,22 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     attrs[S.ASSEMBLY_BLOCK_COUNT] = len(item_ids)
     attrs[S.ASSEMBLY_TOKEN_COUNT] = total
     attrs[S.ASSEMBLY_HASH] = assembly_hash
-    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = item_ids
-    attrs[S.ASSEMBLY_BLOCK_KINDS] = [b.kind or "" for b in blocks]
-    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens
-    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = [b.point or "" for b in blocks]
-    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = digests
+    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = tuple(item_ids)
+    attrs[S.ASSEMBLY_BLOCK_KINDS] = tuple([b.kind or "" for b in blocks])
+    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tuple(tokens)
+    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = tuple([b.point or "" for b in blocks])
+    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = tuple(digests)
+    # Every value here is built by our own code (ids, digests, kinds, injection points and
+    # token counts of the instrumentors' blocks, our window sizes) but the item ids, which
+    # may be an application's or an API's: text, or the SDK checks the whole write.
+    checked = _ours(item_ids, max_tokens, reserved_tokens, overflow_strategy)
     if refs:
         counts.extend([0] * (len(item_ids) - len(counts)))
         attrs[S.ASSEMBLY_BLOCK_SOURCE_COUNTS] = counts
         attrs[S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS] = refs
+        checked = False
     if not plain:  # what some items carry beyond their block: only when one does
+        checked = False
         modes = [b.content_mode if b.content_mode != _INLINE else "" for b in blocks]
         if any(modes):
             attrs[S.ASSEMBLY_BLOCK_CONTENT_MODES] = modes
@@ -128,6 +149,7 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
             if any(values):
                 attrs[key] = [v or "" for v in values]
     if capture:
+        checked = False
         masking = has_masker()
         attrs[S.ASSEMBLY_BLOCK_CONTENTS] = [
             ((mask(b.content) or "") if masking else b.content) if b.content else ""
@@ -141,7 +163,7 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     if span is not env._span:  # an inference span inside the application's envelope joins it
         env._target_span(span)
         attrs[S.CONTEXT_ID] = env.context_id
-    env._set(span, attrs, now=True)  # on the span from the call's start, as before
+    env._set(span, attrs, now=True, checked=checked)  # on the span from the call's start
     env._stages.update(("budget", "assembly", "injection"))
     env._assembled = True
     owner._instruments.injections.add(1, {"target": _MODEL, "injection_point": _HISTORY})

@@ -115,3 +115,47 @@ def test_other_spans_get_set_attributes() -> None:
     set_attributes(span, PLAIN)
     assert got == [PLAIN]
     assert _fastattrs._plain(PLAIN)
+
+
+def _checked(span: Any, attrs: dict[str, Any]) -> None:
+    set_attributes(span, attrs, checked=True)
+
+
+TUPLES = {k: tuple(v) if isinstance(v, list) else v for k, v in PLAIN.items()}
+
+
+@pytest.mark.parametrize("writes", [[PLAIN], [TUPLES], [TUPLES, {"a.str": "y", "b.new": (1,)}],
+                                    [PLAIN, TUPLES]],
+                         ids=["lists", "tuples", "a key rewritten", "all keys rewritten"])
+@pytest.mark.parametrize("limits", [None, SpanLimits(max_span_attributes=6),
+                                    SpanLimits(max_attribute_length=2)],
+                         ids=["default", "count limit", "length limit"])
+def test_a_checked_write_is_the_sdks_too(writes: list[dict[str, Any]],
+                                         limits: SpanLimits | None,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Values the caller built itself (``checked``) are not looked at, and are recorded
+    as the SDK records them: arrays as tuples, a rewritten key at the end, the limits."""
+    with caplog.at_level(logging.WARNING):
+        ours = _spans(limits, writes, _checked)
+        ours_logs = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        sdk = _spans(limits, writes, _sdk)
+        sdk_logs = [r.getMessage() for r in caplog.records]
+    assert ours == sdk
+    assert ours_logs == sdk_logs
+    assert all(not isinstance(v, list) for _, v in ours[0])
+
+
+def test_a_checked_write_skips_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("checked")
+
+    import opentelemetry.attributes as attributes
+
+    span = TracerProvider().get_tracer("t").start_span("s")
+    monkeypatch.setattr(attributes, "_clean_attribute_value", refuse)
+    monkeypatch.setattr(_fastattrs, "_plain", refuse)
+    set_attributes(span, TUPLES, checked=True)
+    set_attributes(span, {"a.str": "z", "a.strs": ["v"]}, checked=True)  # the loop's path
+    assert list(span.attributes.items())[-2:] == [("a.str", "z"), ("a.strs", ("v",))]
+    assert span.attributes["a.ints"] == (1, -1, 0)

@@ -1,7 +1,7 @@
 """Probe: instructions (callgrind) of the pieces of one auto-instrumented Anthropic call, in
 process, no network: where a call's cost goes.
 
-    python benchmarks/probes/call_pieces.py [--calls 20] [--only PIECE,...]
+    python benchmarks/probes/call_pieces.py [--calls 20] [--api anthropic|openai] [--only PIECE,...]
 
 Each piece runs ``--calls`` times after a warm-up, counted alone (``_callgrind.count``) on an
 SDK ``TracerProvider`` with a ``SimpleSpanProcessor`` into memory (as the benchmarks):
@@ -18,7 +18,8 @@ envelope started and stopped); ``stream*`` an OpenAI chat stream of the benchmar
 chunks from a list (our ``Call`` and stream wrapper, the light path or ``_util``;
 ``stream_official`` the official instrumentor's wrapper alone, ``stream_ours_outer`` /
 ``stream_ours_inner`` the two composed, ours outermost or inside; ``stream_accumulate``
-reading the chunks). Results: ``benchmarks/instrumentation.md``.
+reading the chunks). ``--api openai``: the call pieces on the OpenAI chat benchmark
+request (10 messages) and a parsed ``ChatCompletion``. Results: ``benchmarks/instrumentation.md``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _callgrind as callgrind  # noqa: E402
 
 
-def _child(calls: int, only: list[str] | None) -> None:
+def _child(calls: int, which: str, only: list[str] | None) -> None:
     import instrumentation_bench as bench
     from anthropic.types import Message
+    from openai.types.chat import ChatCompletion
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -49,6 +51,7 @@ def _child(calls: int, only: list[str] | None) -> None:
         light_mode,
     )
     from otel_agent_context.instrumentation.anthropic import _extract as X
+    from otel_agent_context.instrumentation.openai import _extract as OX
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -57,15 +60,31 @@ def _child(calls: int, only: list[str] | None) -> None:
     tel = C.ClientTelemetry("probe", tracer_provider=provider)
     api = C.Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
                 X.messages_is_stream, X.PROVIDER)
-    msg = Message.model_validate({
+    msg: Any = Message.model_validate({
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
         "content": [{"type": "text", "text": "The order shipped yesterday."}],
         "stop_reason": "end_turn", "stop_sequence": None,
         "usage": {"input_tokens": 900, "output_tokens": 12}})
 
-    def kwargs() -> dict[str, Any]:
-        return {"model": "claude-sonnet-4-6", "max_tokens": 300,
-                "system": bench.ANTHROPIC_SYSTEM, "messages": bench.ANTHROPIC_MESSAGES}
+    given: dict[str, Any] = {"model": "claude-sonnet-4-6", "max_tokens": 300,
+                             "system": bench.ANTHROPIC_SYSTEM,
+                             "messages": bench.ANTHROPIC_MESSAGES}
+    parse_request, parse_response = X.messages_request, X.messages_response
+    if which == "openai":
+        api = C.Api(OX.chat_request, OX.chat_response, OX.ChatAccumulator, OX.chat_is_stream,
+                    OX.PROVIDER)
+        msg = ChatCompletion.model_validate({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+            "model": "gpt-4o-mini", "system_fingerprint": "fp_1",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "The order shipped yesterday."}}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 12, "total_tokens": 912}})
+        parse_request, parse_response = OX.chat_request, OX.chat_response
+        given = {"model": "gpt-4o-mini", "messages": bench.HISTORY,
+                 "max_completion_tokens": 300}
+
+    def kwargs() -> dict[str, Any]:  # a new request dict each call, as an application's
+        return dict(given)
 
     def whole(light: bool = True) -> None:
         call = tel.start(api, (), kwargs(), "127.0.0.1", 8000, light)
@@ -99,6 +118,21 @@ def _child(calls: int, only: list[str] | None) -> None:
                        else tel.handler.inference("anthropic", operation_name="chat", **where))
         invocation(outer)
 
+    def whole_composed(ours_outer: bool) -> None:
+        """Our whole call composed with another util-genai invocation of it (the official
+        instrumentor's, without its own reading of the request and response)."""
+        if ours_outer:
+            call = tel.start(api, (), kwargs(), "127.0.0.1", 8000, True, True)
+            invocation(other.inference("openai" if which == "openai" else "anthropic",
+                                       operation_name="chat", **where))
+            C._complete(call, api, msg)
+        else:
+            outer = other.inference("openai" if which == "openai" else "anthropic",
+                                    operation_name="chat", **where)
+            call = tel.start(api, (), kwargs(), "127.0.0.1", 8000, True)
+            C._complete(call, api, msg)
+            invocation(outer)
+
     start = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
              "gen_ai.request.model": "claude-sonnet-4-6", "server.address": "127.0.0.1",
              "server.port": 8000}
@@ -111,7 +145,7 @@ def _child(calls: int, only: list[str] | None) -> None:
         span.set_attributes(finish)
         span.end()
 
-    req = X.messages_request((), kwargs(), False)
+    req = parse_request((), kwargs(), False)
     segments = C._segments(req)
 
     def fold() -> None:
@@ -202,6 +236,7 @@ def _child(calls: int, only: list[str] | None) -> None:
         acc.result()
 
     pieces = {
+        "nothing": lambda: None,  # what counting itself costs (callgrind_control's process)
         "stream": stream,
         "stream_util": lambda: stream(False),
         "stream_official": lambda: stream(official="alone"),
@@ -212,6 +247,8 @@ def _child(calls: int, only: list[str] | None) -> None:
         "stream_accumulate": accumulate,
         "whole": whole,
         "whole_util": lambda: whole(False),
+        "whole_ours_outer": lambda: whole_composed(True),
+        "whole_ours_inner": lambda: whole_composed(False),
         "light": lambda: invocation(LightInference(
             tel.handler, "anthropic", request_model="claude-sonnet-4-6",
             server_address="127.0.0.1", server_port=8000, context=None)),
@@ -223,8 +260,8 @@ def _child(calls: int, only: list[str] | None) -> None:
         "ours_inner_util": lambda: composed(False, False),
         "ours_inner_light": lambda: composed(False, True),
         "bare": bare,
-        "request": lambda: X.messages_request((), kwargs(), False),
-        "response": lambda: X.messages_response(msg, False),
+        "request": lambda: parse_request((), kwargs(), False),
+        "response": lambda: parse_response(msg, False),
         "materialize": lambda: C._materialize(kwargs()),
         "segments": lambda: (C._segments(req), C.distinct_ids(req.blocks)),
         "fold": fold,
@@ -243,16 +280,19 @@ def _child(calls: int, only: list[str] | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--api", choices=("anthropic", "openai"), default="anthropic",
+                        help="the Anthropic messages request (default) or the OpenAI chat one")
     parser.add_argument("--only", help="comma-separated pieces (default: all)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.calls, args.only.split(",") if args.only else None)
+        _child(args.calls, args.api, args.only.split(",") if args.only else None)
         return
     if not callgrind.available():
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     env = {**os.environ, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"}
-    counts = callgrind.run([sys.executable, __file__, "--child", "--calls", str(args.calls)]
+    counts = callgrind.run([sys.executable, __file__, "--child", "--calls", str(args.calls),
+                            "--api", args.api]
                            + (["--only", args.only] if args.only else []), env, args.calls)
     for name, value in counts.items():
         print(f"{name:12s} {value / 1e3:8,.0f}K instructions")

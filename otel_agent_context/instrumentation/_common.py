@@ -37,7 +37,7 @@ import os
 import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from timeit import default_timer
 from typing import Any
@@ -89,6 +89,7 @@ __all__ = [
     "known_message_id",
     "make_block",
     "make_item",
+    "plain_block",
     "overflow_tokens_from",
     "short_digest",
     "sync_wrapper",
@@ -166,6 +167,25 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     return facts  # type: ignore[no-any-return]
 
 
+_PLAIN_BLOCK = "plain block"
+
+
+def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Block:
+    """The block of a message that is a role and a string, without content capture:
+    remembered beside the digests under its role, text, kind and the token estimator (a
+    history is sent again with every call; a remembered block is shared by the calls that
+    send it, so it is never changed: :func:`distinct_ids` renames a copy). The same fields
+    as ``make_block`` with :func:`message_facts`' id."""
+    key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator)
+    block = recall(key)
+    if block is None:
+        item_id, tokens, digest = message_facts(role, text)
+        block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
+                      None, None, False, None, text or None)
+        remember(key, 0, block)  # the text is counted with its digest's entry
+    return block  # type: ignore[no-any-return]
+
+
 #: Message ids a framework gave the messages of the model call under way, by (role, text),
 #: in order: a block takes its message's own id (the one the framework's truncation and
 #: compaction records use) instead of a content digest. Set by the LangChain handler.
@@ -182,16 +202,19 @@ def known_message_id(role: str, text: str) -> str | None:
     return ids.pop(0) if ids else None
 
 
-def distinct_ids(blocks: Sequence[Block]) -> None:
+def distinct_ids(blocks: list[Block]) -> None:
     """Two blocks never share an item id: a repeat of a message (the same text again, later
-    in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls."""
+    in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls. A renamed
+    block is a copy in its place (a remembered one, see :func:`plain_block`, is shared)."""
+    ids = [b.item_id for b in blocks]
+    if len(set(ids)) == len(ids):
+        return  # no repeat (the usual history): nothing to rename
     seen: dict[str, int] = {}
-    for block in blocks:
+    for i, block in enumerate(blocks):
         count = seen.get(block.item_id, 0) + 1
         seen[block.item_id] = count
         if count > 1:
-            block.item_id = f"{block.item_id}#{count}"
-            block._item = None
+            blocks[i] = replace(block, item_id=f"{block.item_id}#{count}", _item=None)
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from .._common import (
     known_message_id,
     make_block,
     message_facts,
+    plain_block,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
@@ -100,12 +101,14 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         if type(content) is str and type(role) is str and not capture:
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
-            item_id, tokens, digest = message_facts(role, content)
+            kind = _K_USER_MESSAGE if role == "user" and i == last_user else _K_SESSION_HISTORY
             if known:
+                item_id, tokens, digest = message_facts(role, content)
                 item_id = known_message_id(role, content) or item_id
-            append(Block(item_id, _K_USER_MESSAGE if role == "user" and i == last_user
-                         else _K_SESSION_HISTORY, _HISTORY, SEG_HISTORY, tokens, digest,
-                         None, "inline", None, None, None, False, None, content or None))
+                append(Block(item_id, kind, _HISTORY, SEG_HISTORY, tokens, digest, None,
+                             "inline", None, None, None, False, None, content or None))
+            else:
+                append(plain_block(role, content, kind, _HISTORY, SEG_HISTORY))
             continue
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())

@@ -26,6 +26,7 @@ from .._common import (
     known_message_id,
     make_block,
     message_facts,
+    plain_block,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -41,6 +42,11 @@ _K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
 _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 _K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
 _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
+#: (kind, injection point, segment) of a plain message by its role: a prompt, the latest
+#: user message, any other message of the history
+_PROMPTS = {"system": _SYSTEM, "developer": _DEVELOPER}
+_LATEST_USER = (_K_USER_MESSAGE, _HISTORY_POINT, SEG_HISTORY)
+_IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY_POINT, SEG_HISTORY)
 _FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -152,18 +158,15 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                 and not m.get("tool_calls")):
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
-            item_id, tokens, digest = message_facts(role, text)
+            kind, point, seg = _PROMPTS.get(role) or (
+                _LATEST_USER if role == "user" and i == last_user else _IN_HISTORY)
             if known:
+                item_id, tokens, digest = message_facts(role, text)
                 item_id = known_message_id(role, text) or item_id
-            if role == "system":
-                kind, point, seg = _SYSTEM
-            elif role == "developer":
-                kind, point, seg = _DEVELOPER
+                append(Block(item_id, kind, point, seg, tokens, digest, None, "inline", None,
+                             None, None, False, None, text or None))
             else:
-                kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, \
-                    SEG_HISTORY
-            append(Block(item_id, kind, point, seg, tokens, digest, None, "inline", None, None,
-                         None, False, None, text or None))
+                append(plain_block(role, text, kind, point, seg))
             continue
         role = _get(m, "role")
         text = text_of(_get(m, "content"))
@@ -336,7 +339,16 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     raw = given(kwargs.get("input"))
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
     last_user = _last_user(items)
+    append = req.blocks.append
     for i, it in enumerate(items):
+        if (not capture and type(it) is dict and type(text := it.get("content")) is str
+                and type(role := it.get("role")) is str and it.get("id") is None
+                and (it.get("type") or "message") == "message"):
+            # the usual input message, a role and a string without an id: as
+            # _response_item reads it, remembered (see chat_request)
+            append(plain_block(role, text, *(_PROMPTS.get(role) or (
+                _LATEST_USER if role == "user" and i == last_user else _IN_HISTORY))))
+            continue
         block, message = _response_item(it, i == last_user, req, capture)
         if block is not None:
             req.blocks.append(block)

@@ -1,0 +1,182 @@
+"""The short paths of reading and recording a call record what the general ones do.
+
+- A plain message (a role and a string, content capture off) is a block remembered beside
+  the digests (``plain_block``): the same fields as the block the general path builds for
+  the same message, shared by the calls that send it and never changed by one of them
+  (a repeat is renamed on a copy).
+- The folded call's attributes, written without the per-value check when every value is
+  ours (``checked``), are the ones the checked write records, in the same order; a value
+  that is not ours (an API's item id that is not text, a tool call id) takes the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from otel_agent_context import _digest, _envelope, _folded
+from otel_agent_context.instrumentation import _common as C
+from otel_agent_context.instrumentation._common import (
+    KNOWN_MESSAGES,
+    Block,
+    distinct_ids,
+    message_facts,
+)
+from otel_agent_context.instrumentation.anthropic import _extract as AX
+from otel_agent_context.instrumentation.openai import _extract as OX
+from otel_agent_context.testing import CapturedTelemetry
+
+HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
+           {"role": "developer", "content": "Answer in one line."},
+           {"role": "user", "content": "Where is my order?"},
+           {"role": "assistant", "content": "It shipped."},
+           {"role": "user", "content": ""},
+           {"role": "user", "content": "Where is my order?"},
+           {"role": "user", "content": "And when will it arrive?"}]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state() -> Iterator[None]:
+    """The memo starts empty (one full from earlier tests is forgotten at its next entry,
+    maybe between two of a test's calls) and no framework's message ids are current (a
+    value an earlier test left set sends every message the known ids' way)."""
+    _digest._forget()
+    token = KNOWN_MESSAGES.set(None)
+    yield
+    KNOWN_MESSAGES.reset(token)
+
+
+def _objects(messages: list[dict[str, Any]]) -> list[Any]:
+    """The same messages as objects: the general path reads these."""
+    return [SimpleNamespace(**m) for m in messages]
+
+
+def _fresh(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """New dicts and strings, as an application builds its history again each call."""
+    return [{k: "".join(list(v)) for k, v in m.items()} for m in messages]
+
+
+def test_a_chat_message_block_is_the_general_paths() -> None:
+    fast = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    general = OX.chat_request((), {"model": "m", "messages": _objects(HISTORY)}, False).blocks
+    assert [b.kind for b in fast][:3] == ["system_prompt", "developer_instruction",
+                                          "session_history"]
+    assert fast[-1].kind == "user_message"
+    assert fast == general
+    again = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    assert again == fast
+    assert again[2] is fast[2]  # remembered: the same texts in new dicts
+
+
+def test_a_responses_message_block_is_the_general_paths() -> None:
+    items = [{"type": "message", **m} for m in HISTORY[1:]] + [
+        {"role": "user", "content": "typeless"}]
+    fast = OX.responses_request((), {"model": "m", "input": items,
+                                     "instructions": "Be brief."}, False).blocks
+    general = OX.responses_request((), {"model": "m", "input": _objects(items),
+                                        "instructions": "Be brief."}, False).blocks
+    assert fast == general
+    # an item with its own id keeps it (the general path)
+    (block,) = OX.responses_request((), {"model": "m", "input": [
+        {"role": "user", "content": "hi", "id": "msg_1"}]}, False).blocks
+    assert block.item_id == "msg_1"
+
+
+def test_an_anthropic_message_block_is_as_before() -> None:
+    messages = _fresh(HISTORY[2:])
+    blocks = AX.messages_request((), {"model": "m", "max_tokens": 10,
+                                      "messages": messages}, False).blocks
+    expected = []
+    for i, m in enumerate(messages):
+        item_id, tokens, digest = message_facts(m["role"], m["content"])
+        kind = "user_message" if i == len(messages) - 1 else "session_history"
+        expected.append(Block(item_id, kind, "message_history", "message_history", tokens,
+                              digest, None, "inline", None, None, None, False, None,
+                              m["content"] or None))
+    assert blocks == expected
+
+
+def test_a_repeat_is_renamed_on_a_copy() -> None:
+    first = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    shared = first[5]
+    distinct_ids(first)
+    assert first[5].item_id == shared.item_id + "#2"
+    assert first[5] is not shared and first[5].digest == shared.digest
+    second = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    assert second[5] is shared and "#" not in shared.item_id  # unchanged by the first call
+    distinct_ids(second)
+    assert [b.item_id for b in second] == [b.item_id for b in first]
+
+
+def test_known_ids_are_not_remembered() -> None:
+    token = KNOWN_MESSAGES.set({("user", "Where is my order?"): ["lc-1", "lc-2"]})
+    try:
+        blocks = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    finally:
+        KNOWN_MESSAGES.reset(token)
+    assert [blocks[2].item_id, blocks[5].item_id] == ["lc-1", "lc-2"]
+    plain = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
+    assert plain[2].item_id.startswith("user:") and plain[2].item_id == plain[5].item_id
+
+
+REQUESTS: dict[str, tuple[Any, dict[str, Any], bool]] = {
+    "chat": (OX.chat_request, {"messages": HISTORY, "max_completion_tokens": 300}, True),
+    "chat with tool calls": (OX.chat_request, {"messages": [
+        *HISTORY[:3],
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "shipped"}]}, False),
+    "responses": (OX.responses_request, {"input": HISTORY[2:], "instructions": "Be brief.",
+                                         "previous_response_id": "resp_0"}, False),
+    "responses, an id not text": (OX.responses_request, {"input": [
+        {"type": "message", "role": "user", "content": "hi", "id": 5}]}, False),
+    "anthropic": (AX.messages_request, {"max_tokens": 300, "system": "Be brief.",
+                                        "messages": HISTORY[2:]}, True),
+}
+
+
+def _folded_span(name: str, monkeypatch: pytest.MonkeyPatch, unchecked: bool
+                 ) -> tuple[list[tuple[str, Any]], list[bool]]:
+    parse, kwargs, _ = REQUESTS[name]
+    req = parse((), {"model": "gpt-4o-mini", **kwargs}, False)
+    distinct_ids(req.blocks)
+    writes: list[bool] = []
+    real = _envelope.set_attributes
+
+    def spy(span: Any, attrs: Any, checked: bool = False) -> None:
+        writes.append(checked)
+        real(span, attrs, checked)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_envelope, "set_attributes", spy)
+        if unchecked:
+            patch.setattr(_folded, "_ours", lambda *args: False)
+        tel = CapturedTelemetry()
+        try:
+            span = tel.tracer.start_span("chat gpt-4o-mini")
+            env = tel.agent_context._call_envelope(span)
+            _folded.fold_call(env, span, max_tokens=128_000,
+                              reserved_tokens=req.reserved_output,
+                              overflow_strategy=req.overflow_strategy,
+                              segments=C._segments(req), blocks=req.blocks, sources=None,
+                              capture=False)
+            span.end()
+            return list(tel.spans()[0].attributes.items()), writes
+        finally:
+            tel.shutdown()
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_the_folded_write_is_the_checked_ones(name: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, fast_writes = _folded_span(name, monkeypatch, unchecked=False)
+    checked, checked_writes = _folded_span(name, monkeypatch, unchecked=True)
+    assert fast == checked
+    assert any(k == "context.assembly.block_item_ids" for k, _ in fast)
+    assert all(not isinstance(v, list) for _, v in fast)
+    assert fast_writes == [REQUESTS[name][2]]
+    assert checked_writes == [False]
