@@ -463,10 +463,11 @@ class Store:
         back (every part since it began) and the error raised; the caller decides (the
         store's process writes the whole batch again with :meth:`write`). For one writer:
         another write on this store while the transaction is open fails."""
-        tables = self._tables(bundles, encoded)
         db = self._db
         with self._lock:
             try:
+                # inside the guard: rows this part cannot make end the transaction as any error
+                tables = self._tables(bundles, encoded)
                 if not self._begun:
                     db.reconnect()
                     db.begin()

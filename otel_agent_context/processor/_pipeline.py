@@ -341,6 +341,9 @@ class Pipeline:
         self._pending: _Pending | None = None
         #: the number of the last batch sent to the store's process in parts
         self._store_batch = 0
+        #: whole batches ``finish_pending`` sent the store again: each rolls back the parts of
+        #: a batch begun before it
+        self._store_rewrites = 0
         self.forwarder = (
             Forwarder(config.forward, queue_size=config.forward_queue_size,
                       max_request_bytes=config.forward_max_request_bytes,
@@ -809,6 +812,7 @@ class Pipeline:
         sent = unsent_bytes = 0
         if members is not None:
             self._store_batch += 1
+        rewrites = self._store_rewrites
         for finished in batch:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
@@ -862,6 +866,12 @@ class Pipeline:
         if entries and self._store_pool is not None:
             assert self.store is not None
             if members is not None:
+                if parts and self._store_rewrites != rewrites:
+                    # the previous batch was written again whole after this one's first
+                    # parts went: the child rolled them back. Sent again as one part (a new
+                    # number), or this batch would fail too, and the next, while any queue
+                    self._store_batch += 1
+                    parts, sent = [], 0
                 parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
                                              last=True))
             else:
@@ -908,6 +918,7 @@ class Pipeline:
                 with self._cond:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, _MAX_SINK_BACKOFF)
+                self._store_rewrites += 1
                 pending.futures = [self._store_pool.submit(self.store.write, pending.entries,
                                                            pending.members)]
         self._pending = None

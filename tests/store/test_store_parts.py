@@ -210,6 +210,62 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def test_one_failed_batch_does_not_fail_the_batches_queued_behind_it(
+        tmp_path: Path, one_envelope_a_part: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 1's store process dies; batch 2's first parts are already with the new one when
+    batch 1 is written again whole, which rolls them back: batch 2 is then sent again whole
+    itself, not failed and retried (and so on for every batch while any are queued)."""
+    monkeypatch.setattr(pipeline_module, "_BATCH", 4)
+    url = f"sqlite:///{tmp_path / 'out' / 'context.db'}"
+    processor, sink = _start(tmp_path, url)
+    whole: list[int] = []
+    write_part, write = sink.write_part, sink.write
+    first = sink.pid
+    assert first is not None
+
+    def dying(part: Any, members: Any, batch: int, number: int, last: bool) -> None:
+        write_part(part, members, batch, number, last)
+        if batch == 1 and number == 1:
+            os.kill(first, signal.SIGKILL)  # one failure, in the first batch only
+
+    def counting(batch: Any, members: Any = None) -> None:
+        whole.append(len(batch))
+        write(batch, members)
+
+    sink.write_part, sink.write = dying, counting  # type: ignore[method-assign]
+    try:
+        ids = [f"e{i:02}" for i in range(20)]  # five batches of four, queued at once
+        _ingest(processor, ids)
+        wait_for(lambda: processor.pipeline.queue_size == 0
+                 and processor.pipeline._pending is None, 60, message="every batch written")
+        rows, items = _stored(url)
+        assert rows == ids and items == dict.fromkeys(ids, ITEMS), "lost or doubled"
+        assert _metric(processor, 'context_processor_sink_errors_total{sink="store"}') == 1
+        assert whole == [4], "a batch behind the failed one failed too and was written whole"
+    finally:
+        processor.stop(timeout=10)
+
+
+def test_a_part_whose_rows_cannot_be_made_rolls_the_transaction_back(tmp_path: Path) -> None:
+    """``write_begun`` fails on a bundle it cannot turn into rows (a value JSON cannot hold):
+    every part since the transaction began is rolled back and the store takes writes again."""
+    url = f"sqlite:///{tmp_path / 'context.db'}"
+    store = open_store(url)
+    try:
+        def bundle(cid: str, reasons: Any) -> dict[str, Any]:
+            return {"context_envelope": {"context_id": cid, "telemetry_refs": [{"trace_id": "t"}]},
+                    "rebuild": {"status": "partial", "partial_reasons": reasons}}
+
+        store.write_begun([bundle("a", ["x"])])
+        with pytest.raises(TypeError):
+            store.write_begun([bundle("b", {1, 2})])  # a set: no JSON for it
+        store.write([bundle("c", ["y"])])  # before: "cannot start a transaction within one"
+        store.commit_begun()
+        assert store.tuples("SELECT context_id FROM envelopes") == [("c",)]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("die_at", [1, 4], ids=["after-the-first-part", "before-the-last"])
 def test_a_processor_crash_between_parts_then_replay_stores_each_envelope_once(
         tmp_path: Path, store_url: str, die_at: int) -> None:
