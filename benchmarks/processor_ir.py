@@ -4,9 +4,6 @@ move. Issue 10.
 
     python benchmarks/processor_ir.py [--cases ctx20,sel100] [--calls 3]
 
-(``--cases fast`` counts the fast-path case too; its baseline in ``processor_bench.py`` is the
-bare parse, the ``parse`` column here, not ``naive``.)
-
 Each case runs in a process of its own under ``valgrind --tool=callgrind
 --instr-atstart=no`` (Debian's ``valgrind`` package), ``PYTHONHASHSEED=0``. The process
 builds its requests, warms every step up once, then callgrind counts only around each
@@ -16,10 +13,7 @@ garbage collector off while it counts. Steps:
 - ``naive``: the baseline, ``processor_bench.naive_walk`` (parse, every attribute of every
   span and event into Python, grouped by trace);
 - ``parse``: the validating parse with the generated classes (``parse_protobuf``);
-- ``decode``: ``parse`` then ``decode_request`` of a request with new ids (first seen by
-  the cache): how the WAL's records are read back;
-- ``read``: ``decode_request(validate=True)`` of such a request: how ``ingest`` reads one,
-  once, validating on the way (before that existed, the same as ``decode``);
+- ``decode``: ``decode_request`` of a request with new ids (first seen by the cache);
 - ``ingest``: ``Pipeline.ingest`` of a new request into a new pipeline (parse, decode, WAL
   append and ``fdatasync``, buffer): what an exporter waits for;
 - ``total``: ``ingest`` and then ``emit_pending`` (rebuild, metrics, the JSON Lines write):
@@ -43,9 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _callgrind as callgrind  # noqa: E402
 
-STEPS = ("naive", "parse", "decode", "read", "ingest", "total", "rebuild", "encode",
-         "measure")
-CASES = {"ctx20": 512, "sel100": 64, "fast": 512}  # spans a request (fast: on request)
+STEPS = ("naive", "parse", "decode", "ingest", "total", "rebuild", "encode", "measure")
+CASES = {"ctx20": 512, "sel100": 64}  # spans a request
 
 
 def _child(case: str, calls: int) -> None:
@@ -59,8 +52,7 @@ def _child(case: str, calls: int) -> None:
     from otel_agent_context.rebuild._encode import encode_bundle
 
     tune_gc()
-    make = {"ctx20": bench.ctx20_spans, "sel100": bench.sel100_spans,
-            "fast": bench.fast_spans}[case]
+    make = {"ctx20": bench.ctx20_spans, "sel100": bench.sel100_spans}[case]
     per = CASES[case]
     body = bench._request(5, make, per)
     groups: dict[tuple[str, str], list[Any]] = {}
@@ -85,17 +77,11 @@ def _child(case: str, calls: int) -> None:
             return lambda: bench.naive_walk(body)
         if step == "parse":
             return lambda: _decode.parse_protobuf(body)
-        if step in ("decode", "read", "ingest", "total"):
-            work = prepared(calls + 1, step in ("ingest", "total"))
+        if step in ("decode", "ingest", "total"):
+            work = prepared(calls + 1, step != "decode")
 
             def one() -> None:
                 request, pipeline = work.pop()
-                if step == "read":
-                    try:
-                        _decode.decode_request(request, validate=True)
-                    except TypeError:  # code from before the one read: parsed first
-                        _decode.decode_request(request, _decode.parse_protobuf(request))
-                    return
                 if pipeline is None:
                     _decode.decode_request(request, _decode.parse_protobuf(request))
                     return

@@ -3,17 +3,13 @@
 Cost decides the shape (see benchmarks/processor.md): parsing with upb is about 1 µs a
 span, but walking 20 attributes through the generated classes about 15 µs. So:
 
-* a malformed request is refused whole (400 / INVALID_ARGUMENT), as the generated
-  classes' parse refuses it;
+* every request is parsed once by the generated classes, which validates all of it (a
+  malformed request is refused whole, 400 / INVALID_ARGUMENT);
 * a request whose bytes contain neither ``context.`` nor ``gen_ai.`` is all fast path:
-  parsed by the generated classes (which validates it), counted and never walked;
-* otherwise the request is read through the lite types of ``_wire`` (each span's bytes,
-  for free), a span is walked only if its own bytes contain one of the two prefixes, and
-  its attributes are decoded by hand (``_wire.decode_key_value``). The receivers' requests
-  are read so once, validated on the way (``decode_request(validate=True)``: the lite
-  types mirror OTLP's fields, and what the walk does not read goes through the generated
-  classes in a small request of its own); the generated classes parse the whole request
-  only when that read meets something it cannot vouch for;
+  counted and never walked;
+* otherwise the request is re-read through the lite types of ``_wire`` (each span's
+  bytes, for free), a span is walked only if its own bytes contain one of the two
+  prefixes, and its attributes are decoded by hand (``_wire.decode_key_value``);
 * walked spans become :class:`~otel_agent_context.rebuild._view.SpanView` after the
   boundary (``rebuild._boundary``, the one the in-process rebuild uses too): a value it
   can repair is repaired, one it cannot is dropped alone (an attribute, an event), and each
@@ -29,7 +25,6 @@ import dataclasses
 import itertools
 import json
 import re
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -62,16 +57,7 @@ from ..rebuild._boundary import (
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
-from ._wire import (
-    INT,
-    STRING,
-    Deep,
-    LiteRequest,
-    LiteResource,
-    LiteSpan,
-    LiteStatus,
-    decode_key_value,
-)
+from ._wire import INT, STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
 
 __all__ = [
     "Accepted",
@@ -497,9 +483,8 @@ _INTERNED = {name: name for name in ATTRIBUTES}
 _OPAQUE = ("kvlist_value", "bytes_value")
 
 
-def _decode_checked(buf: bytes, deep_ok: bool = False
-                    ) -> tuple[str | None, Any, tuple[str, str, str] | None]:
-    key, value, kind = decode_key_value(buf, deep_ok)
+def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] | None]:
+    key, value, kind = decode_key_value(buf)
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
@@ -536,23 +521,12 @@ def _array_kind(buf: bytes) -> str:
 
 
 def _cache(buf: bytes) -> tuple[Any, ...]:
-    """``buf`` decoded and checked, and remembered if short (the clean form when it is).
-
-    A value nested deeper than a request may hold is never remembered (a request read
-    without the generated classes must meet it, :func:`decode_request`), and in such a
-    request it stops the read: the generated classes decide."""
-    try:
-        key, value, noted = _decode_checked(buf)
-        keep = len(buf) <= _MAX_CACHED_BYTES
-    except Deep:
-        if getattr(_UNPARSED, "on", False):
-            raise _Unverified from None
-        key, value, noted = _decode_checked(buf, deep_ok=True)
-        keep = False
+    """``buf`` decoded and checked, and remembered if short (the clean form when it is)."""
+    key, value, noted = _decode_checked(buf)
     entry: tuple[Any, ...] = (
         (key, value) if noted is None and key is not None and key not in PARALLEL_KEYS
         else (key, value, noted))
-    if keep:
+    if len(buf) <= _MAX_CACHED_BYTES:
         cache = _DECODED
         cost = 2 * len(buf) + _ENTRY_OVERHEAD
         held = _CACHE_BYTES
@@ -646,8 +620,8 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
     return _checked(encoded, repairs, span_id, event)[0]
 
 
-def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: bytes,
-          unparsed: bool = False) -> SpanView:
+def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: bytes
+          ) -> SpanView:
     # Each field of a lite span is read once: every read of a upb field costs a call.
     span_id = span_id_bytes.hex()
     repairs: list[Repair] = []
@@ -679,69 +653,27 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
     parent = span.parent_span_id
     links = span.links
     status = span.status
-    if unparsed and len(status) > 1:  # each status sent is checked; the last one counts
-        for each in status[:-1]:
-            LiteStatus.FromString(each)
     # positional: the order of SpanView's fields
     return SpanView(
         trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
         parent.hex() if parent else None, span.dropped_attributes_count,
         span.dropped_events_count,
         [(link.trace_id.hex(), link.span_id.hex()) for link in links] if links else [],
-        LiteStatus.FromString(status[-1]).code if status else 0, resource, repairs, True)
+        LiteStatus.FromString(status).code if status else 0, resource, repairs, True)
 
 
 def _describe(span: Any) -> str:
     return f"span {span.span_id.hex() or '<no id>'} {span.name!r}"
 
 
-class _Unverified(Exception):
-    """A request read without the generated classes holds something their parse would check
-    and this read did not: they decide (:func:`decode_request`)."""
-
-
-#: ``on`` while a request is read without the generated classes (per thread: receivers run
-#: on several)
-_UNPARSED = threading.local()
-
-
-def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None, *,
-                   validate: bool = False) -> Decoded:
+def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None) -> Decoded:
     """Split a request (its protobuf encoding) into fast-path, accepted and rejected spans.
 
     ``request`` is the same request parsed by the generated classes, if the caller has it
     (which validated the whole encoding); it only serves to count an all-fast-path request.
-
-    ``validate``: ``body`` has not been parsed, and a malformed request must be refused
-    whole (:class:`InvalidRequest`) as the generated classes' parse refuses it. The request
-    is then read once, through the lite types, checking on the way what that parse checks
-    (their fields mirror OTLP's; every attribute of a walked span and its events is decoded;
-    the resources, scopes, spans not walked and spans with links go through the generated
-    classes in one small request of their own). Anything this read cannot vouch for (a
-    decode error, a value nested near the depth limit) has the generated classes parse the
-    whole request, then the request is read as without ``validate``: the outcome, to the
-    message, is the one of parsing first.
     """
-    walk = any(needle in body for needle in _NEEDLES)  # once: ~1 k instructions a span
-    if validate and request is None and walk:
-        _UNPARSED.on = True
-        try:
-            return _decode(body, None, [], walk)
-        except (_Unverified, DecodeError, RuntimeError, ValueError):
-            pass  # what parse_protobuf turns into InvalidRequest, or a span rejection
-        finally:
-            _UNPARSED.on = False
-        request = parse_protobuf(body)  # raises InvalidRequest when it is malformed
-    return _decode(body, request, None, walk)
-
-
-def _decode(body: bytes, request: ExportTraceServiceRequest | None,
-            unchecked: list[tuple[int, int, int]] | None, walk: bool) -> Decoded:
-    """:func:`decode_request`; ``unchecked`` a list when the request was not parsed: the
-    spans this read does not check end up there, and are checked before returning.
-    ``walk``: the body holds ``context.`` or ``gen_ai.``."""
     out = Decoded()
-    if not walk:
+    if not any(needle in body for needle in _NEEDLES):
         if request is None:
             request = parse_protobuf(body)
         out.spans = out.fast_path = sum(
@@ -751,8 +683,6 @@ def _decode(body: bytes, request: ExportTraceServiceRequest | None,
     try:
         lite = LiteRequest.FromString(body)
     except DecodeError as exc:
-        if unchecked is not None:
-            raise
         raise InvalidRequest(f"malformed ExportTraceServiceRequest protobuf: {exc}") from None
     context, genai = _NEEDLES
     keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
@@ -766,67 +696,25 @@ def _decode(body: bytes, request: ExportTraceServiceRequest | None,
             for i, raw in enumerate(spans):
                 if context not in raw and genai not in raw:
                     out.fast_path += 1
-                    if unchecked is not None:
-                        unchecked.append((r, s, i))
                     continue
                 if resource is None:
-                    resources = rs.resource
-                    resource = _attributes(LiteResource.FromString(
-                        resources[-1] if resources else b"").attributes, None)
+                    resource = _attributes(LiteResource.FromString(rs.resource).attributes,
+                                           None)
                     service = str(resource.get(_SERVICE_NAME, ""))
-                accepted = _accept(raw, resource, service, out, unchecked, (r, s, i))
+                accepted = _accept(raw, resource, service, out)
                 if accepted is not None:
                     accepted_spans.append(accepted)
                     keep.append((r, s, i))
-    if unchecked is not None:
-        _check_rest(lite, unchecked)
     if out.accepted:
         out.wal_payload = body if len(keep) == out.spans else subset(lite, keep, LiteRequest())
     return out
 
 
-def _check_rest(lite: Any, unchecked: list[tuple[int, int, int]]) -> None:
-    """What a read without the generated classes did not check, through them: every
-    resource and scope (each one sent) and the ``unchecked`` spans, in one request of the
-    same shape (so at the same depth); :class:`_Unverified` when it is malformed."""
-    skeleton = LiteRequest()
-    spans = iter(unchecked)
-    wanted = next(spans, None)
-    anything = False
-    for r, rs in enumerate(lite.resource_spans):
-        resources = rs.resource
-        out_rs = skeleton.resource_spans.add(resource=resources)
-        anything = anything or bool(resources)
-        for s, ss in enumerate(rs.scope_spans):
-            scopes = ss.scope
-            out_ss = out_rs.scope_spans.add(scope=scopes)
-            anything = anything or bool(scopes)
-            if wanted is not None and wanted[:2] == (r, s):
-                raw = ss.spans
-                while wanted is not None and wanted[:2] == (r, s):
-                    out_ss.spans.append(raw[wanted[2]])
-                    anything = True
-                    wanted = next(spans, None)
-    if not anything:
-        return
-    try:
-        ExportTraceServiceRequest.FromString(skeleton.SerializeToString())
-    except DecodeError:
-        raise _Unverified from None
-
-
-def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded,
-            unchecked: list[tuple[int, int, int]] | None = None,
-            where: tuple[int, int, int] = (0, 0, 0)) -> Accepted | None:
-    """The span as an envelope's, or None (rejected, counted). ``unchecked``: the request
-    was not parsed (:func:`decode_request`); a span whose attributes this does not read all
-    (ids it rejects first, links it never reads) is added to it, at ``where``."""
-    unparsed = unchecked is not None
+def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded
+            ) -> Accepted | None:
     try:
         span = LiteSpan.FromString(raw)
     except DecodeError as exc:
-        if unparsed:
-            raise _Unverified from None
         out.reject(f"a span cannot be decoded: {exc}", service)
         return None
     trace_id = span.trace_id
@@ -834,18 +722,12 @@ def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded,
     if len(trace_id) != 16 or len(span_id) != 8 or trace_id == _ZERO_TRACE:
         out.reject(f"{_describe(span)}: trace id must be 16 bytes and span id 8 bytes",
                    service)
-        if unchecked is not None:
-            unchecked.append(where)
         return None
     try:
-        view = _view(span, resource, trace_id, span_id, unparsed)
+        view = _view(span, resource, trace_id, span_id)
     except DecodeError as exc:
-        if unparsed:
-            raise _Unverified from None
         out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}", service)
         return None
-    if unchecked is not None and view.links:  # a link's attributes are never read
-        unchecked.append(where)
     attributes = view.attributes
     context_id = attributes.get(S.CONTEXT_ID)
     if context_id is None:
@@ -884,22 +766,15 @@ def subset(lite: Any, keep: list[tuple[int, int, int]], empty: Any,
         resource = getattr(lite, resources_field)[r]
         if current is None or current[0] != r:
             new_resource = getattr(empty, resources_field).add(
-                resource=_last(resource.resource), schema_url=resource.schema_url)
+                resource=resource.resource, schema_url=resource.schema_url)
             current = (r, -1)
         if current[1] != s:
             scope = getattr(resource, scopes_field)[s]
             assert new_resource is not None
-            target = getattr(new_resource, scopes_field).add(scope=_last(scope.scope),
+            target = getattr(new_resource, scopes_field).add(scope=scope.scope,
                                                              schema_url=scope.schema_url)
             current = (r, s)
         assert target is not None
         getattr(target, items_field).append(getattr(getattr(resource, scopes_field)[s],
                                                     items_field)[i])
     return bytes(empty.SerializeToString())
-
-
-def _last(value: Any) -> Any:
-    """The resource or scope a subset keeps: the last one sent, which a singular ``bytes``
-    field holds (the logs' lite types); the spans' hold each one sent, for
-    :func:`_check_rest` to check."""
-    return value if isinstance(value, bytes) else value[-1:]

@@ -543,11 +543,7 @@ class Pipeline:
         self.admit()
         if request is None:
             assert body is not None
-            # Read once: the decode validates the whole request as it goes (a malformed
-            # one is refused whole all the same). With a forwarder, parsed first, so that a
-            # malformed request is refused before the forward queue is asked for room.
-            if self.forwarder is not None:
-                request = parse_protobuf(body)
+            request = parse_protobuf(body)  # validates the whole request
         elif body is None:
             body = request.SerializeToString()
         return self._forwarding(self._ingest_spans, body, request, transport, logs=False)
@@ -568,7 +564,7 @@ class Pipeline:
         return result
 
     def _ingest_spans(self, body: bytes, request: Any, transport: str) -> IngestResult:
-        decoded = decode_request(body, request, validate=request is None)
+        decoded = decode_request(body, request)
         finished: list[Finished] = []
         duplicates = late = late_events = 0
         foreign: list[str] = []

@@ -18,14 +18,11 @@ import struct
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 __all__ = [
     "BOOL",
     "DOUBLE",
-    "MIRRORED",
-    "Deep",
     "INT",
     "STRING",
     "LiteLogRecord",
@@ -59,28 +56,18 @@ def _build() -> dict[str, Any]:
             if type_name:
                 field.type_name = f".{_PACKAGE}.{type_name}"
 
-    # Every field of OTLP's Span, Event, Link and Status is declared with its own type
-    # (``test_lite_types_mirror_otlp`` holds them to it), except the KeyValue lists, the
-    # spans of a scope and a span's status, which stay bytes: read by hand, or not at all.
-    # So a lite parse checks what the generated classes' parse checks (UTF-8 of every
-    # string, every varint, the framing of every field) but those bytes, and a request can
-    # be validated without parsing it twice (``_decode.decode_request(validate=True)``).
-    # A resource, a scope and a status are repeated here: the message kept is the last one
-    # (as a singular bytes field reads), and each one sent is there to check.
     message("Request", (1, "resource_spans", _F.TYPE_MESSAGE, many, "ResourceSpans"))
-    message("ResourceSpans", (1, "resource", _F.TYPE_BYTES, many, None),
+    message("ResourceSpans", (1, "resource", _F.TYPE_BYTES, one, None),
             (2, "scope_spans", _F.TYPE_MESSAGE, many, "ScopeSpans"),
             (3, "schema_url", _F.TYPE_STRING, one, None))
-    message("ScopeSpans", (1, "scope", _F.TYPE_BYTES, many, None),
+    message("ScopeSpans", (1, "scope", _F.TYPE_BYTES, one, None),
             (2, "spans", _F.TYPE_BYTES, many, None),
             (3, "schema_url", _F.TYPE_STRING, one, None))
     message("Resource", (1, "attributes", _F.TYPE_BYTES, many, None))
     message("Span", (1, "trace_id", _F.TYPE_BYTES, one, None),
             (2, "span_id", _F.TYPE_BYTES, one, None),
-            (3, "trace_state", _F.TYPE_STRING, one, None),
             (4, "parent_span_id", _F.TYPE_BYTES, one, None),
             (5, "name", _F.TYPE_STRING, one, None),
-            (6, "kind", _F.TYPE_INT32, one, None),  # an enum on the wire
             (7, "start_time_unix_nano", _F.TYPE_FIXED64, one, None),
             (8, "end_time_unix_nano", _F.TYPE_FIXED64, one, None),
             (9, "attributes", _F.TYPE_BYTES, many, None),
@@ -88,22 +75,14 @@ def _build() -> dict[str, Any]:
             (11, "events", _F.TYPE_MESSAGE, many, "Event"),
             (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
             (13, "links", _F.TYPE_MESSAGE, many, "Link"),
-            (14, "dropped_links_count", _F.TYPE_UINT32, one, None),
             # bytes: most spans carry none, and reading a message field makes a wrapper
-            (15, "status", _F.TYPE_BYTES, many, None),
-            (16, "flags", _F.TYPE_FIXED32, one, None))
+            (15, "status", _F.TYPE_BYTES, one, None))
     message("Event", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
             (2, "name", _F.TYPE_STRING, one, None),
-            (3, "attributes", _F.TYPE_BYTES, many, None),
-            (4, "dropped_attributes_count", _F.TYPE_UINT32, one, None))
+            (3, "attributes", _F.TYPE_BYTES, many, None))
     message("Link", (1, "trace_id", _F.TYPE_BYTES, one, None),
-            (2, "span_id", _F.TYPE_BYTES, one, None),
-            (3, "trace_state", _F.TYPE_STRING, one, None),
-            (4, "attributes", _F.TYPE_BYTES, many, None),
-            (5, "dropped_attributes_count", _F.TYPE_UINT32, one, None),
-            (6, "flags", _F.TYPE_FIXED32, one, None))
-    message("Status", (2, "message", _F.TYPE_STRING, one, None),
-            (3, "code", _F.TYPE_INT32, one, None))  # an enum on the wire
+            (2, "span_id", _F.TYPE_BYTES, one, None))
+    message("Status", (3, "code", _F.TYPE_INT32, one, None))  # an enum on the wire
     # ExportLogsServiceRequest: log records as bytes, and the few fields of one the
     # processor reads (log-based context events: the name, the ids, the times, attributes).
     message("LogsRequest", (1, "resource_logs", _F.TYPE_MESSAGE, many, "ResourceLogs"))
@@ -123,8 +102,7 @@ def _build() -> dict[str, Any]:
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
         f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "Status",
-                                            "LogsRequest", "LogRecord", "Event", "Link",
-                                            "ResourceSpans", "ScopeSpans")}
+                                            "LogsRequest", "LogRecord")}
 
 
 _CLASSES = _build()
@@ -134,9 +112,6 @@ LiteSpan: Any = _CLASSES["Span"]
 LiteStatus: Any = _CLASSES["Status"]
 LiteLogsRequest: Any = _CLASSES["LogsRequest"]
 LiteLogRecord: Any = _CLASSES["LogRecord"]
-#: the lite types whose fields mirror OTLP's (``test_lite_types_mirror_otlp``)
-MIRRORED: dict[str, Any] = {name: _CLASSES[name] for name in (
-    "Span", "Event", "Link", "Status", "ResourceSpans", "ScopeSpans")}
 
 _unpack_double = struct.Struct("<d").unpack_from
 _SIGN = 1 << 63
@@ -151,10 +126,6 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            if shift == 63 and byte > 1:
-                # bits past the 64th: left to upb (through the generated class), whichever
-                # way it reads them
-                raise IndexError("varint past 64 bits")
             # A 10-byte varint carries up to 70 bits; protobuf (upb) keeps the low 64, and
             # so must this reader, or a value no int64 can hold gets through.
             return result & _MASK, pos
@@ -185,48 +156,19 @@ def any_value(value: Any, kind: str) -> Any:
     return getattr(value, kind)
 
 
-class Deep(DecodeError):
-    """A value nested so deep that the generated classes might refuse it inside a request
-    (upb counts its depth limit from the message parsed, so a KeyValue parsed alone gets
-    more room than the same KeyValue inside a span)."""
-
-
-#: Messages below a KeyValue's value past which its bytes may be too deep for a request
-#: (the request, resource, scope, span and event levels above it, and upb's limit of 100).
-_DEEP = 60
-#: Each nested message costs at least two bytes (a tag and a length): up to this size a
-#: KeyValue cannot hold more than ``_DEEP`` levels, and its depth is not counted.
-_SHALLOW_BYTES = 2 * _DEEP
-
-
-def _levels(value: Any) -> int:
-    """Messages nested below an ``AnyValue`` (0 for a scalar)."""
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return 2 + max((_levels(v) for v in value.array_value.values), default=0)
-    if kind == "kvlist_value":
-        return 3 + max((_levels(kv.value) for kv in value.kvlist_value.values), default=0)
-    return 0
-
-
-def _general(buf: bytes, deep_ok: bool = True) -> tuple[str, Any, str | None]:
+def _general(buf: bytes) -> tuple[str, Any, str | None]:
     kv = KeyValue.FromString(buf)
     kind = kv.value.WhichOneof("value")
-    if not deep_ok and len(buf) > _SHALLOW_BYTES and _levels(kv.value) > _DEEP:
-        raise Deep(f"attribute {kv.key!r}: a value nested more than {_DEEP} levels")
     return kv.key, (any_value(kv.value, kind) if kind is not None else None), kind
 
 
-def decode_key_value(buf: bytes, deep_ok: bool = True) -> tuple[str, Any, str | None]:
+def decode_key_value(buf: bytes) -> tuple[str, Any, str | None]:
     """(key, value, oneof kind) of one encoded ``KeyValue``; kind None for an empty value.
 
     The hand-decoded shape: key (field 1, under 128 bytes), then the value (field 2, under
     128 bytes) holding exactly one string, int, double or bool. Anything else, including
     repeated or unknown fields, goes through the generated class, so protobuf's rules
-    (last field wins, unknown fields skipped) hold either way; and what the hand decoder
-    takes is only what the generated class takes too (the same UTF-8, varint and framing
-    rules). ``deep_ok`` False: :class:`Deep` for a value nested deeper than a request may
-    hold (see :data:`_DEEP`).
+    (last field wins, unknown fields skipped) hold either way.
     """
     try:
         if buf[0] == 0x0A:
@@ -251,9 +193,8 @@ def decode_key_value(buf: bytes, deep_ok: bool = True) -> tuple[str, Any, str | 
                     elif tag == 0x21:
                         if key_end + 11 == size:
                             return key, _unpack_double(buf, key_end + 3)[0], DOUBLE
-                    elif tag == 0x10 and key_end + 4 == size and buf[key_end + 3] < 0x80:
-                        # one byte: a varint continued past the value is malformed
+                    elif tag == 0x10 and key_end + 4 == size:
                         return key, buf[key_end + 3] != 0, BOOL
     except (IndexError, UnicodeDecodeError):
         pass
-    return _general(buf, deep_ok)
+    return _general(buf)
