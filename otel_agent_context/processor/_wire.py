@@ -147,13 +147,25 @@ def any_value(value: Any, kind: str) -> Any:
     if kind == "kvlist_value":
         import orjson  # kvlists are rare: not an SDK attribute type; kept as JSON text
 
-        return orjson.dumps({kv.key: any_value(kv.value, kv.value.WhichOneof("value") or STRING)
-                             for kv in value.kvlist_value.values}).decode()
+        # encoded once, whole: a kvlist inside one as plain JSON, not as text escaped again
+        # at every level (a few hundred bytes of nested kvlists were gigabytes of text)
+        return orjson.dumps(_plain(value, kind)).decode()
     if kind == "bytes_value":
         import base64
 
         return base64.b64encode(value.bytes_value).decode("ascii")
     return getattr(value, kind)
+
+
+def _plain(value: Any, kind: str | None) -> Any:
+    """An ``AnyValue`` as plain JSON-shaped Python (a kvlist a dict, an array a list)."""
+    if kind == "kvlist_value":
+        return {kv.key: _plain(kv.value, kv.value.WhichOneof("value") or STRING)
+                for kv in value.kvlist_value.values}
+    if kind == "array_value":
+        return [None if (k := e.WhichOneof("value")) is None else _plain(e, k)
+                for e in value.array_value.values]
+    return any_value(value, kind) if kind is not None else None
 
 
 def _general(buf: bytes) -> tuple[str, Any, str | None]:

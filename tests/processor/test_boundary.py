@@ -572,6 +572,29 @@ def test_an_array_holding_a_kvlist_or_bytes_is_repaired_not_made_text(start_proc
     assert bundle["rebuild"]["status"] == "partial"
 
 
+def test_nested_kvlists_are_encoded_once_not_escaped_at_every_level(start_processor):
+    """A few hundred bytes of kvlists nested 28 deep (upb allows it inside a request): each
+    level was JSON text escaped again by the one above, ~4**(n/2) characters (n=30: the
+    processor killed for memory). Now one JSON encoding of the whole, as long as its input."""
+    from otel_agent_context.processor._wire import any_value
+
+    nested = KeyValue(key="context.producer")
+    value = nested.value
+    for _ in range(28):
+        value = value.kvlist_value.values.add(key="a").value
+    value.string_value = "x"
+    text = any_value(nested.value, "kvlist_value")
+    assert len(text) < 400 and orjson.loads(text)["a"]["a"]["a"]["a"]["a"]["a"]["a"]
+    processor = start_processor()
+    root = envelope("ctx-nested", 0)
+    root.attributes.append(nested)
+    response = post(processor, [root])
+    assert "attribute context.producer=" in response.partial_success.error_message
+    (bundle,) = bundles(processor)
+    assert set(repairs(bundle)) == {("type", "context.producer")}
+    jsonschema.validate(bundle, SCHEMA)
+
+
 def test_sdk_values_otlp_cannot_carry_are_dropped_as_the_processor_drops_them() -> None:
     """The SDK keeps a dict, bytes, None or a Python int of any size as an attribute: in
     process they must neither become text nor raise (which loses the whole envelope)."""
