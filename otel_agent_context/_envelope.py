@@ -74,6 +74,7 @@ class Envelope(_Recorder):
         self._agent = agent
         self._scope = scope
         self._span_ctx: Context | None = None  # see _ctx
+        self._made_in = otel_context.get_current()  # what _ctx is built on, when first needed
         self._span_count = 0
         self._ended = False
         self._token: object | None = None
@@ -104,7 +105,9 @@ class Envelope(_Recorder):
         envelope, a stage span): an auto-instrumented call's envelope needs neither."""
         ctx = self._span_ctx
         if ctx is None:
-            ctx = self._span_ctx = trace.set_span_in_context(self._span)
+            # on the context the envelope was made in, not the one current at first use
+            # (another thread's, another request's baggage)
+            ctx = self._span_ctx = trace.set_span_in_context(self._span, self._made_in)
         return ctx
 
     # -- lifecycle --------------------------------------------------------------------

@@ -56,19 +56,19 @@ def _ints(values: Sequence[int | None]) -> list[int]:
     return [-1 if v is None else v for v in values]
 
 
+_TEXT = frozenset((str,))
+
+
 def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
           overflow_strategy: Any) -> bool:
     """Whether the fold's values that are not built here are of the types written as
-    they are: the item ids text (``str.join`` takes nothing else), the sizes integers."""
+    they are: the item ids text, the sizes integers."""
     if not (max_tokens is None or type(max_tokens) is int) or not (
             reserved_tokens is None or type(reserved_tokens) is int) or not (
             overflow_strategy is None or type(overflow_strategy) is str):
         return False
-    try:
-        "".join(item_ids)
-    except TypeError:
-        return False
-    return True
+    # exactly str: an SDK older than 1.45 drops a whole array holding a str subclass
+    return set(map(type, item_ids)) <= _TEXT
 
 
 def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,

@@ -206,3 +206,29 @@ def test_invalid_scope_is_logged_and_turns_into_noop(caplog) -> None:
     finally:
         set_strict(False)
         tel.shutdown()
+
+
+def test_an_envelope_is_entered_on_the_context_it_was_made_in() -> None:
+    """Its span's context is made when first needed (often in a stage started on another
+    thread, under another request's baggage): still built on the context of its making."""
+    import threading
+
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    tel = CapturedTelemetry()
+    env = tel.agent_context.envelope(scope="session")
+
+    def other_request() -> None:
+        token = otel_context.attach(baggage.set_baggage("tenant", "A"))
+        try:
+            env.budget(max_tokens=1000).stop()  # the first use of the envelope's context
+        finally:
+            otel_context.detach(token)
+
+    worker = threading.Thread(target=other_request)
+    worker.start()
+    worker.join()
+    with env:
+        assert baggage.get_baggage("tenant") is None
+        assert trace.get_current_span() is env._span

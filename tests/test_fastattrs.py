@@ -159,3 +159,20 @@ def test_a_checked_write_skips_every_check(monkeypatch: pytest.MonkeyPatch) -> N
     set_attributes(span, {"a.str": "z", "a.strs": ["v"]}, checked=True)  # the loop's path
     assert list(span.attributes.items())[-2:] == [("a.str", "z"), ("a.strs", ("v",))]
     assert span.attributes["a.ints"] == (1, -1, 0)
+
+
+def test_a_text_subclass_among_item_ids_takes_the_checked_write() -> None:
+    """An application's id of a ``str`` subclass (an enum member) is not ours by construction:
+    an SDK older than 1.45 drops a whole array holding one, so the SDK's own check decides."""
+    import enum
+
+    from otel_agent_context._folded import _ours
+
+    class Ids(enum.StrEnum):
+        FIRST = "msg_app_1"
+
+    assert _ours(["a", "b"], 10, None, "truncate")
+    assert _ours([], None, None, None)
+    assert not _ours(["a", Ids.FIRST], None, None, None)
+    assert not _ours(["a", 3], None, None, None)
+    assert not _ours(["a"], True, None, None)
