@@ -19,8 +19,10 @@ them, the reserved output, the overflow strategy) and a response, stream or erro
   the inference span.
 - Streams are wrapped with util-genai's stream wrappers (iteration, ``with``, ``close()``,
   ``send``/``throw`` and abandoned streams behave as the SDK's own); the call is finished when
-  the stream ends, is closed, or its HTTP response is closed by an SDK helper. With a light
-  invocation a chunk's read is ours in one frame (util-genai's ``_advance`` inlined).
+  the stream ends, is closed, or its HTTP response is closed by an SDK helper (not the SDK's
+  own close inside our read, as an error raised while reading unwinds: the read ends the
+  call with that error). With a light invocation a chunk's read is ours in one frame
+  (util-genai's ``_advance`` inlined).
 
 Telemetry never breaks the host: every step is guarded, and the application's exceptions
 pass through unchanged (the same object).
@@ -341,6 +343,11 @@ class Accumulator:
         #: Set on the API's terminal event: the call is finished then, not at the stream's
         #: end, because an outer wrapper (the official instrumentor) may end the span there.
         self.terminal = False
+        #: True while our stream wrapper reads the SDK stream: a close of its HTTP response
+        #: then is the SDK's own (as the body ends, or as an error raised while reading, a
+        #: transport or decode error, unwinds), and the read ends the call (its
+        #: ``StopIteration``, or that error as the application gets it), not the close.
+        self.reading = False
 
     def add(self, chunk: Any) -> None:
         raise NotImplementedError
@@ -864,13 +871,14 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
         close = getattr(response, "close", None)
         if close is not None:
             # SDK helpers (ResponseStream, ChatCompletionStream) close the HTTP response
-            # directly: finish the call then, before any outer wrapper ends the span.
+            # directly: finish the call then, before any outer wrapper ends the span
+            # (not the SDK's own close inside our read: see ``Accumulator.reading``).
             @functools.wraps(close)
             def closing(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return close(*args, **kwargs)
                 finally:
-                    if not self._self_finalized:
+                    if not self._self_finalized and not acc.reading:
                         with self._execution_context():
                             self._finalize_success()
 
@@ -886,6 +894,8 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
         if light is None:
             return SyncStreamWrapper.__next__(self)
         token = _activate(light)
+        acc = light[1]
+        acc.reading = True
         try:
             try:
                 chunk = next(_own(self, "_self_iterator"))
@@ -895,11 +905,22 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
             except BaseException as error:
                 self._finalize_failure(error)
                 raise
+            finally:
+                acc.reading = False
             _light_chunk(self, light, chunk)
             return chunk
         finally:
             if token is not None:
                 detach(token)
+
+    def _advance(self, read: Callable[[], Any]) -> Any:
+        """util-genai's read (the path without a light invocation), as ours."""
+        acc = self._self_acc
+        acc.reading = True
+        try:
+            return SyncStreamWrapper._advance(self, read)
+        finally:
+            acc.reading = False
 
 
 class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
@@ -919,7 +940,7 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
                 try:
                     return await aclose(*args, **kwargs)
                 finally:
-                    if not self._self_finalized:
+                    if not self._self_finalized and not acc.reading:
                         with self._execution_context():
                             self._finalize_success()
 
@@ -933,6 +954,8 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
         if light is None:
             return await AsyncStreamWrapper.__anext__(self)
         token = _activate(light)
+        acc = light[1]
+        acc.reading = True
         try:
             try:
                 chunk = await anext(_own(self, "_self_aiter"))
@@ -942,11 +965,22 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
             except BaseException as error:
                 self._finalize_failure(error)
                 raise
+            finally:
+                acc.reading = False
             _light_chunk(self, light, chunk)
             return chunk
         finally:
             if token is not None:
                 detach(token)
+
+    async def _advance(self, read: Callable[[], Any]) -> Any:
+        """util-genai's read (the path without a light invocation), as ours."""
+        acc = self._self_acc
+        acc.reading = True
+        try:
+            return await AsyncStreamWrapper._advance(self, read)
+        finally:
+            acc.reading = False
 
 
 @dataclass(slots=True)

@@ -6,8 +6,9 @@ instrumentor inside) or ``LightSuppressed`` (the official instrumentor outermost
 util-genai's wrappers drive its invocations: the span current around each read, the time to
 first chunk (a span attribute and a metric point) and the time per output chunk (a point a
 chunk) with util-genai's metric attributes, ``gen_ai.request.stream``, the end at the last
-chunk, at a terminal event, at ``close()``, at the application's exception, at the
-transport's, or when the stream is dropped unread (abandoned).
+chunk, at a terminal event, at ``close()``, at the application's exception, at an error
+raised inside the client while reading (the transport's, a decode error: an error, in every
+order), or when the stream is dropped unread (abandoned).
 
 For each stream below, on the real clients against the stub, content capture off, alone and
 composed with the official instrumentors either way round: once through the light path and
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -58,20 +59,57 @@ class _Cut(httpx2.SyncByteStream):
         raise httpx2.ReadError("connection lost mid-stream")
 
 
-class _CutTransport(httpx2.BaseTransport):
-    """Forwards to the stub and cuts a streamed answer after ``keep`` events."""
+class _AsyncCut(httpx2.AsyncByteStream):
+    """:class:`_Cut` for an async client."""
 
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
+    def __init__(self, events: list[bytes]) -> None:
+        self.events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for event in self.events:
+            yield event
+        raise httpx2.ReadError("connection lost mid-stream")
+
+
+def _events(body: bytes, keep: int, garble: bool) -> list[bytes]:
+    """The first ``keep`` events of an SSE body; ``garble``: then one whose data is not
+    JSON (the SDK's decode error), and the body whole after it."""
+    events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
+    if garble:
+        return [*events[:keep], b"data: {not json\n\n", *events[keep:]]
+    return events[:keep]
+
+
+class _CutTransport(httpx2.BaseTransport):
+    """Forwards to the stub and cuts a streamed answer after ``keep`` events (or garbles
+    the next one)."""
+
+    def __init__(self, keep: int, garble: bool = False) -> None:
+        self.keep, self.garble = keep, garble
         self.inner = httpx2.HTTPTransport()
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = self.inner.handle_request(request)
-        body = response.read()
-        events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
+        events = _events(response.read(), self.keep, self.garble)
         return httpx2.Response(response.status_code,
                               headers={"content-type": "text/event-stream"},
-                              stream=_Cut(events[:self.keep]))
+                              stream=httpx2.ByteStream(b"".join(events)) if self.garble
+                              else _Cut(events))
+
+
+class _AsyncCutTransport(httpx2.AsyncBaseTransport):
+    """:class:`_CutTransport` for an async client (cut only)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        events = _events(await response.aread(), self.keep, False)
+        return httpx2.Response(response.status_code,
+                              headers={"content-type": "text/event-stream"},
+                              stream=_AsyncCut(events))
 
 
 def _oa(url: str, **kw: Any) -> openai.OpenAI:
@@ -80,6 +118,13 @@ def _oa(url: str, **kw: Any) -> openai.OpenAI:
 
 def _an(url: str, **kw: Any) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, **kw)
+
+
+def _an_cut_async(url: str) -> anthropic.AsyncAnthropic:
+    """An async client whose streamed answers are cut after 4 events."""
+    return anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0,
+                                    http_client=httpx2.AsyncClient(
+                                        transport=_AsyncCutTransport(4)))
 
 
 def _chat_kw(**extra: Any) -> dict[str, Any]:
@@ -117,10 +162,53 @@ def _chat_stream_app_error(url: str) -> None:
             raise KeyError("the application's own error")
 
 
-def _chat_stream_cut(url: str) -> None:
+def _cut_chat(url: str) -> None:
     client = _oa(url, http_client=httpx2.Client(transport=_CutTransport(4)))
-    stream = client.chat.completions.create(**_chat_kw())
+    for _ in client.chat.completions.create(**_chat_kw()):
+        pass
+
+
+def _cut_messages_async(url: str) -> None:
+    async def run() -> None:
+        client = _an_cut_async(url)
+        async for _ in await client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                                    messages=HISTORY[1:], stream=True):
+            pass
+
+    asyncio.run(run())
+
+
+
+def _chat_stream_cut(url: str) -> None:
     with pytest.raises(openai.APIConnectionError):
+        _cut_chat(url)
+
+
+def _chat_stream_garbled(url: str) -> None:
+    client = _oa(url, http_client=httpx2.Client(transport=_CutTransport(3, garble=True)))
+    stream = client.chat.completions.create(**_chat_kw())
+    with pytest.raises(ValueError):  # the SDK's JSON decode error
+        for _ in stream:
+            pass
+
+
+def _chat_stream_cut_async(url: str) -> None:
+    async def run() -> None:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0,
+                                    http_client=httpx2.AsyncClient(
+                                        transport=_AsyncCutTransport(4)))
+        stream = await client.chat.completions.create(**_chat_kw())
+        with pytest.raises(openai.APIConnectionError):
+            async for _ in stream:
+                pass
+
+    asyncio.run(run())
+
+
+def _chat_stream_helper_cut(url: str) -> None:
+    client = _oa(url, http_client=httpx2.Client(transport=_CutTransport(4)))
+    with pytest.raises(openai.APIConnectionError), client.chat.completions.stream(
+            model="gpt-4o-mini", messages=HISTORY) as stream:
         for _ in stream:
             pass
 
@@ -172,6 +260,14 @@ def _responses_stream(url: str) -> None:
         pass
 
 
+def _responses_stream_cut(url: str) -> None:
+    client = _oa(url, http_client=httpx2.Client(transport=_CutTransport(4)))
+    with pytest.raises(openai.APIConnectionError):
+        for _ in client.responses.create(model="gpt-4o-mini", input=HISTORY[1:],
+                                         stream=True, max_output_tokens=50):
+            pass
+
+
 def _messages_create_stream(url: str) -> None:
     for _ in _an(url).messages.create(model="claude-sonnet-4-6", max_tokens=50,
                                       system=HISTORY[0]["content"], messages=HISTORY[1:],
@@ -185,6 +281,32 @@ def _messages_create_stream_cut(url: str) -> None:
         for _ in client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
                                         messages=HISTORY[1:], stream=True):
             pass
+
+
+def _messages_create_stream_cut_async(url: str) -> None:
+    with pytest.raises((httpx2.ReadError, anthropic.APIConnectionError)):
+        _cut_messages_async(url)
+
+
+def _messages_stream_cut(url: str) -> None:
+    client = _an(url, http_client=httpx2.Client(transport=_CutTransport(4)))
+    with pytest.raises((httpx2.ReadError, anthropic.APIConnectionError)), \
+            client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
+                                   messages=HISTORY[1:]) as stream:
+        for _ in stream:
+            pass
+
+
+def _messages_stream_cut_async(url: str) -> None:
+    async def run() -> None:
+        client = _an_cut_async(url)
+        with pytest.raises((httpx2.ReadError, anthropic.APIConnectionError)):
+            async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
+                                              messages=HISTORY[1:]) as stream:
+                async for _ in stream:
+                    pass
+
+    asyncio.run(run())
 
 
 def _messages_stream(url: str) -> None:
@@ -234,16 +356,32 @@ STREAMS: dict[str, Callable[[str], None]] = {
     "chat_closed_early": _chat_stream_closed_early,
     "chat_with_closed_early": _chat_stream_with_closed_early,
     "chat_app_error": _chat_stream_app_error, "chat_cut": _chat_stream_cut,
+    "chat_garbled": _chat_stream_garbled, "chat_cut_async": _chat_stream_cut_async,
+    "chat_helper_cut": _chat_stream_helper_cut,
     "chat_never_iterated": _chat_stream_never_iterated, "chat_helper": _chat_stream_helper,
     "chat_raw": _chat_stream_raw, "chat_async": _chat_stream_async,
     "chat_async_closed_early": _chat_stream_async_closed_early,
-    "responses": _responses_stream, "messages_create": _messages_create_stream,
+    "responses": _responses_stream, "responses_cut": _responses_stream_cut,
+    "messages_create": _messages_create_stream,
     "messages_create_cut": _messages_create_stream_cut,
+    "messages_create_cut_async": _messages_create_stream_cut_async,
+    "messages_stream_cut": _messages_stream_cut,
+    "messages_stream_cut_async": _messages_stream_cut_async,
     "messages_create_async": _messages_create_stream_async,
     "messages_stream": _messages_stream, "messages_stream_text": _messages_stream_text,
     "messages_stream_app_error": _messages_stream_app_error,
     "messages_stream_async": _messages_stream_async,
 }
+
+
+#: the streams ended by an error raised inside the client while reading: its type as
+#: util-genai records it
+RAISED_WHILE_READING = {
+    **dict.fromkeys(("chat_cut", "chat_cut_async", "chat_helper_cut", "responses_cut"),
+                    "openai.APIConnectionError"),
+    "chat_garbled": "json.decoder.JSONDecodeError",
+    **dict.fromkeys(("messages_create_cut", "messages_create_cut_async",
+                     "messages_stream_cut", "messages_stream_cut_async"), "httpx2.ReadError")}
 
 
 def _instrument(tel: CapturedTelemetry, official: str) -> list[Any]:
@@ -364,11 +502,17 @@ def test_light_stream_records_what_util_genai_records(
     assert names.count("gen_ai.client.operation.time_to_first_chunk") == int(timed)
     if name.endswith(("app_error", "never_iterated")):
         assert inference[0][4].name == "ERROR" and attrs["error.type"]
-    # a stream cut by the transport: the SDK closes its HTTP response before the error
-    # reaches the wrappers, and our close hook ends the call there (as before this path);
-    # the official instrumentor outermost records the error on the span
-    if name.endswith("cut") and official == "outer":
-        assert inference[0][4].name == "ERROR" and attrs["error.type"]
+    # a stream ended by an error raised inside the client while reading (the transport's,
+    # a decode error): the SDK closes its HTTP response as the error unwinds, and the call
+    # ends with the error the application gets (not at that close), in every order
+    if name in RAISED_WHILE_READING:
+        assert (inference[0][4].name, attrs["error.type"]) == \
+            ("ERROR", RAISED_WHILE_READING[name])
+        (duration,) = [p for p in light_points if p[0] == "gen_ai.client.operation.duration"]
+        assert ("error.type", RAISED_WHILE_READING[name]) in duration[2]
+    else:
+        assert inference[0][4].name != "ERROR" or name.endswith(("app_error",
+                                                                 "never_iterated"))
 
 
 def test_chunk_points_carry_util_genais_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -537,3 +681,37 @@ def test_stream_roles_record_what_util_genai_records(role: str,
         assert published[0]["response_time_to_first_chunk"] == 0.25
         assert published[0]["request_stream"] is True
         assert ("gen_ai.client.operation.time_to_first_chunk", "ours") not in points
+
+
+@pytest.mark.parametrize("cut", [_cut_chat, _cut_messages_async])
+def test_error_raised_while_reading_reaches_the_application_unchanged(
+        cut: Callable[[str], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error that ends a stream inside the client reaches the application as without
+    instrumentation (its type, its traceback's last frames), ours alone or composed, and
+    our call (the turn's inference span) ends with it."""
+    import traceback
+
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+
+    def raised(official: str | None) -> tuple[Any, ...]:
+        tel = CapturedTelemetry()
+        instrumentors = _instrument(tel, official) if official else []
+        try:
+            with StubServer() as stub, pytest.raises(Exception) as caught:
+                cut(stub.url)
+            frames = [(f.filename, f.name) for f in
+                      traceback.extract_tb(caught.value.__traceback__)[-3:]]
+            spans = [(s.status.status_code.name, s.attributes.get("error.type"))
+                     for s in tel.spans()]
+            return type(caught.value), frames, spans
+        finally:
+            for inst in instrumentors:
+                inst.uninstrument()
+            tel.shutdown()
+
+    bare_type, bare_frames, _ = raised(None)
+    for official in ("none", "outer", "inner"):
+        kind, frames, spans = raised(official)
+        assert (kind, frames) == (bare_type, bare_frames), official
+        name = f"{bare_type.__module__}.{bare_type.__qualname__}"
+        assert spans == [("ERROR", name)], official
