@@ -821,16 +821,26 @@ class _StreamMixin:
         self._self_call.fail(error, self._self_acc.result())
 
 
-def _light_stream(wrapper: Any, inv: Any, acc: Accumulator) -> None:
+#: the SDK stream util-genai's wrappers keep (sync, async): the one read inlined reads it
+_ITERATOR = ("_self_iterator", "_self_aiter")
+
+
+def _light_stream(wrapper: Any, inv: Any, acc: Accumulator, iterator: str) -> None:
     """What the wrapper's reads use with a light invocation (``_self_light``: the
     invocation, the accumulator, whether it is our own inference, whose span is current
     around each read and which times every chunk; else None: util-genai's ``_advance``).
     One tuple: an attribute read on the wrapper (a wrapt proxy with a Python
-    ``__getattr__``) costs several plain ones, and a stream reads them on every chunk."""
+    ``__getattr__``) costs several plain ones, and a stream reads them on every chunk.
+    Only when the wrapper holds the ``iterator`` the inlined read takes (a util-genai
+    that keeps it under another name is read through its own ``_advance``)."""
+    light = None
     if isinstance(inv, (_inference.LightInference, _inference.LightSuppressed)):
-        wrapper._self_light = (inv, acc, isinstance(inv, _inference.LightInference))
-    else:
-        wrapper._self_light = None
+        try:
+            _own(wrapper, iterator)
+            light = (inv, acc, isinstance(inv, _inference.LightInference))
+        except AttributeError:
+            pass
+    wrapper._self_light = light
 
 
 #: an attribute of the stream wrapper itself, without the proxy's Python ``__getattr__``
@@ -865,7 +875,7 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
         super().__init__(stream, invocation=call.invocation)
         self._self_call = call
         self._self_acc = acc
-        _light_stream(self, call.invocation, acc)
+        _light_stream(self, call.invocation, acc, _ITERATOR[0])
         call.invocation.suspend()
         response = _http_response(stream)
         close = getattr(response, "close", None)
@@ -898,7 +908,7 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
         acc.reading = True
         try:
             try:
-                chunk = next(_own(self, "_self_iterator"))
+                chunk = next(_own(self, _ITERATOR[0]))
             except StopIteration:
                 self._finalize_success()
                 raise
@@ -930,7 +940,7 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
         super().__init__(stream, invocation=call.invocation)
         self._self_call = call
         self._self_acc = acc
-        _light_stream(self, call.invocation, acc)
+        _light_stream(self, call.invocation, acc, _ITERATOR[1])
         call.invocation.suspend()
         response = _http_response(stream)
         aclose = getattr(response, "aclose", None)
@@ -958,7 +968,7 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
         acc.reading = True
         try:
             try:
-                chunk = await anext(_own(self, "_self_aiter"))
+                chunk = await anext(_own(self, _ITERATOR[1]))
             except StopAsyncIteration:
                 self._finalize_success()
                 raise

@@ -515,6 +515,26 @@ def test_light_stream_records_what_util_genai_records(
                                                                  "never_iterated"))
 
 
+@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("name", ["chat", "chat_async", "chat_cut", "messages_create_async"])
+def test_a_util_genai_keeping_its_stream_elsewhere_is_read_through_its_own_advance(
+        name: str, official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inlined read takes the SDK stream from util-genai's wrapper by its private name;
+    a util-genai that keeps it under another one is read through its own ``_advance`` (the
+    application's loop never meets an AttributeError), recording the same."""
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT", raising=False)
+    with StubServer() as stub:
+        util_spans, util_points, _ = _record(stub.url, STREAMS[name], light=False,
+                                             official=official, monkeypatch=monkeypatch)
+    monkeypatch.setattr(_common, "_ITERATOR", ("_self_renamed", "_self_arenamed"))
+    with StubServer() as stub:
+        spans, points, taken = _record(stub.url, STREAMS[name], light=True,
+                                       official=official, monkeypatch=monkeypatch)
+    assert taken == [ROLE[official]]
+    assert (spans, points) == (util_spans, util_points)
+
+
 def test_chunk_points_carry_util_genais_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ours alone on a chat stream: a time-to-first-chunk point and a time-per-chunk point
     for each later chunk, with the call's start attributes (the response model is read at
