@@ -126,6 +126,10 @@ def _record(memory: Any, read: _Watch, history: list[Any], result: list[Any], in
             implicit.stop()
 
 
+class _ReadOutsideRun(dict[tuple[str, str], list[str]]):
+    """Message names set by a memory read outside any run, for the next model call."""
+
+
 def _named(message: Any) -> tuple[str, str]:
     if isinstance(message, str):
         return ("user", message)
@@ -150,8 +154,13 @@ def name_messages(messages: Sequence[Any], new_input: Any = None,
         return
     known = KNOWN_MESSAGES.get()
     turn = TURN.get()
+    if turn is None and type(known) is _ReadOutsideRun:
+        # the names of an earlier read outside any run: this read replaces them (nothing
+        # resets them there, so adding to them would grow with every read of the memory)
+        known = None
     if turn is None or known is not turn.known:
-        known = {key: list(names) for key, names in (known or {}).items()}
+        known = (dict if turn is not None else _ReadOutsideRun)(
+            (key, list(names)) for key, names in (known or {}).items())
         token = KNOWN_MESSAGES.set(known)
         if turn is not None:
             turn.known_tokens.append(token)

@@ -10,6 +10,7 @@ their runs as turns; an ``AgentWorkflow``'s handoff as an envelope of scope ``ha
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -541,3 +542,31 @@ def test_a_codeact_agents_run_is_a_turn_holding_its_model_calls(capture_setup: A
     assert [k for _, k in answer] == ["system_prompt", "session_history", "session_history",
                                       "user_message"]
     assert bundle["rebuild"]["status"] == "complete"
+
+
+def test_memory_read_outside_a_run_names_only_the_next_call_and_does_not_grow(
+        li_on: CapturedTelemetry) -> None:
+    """An application reading a memory outside any agent run or chat (a page showing the
+    history, say) leaves the names of what it read for the next model call only: reading it
+    again replaces them; they never pile up however often it reads (they did: every read
+    added the whole history again to a context variable that nothing reset)."""
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.memory import Memory
+
+    from otel_agent_context.instrumentation._common import KNOWN_MESSAGES
+
+    def read_history_page() -> tuple[int, dict[tuple[str, str], list[str]] | None]:
+        memory = Memory.from_defaults(token_limit=1000, tokenizer_fn=lambda t: t.split())
+        memory.put_messages([ChatMessage(role="user", content=Q1),
+                             ChatMessage(role="assistant", content=REPLY)])
+        for _ in range(40):
+            got = memory.get()
+        return len(got), KNOWN_MESSAGES.get()
+
+    count, known = contextvars.copy_context().run(read_history_page)
+    assert count == 2
+    assert known is not None
+    # the two messages of the last read, once each: not 40 reads' worth
+    assert sorted((key, len(names)) for key, names in known.items()) == [
+        (("assistant", REPLY), 1), (("user", Q1), 1)]
+    assert known[("user", Q1)] == [text_message_id("user", Q1)]
