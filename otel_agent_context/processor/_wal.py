@@ -274,8 +274,29 @@ class WriteAheadLog:
         if self.fsync:
             _fdatasync(old)
             self._synced = max(self._synced, self._written)
+        before = (self._active, self._written, self._head)
+        try:
+            self._start_segment(self._active + 1)
+        except BaseException:
+            self._keep_segment(old, *before)
+            raise
         self._retired.append(old)
-        self._start_segment(self._active + 1)
+
+    def _keep_segment(self, fd: int, active: int, written: Position, head: int) -> None:
+        """A new segment that could not be made whole (its file not created: too many open
+        files, a full disk; its checkpoint not written or not synced) is dropped and the old
+        one stays the active segment, as if no rotation had been tried. Retiring the old one
+        would close the descriptor appends still use (its number then reused by another file,
+        which would get the WAL's records), and a segment without its checkpoint would let
+        compaction delete the last one (the written envelopes and the sink position)."""
+        number = active + 1
+        if self._fd != fd and self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        with contextlib.suppress(OSError):
+            _segment_path(self.directory, number).unlink()
+        self._segments.pop(number, None)
+        self._fd, self._active, self._written, self._head = fd, active, written, head
 
     # -- pins and compaction -------------------------------------------------------------------
     def pin(self, segment: int) -> None:
