@@ -1,6 +1,6 @@
 """Throughput, memory and latency of the context processor, against the baselines of issue 3.
 
-    python benchmarks/processor_bench.py [--rounds 7] [--quick] [--cases ctx20,sel100]
+    python benchmarks/processor_bench.py [--rounds 7] [--quick] [--cases ctx20,sel100] [--grpc]
 
 Everything runs in one process, one core (``os.sched_setaffinity`` pins it), on requests
 serialised up front with the OTLP protobuf classes (what a receiver is handed):
@@ -19,6 +19,20 @@ serialised up front with the OTLP protobuf classes (what a receiver is handed):
   ``--max-traces 10000`` while 20,000 arrive (the cap holds, the oldest go out partial).
 - latency: real gRPC on loopback, the processor in this process: from the ``Export`` call
   carrying an envelope's last span to its bundle written (p50, p99), at a steady rate.
+- ``--grpc`` (ctx20 and sel100, after the in-process table, whose columns are unchanged):
+  end to end over real gRPC on loopback, as ``serve`` runs. A client process pinned to the
+  other core sends the same pre-serialised requests, one at a time (as an exporter does),
+  through a raw-bytes gRPC stub to (a) a naive receiver, a grpcio server in this process
+  whose generic ``Export`` handler does the naive parse-and-walk above and answers an empty
+  response, and (b) the processor as ``serve`` runs it (``Processor``: its gRPC receiver,
+  the emitter and sweeper threads running, WAL and JSON Lines fsync on; the bundle store
+  off, as in the in-process rows). Both servers run in this process, pinned to one core,
+  with the same number of gRPC worker threads. Timed from the first send (the client's
+  clock, ``perf_counter`` is system-wide) until every request is acknowledged and, for
+  the processor, every bundle is recorded written (JSON Lines written and fsynced, DONE
+  appended: its queue empty, polled every 0.2 ms once the client reports its last ack,
+  bounded at 60 s). Naive and processor alternate inside each round (which goes first
+  alternates too); the ratio is taken per round, the table gives medians.
 
 Prints a Markdown table of medians (per span, spans/s and ratios) and the machine.
 """
@@ -30,6 +44,7 @@ import gc
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +66,9 @@ from otel_agent_context.processor._pipeline import Pipeline
 from otel_agent_context.processor._server import tune_gc
 
 SPANS_PER_REQUEST = 512
+#: the cores allowed at start: the benchmark pins itself to the first, the gRPC client to
+#: the others
+_CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
 ENVELOPE_SIZE = 8  # the envelope span and 7 others
 
 
@@ -375,6 +393,166 @@ def latency(tmp: Path, envelopes: int, rate: float) -> dict[str, Any]:
             "max_ms": values[-1]}
 
 
+# -- end to end over gRPC --------------------------------------------------------------------------
+
+_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_CASE_MAKERS = {"ctx20": (ctx20_spans, SPANS_PER_REQUEST), "sel100": (sel100_spans, 64)}
+
+
+def _client() -> int:
+    """The client process (``--client``): commands on stdin, one per line.
+
+    ``prep CASE FIRST COUNT``: serialise COUNT requests (round ids FIRST, FIRST+1, ...);
+    ``send ADDRESS``: send them one at a time, print the first send's and the last ack's
+    ``perf_counter``; ``quit``."""
+    bodies: list[bytes] = []
+    channels: dict[str, Any] = {}
+    for line in sys.stdin:
+        command = line.split()
+        if not command or command[0] == "quit":
+            break
+        if command[0] == "prep":
+            make, per_request = _CASE_MAKERS[command[1]]
+            first, count = int(command[2]), int(command[3])
+            bodies = [_request(first + i, make, per_request) for i in range(count)]
+            gc.collect()
+            print("ready", flush=True)
+        elif command[0] == "send":
+            address = command[1]
+            if address not in channels:
+                channel = grpc.insecure_channel(address, options=[
+                    ("grpc.max_send_message_length", 64 * 2**20)])
+                grpc.channel_ready_future(channel).result(timeout=10)
+                channels[address] = channel.unary_unary(_EXPORT)  # bytes in, bytes out
+            export = channels[address]
+            start = time.perf_counter()
+            for body in bodies:
+                export(body, timeout=60)
+            end = time.perf_counter()
+            print(f"{start!r} {end!r}", flush=True)
+    return 0
+
+
+class _NaiveServer:
+    """A grpcio server whose Export handler does the naive parse-and-walk."""
+
+    def __init__(self, workers: int) -> None:
+        from concurrent import futures
+
+        def export(request: bytes, context: Any) -> bytes:
+            naive_walk(request)
+            return b""  # an empty ExportTraceServiceResponse
+
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="naive"),
+            options=[("grpc.max_receive_message_length", 64 * 2**20),
+                     ("grpc.so_reuseport", 0)])
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            {"Export": grpc.unary_unary_rpc_method_handler(export)}),))
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(1).wait(2)
+
+
+class _ClientProcess:
+    def __init__(self) -> None:
+        pin = set(_CORES[1:]) if len(_CORES) > 1 else None
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--client"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
+
+    def ask(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer:
+            raise RuntimeError(f"the client process ended on {line!r}")
+        return answer
+
+    def send(self, address: str) -> tuple[float, float]:
+        start, end = self.ask(f"send {address}").split()
+        return float(start), float(end)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=10)
+
+
+def _processor(directory: Path) -> Processor:
+    config = ProcessorConfig.from_values({
+        "receivers.otlp_grpc.endpoint": "127.0.0.1:0", "receivers.otlp_http.endpoint": "off",
+        "metrics.endpoint": "off", "output.dir": str(directory),
+        "pipeline.queue_size": 10_000_000, "buffer.max_traces": 10_000_000,
+        "buffer.max_spans": 100_000_000, "memory.max_bytes": 64 * 2**30,
+        "store.url": "off"})
+    return Processor(config).start()
+
+
+def _written_lines(directory: Path) -> int:
+    return sum(path.read_bytes().count(b"\n") for path in directory.glob("*.jsonl")
+               if path.name != "dead-letter.jsonl")
+
+
+def end_to_end(rounds: int, requests: int, tmp: Path, only: set[str] | None = None
+               ) -> list[dict[str, Any]]:
+    """Naive receiver and processor over gRPC, alternating within each round."""
+    rows = []
+    client = _ClientProcess()
+    workers = ProcessorConfig.from_values({}).grpc_workers
+    naive = _NaiveServer(workers)
+    try:
+        for name, (_, per_request) in _CASE_MAKERS.items():
+            if only is not None and name not in only:
+                continue
+            spans = requests * per_request
+            envelopes = spans // ENVELOPE_SIZE
+            base, ours, ratio = [], [], []
+            for r in range(rounds):
+                first = 50_000_000 + r * requests + 1  # new trace ids every round
+                assert client.ask(f"prep {name} {first} {requests}") == "ready"
+                directory = tmp / f"grpc-{name}-{r}"
+                processor = _processor(directory)
+                pipeline = processor.pipeline
+                timings: dict[str, float] = {}
+                gc.collect()
+                for which in (("naive", "ours") if r % 2 == 0 else ("ours", "naive")):
+                    if which == "naive":
+                        start, acked = client.send(naive.address)
+                        timings["naive"] = acked - start
+                        continue
+                    start, acked = client.send(processor.addresses["otlp_grpc"])
+                    deadline = time.monotonic() + 60
+                    while ((pipeline.queue_size or pipeline.buffer.envelopes_in_flight)
+                           and time.monotonic() < deadline):
+                        time.sleep(0.0002)
+                    timings["ours"] = max(time.perf_counter(), acked) - start
+                    gc.collect()
+                processor.stop()
+                written = _written_lines(directory)
+                if written != envelopes:
+                    raise RuntimeError(f"{name} round {r}: {written} bundles written, "
+                                       f"{envelopes} expected")
+                base.append(timings["naive"] / spans * 1e6)
+                ours.append(timings["ours"] / spans * 1e6)
+                ratio.append(timings["naive"] / timings["ours"])
+            median = statistics.median
+            rows.append({"case": name, "baseline_us": median(base), "total_us": median(ours),
+                         "ratio": median(ratio), "ratios": ratio,
+                         "spans_per_request": per_request})
+    finally:
+        naive.stop()
+        client.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -382,11 +560,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 rounds, fewer envelopes")
     parser.add_argument("--cases", help="throughput of these cases only (comma-separated: "
                         + ", ".join(case[0] for case in CASES) + "); no memory or latency")
+    parser.add_argument("--grpc", action="store_true",
+                        help="also end to end over gRPC (ctx20, sel100): naive receiver "
+                        "against the processor as serve runs it")
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.client:
+        return _client()
     only = set(args.cases.split(",")) if args.cases else None
     rounds = 3 if args.quick else args.rounds
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {_CORES[0]})
     tune_gc()  # as `serve` does
     if api_implementation.Type() != "upb":
         print(f"WARNING: protobuf backend is {api_implementation.Type()}, not upb",
@@ -394,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="processor-bench-") as directory:
         tmp = Path(directory)
         rows = throughput(rounds, args.requests, tmp, only)
+        grpc_rows = end_to_end(rounds, args.requests, tmp, only) if args.grpc else []
         mem = memory(tmp) if only is None else None
         lat = latency(tmp, 300 if args.quick else 1000, 200.0) if only is None else None
     cpu = next((line.split(":", 1)[1].strip() for line in
@@ -415,6 +600,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['baseline_us']:.2f} | {row['ingest_us']:.2f} | "
               f"{1e6 / row['ingest_us']:,.0f} | {row['ingest_ratio']:.2f}x | "
               f"{row['total_us']:.2f} | {row['total_ratio']:.2f}x |")
+    if grpc_rows:
+        print()
+        print("end to end over gRPC (client on the other core; naive receiver and processor "
+              "in this process, alternating):")
+        print()
+        print("| case | naive receiver µs/span | processor µs/span (acked + written) | "
+              "processor vs naive | per round |")
+        print("|---|---:|---:|---:|---|")
+        for row in grpc_rows:
+            print(f"| {row['case']} ({row['spans_per_request']} spans/request) | "
+                  f"{row['baseline_us']:.2f} | {row['total_us']:.2f} | {row['ratio']:.2f}x | "
+                  + ", ".join(f"{x:.2f}" for x in row["ratios"]) + " |")
     if mem is None or lat is None:
         return 0
     print()
