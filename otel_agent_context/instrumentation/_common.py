@@ -59,6 +59,7 @@ from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
+from .._fastattrs import set_attributes
 from .._folded import Segment, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
@@ -642,7 +643,9 @@ class Call:
             inv.output_messages = mask_messages(out.output_messages)
         span = self.target if self.target is not None else inv.span
         if out.attributes and span.is_recording():
-            span.set_attributes(out.attributes)
+            # the API's values (the response's): checked in bulk, the SDK's way when any is
+            # not a plain scalar or a limit applies (``_fastattrs``)
+            set_attributes(span, out.attributes)
         budget, env, req = self.budget, self.env, self.req
         if out.compactions and not (req is not None and req.compaction_call):
             # the provider compacted the conversation in this very call

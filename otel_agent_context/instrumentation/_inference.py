@@ -515,36 +515,44 @@ class LightInference(_Streamed):
         return own
 
 
+#: whether an ``InferenceData``'s fields are plain instance attributes (no ``__setattr__``
+#: of its own, no slots): then publishing into it is one ``dict.update``, what setting each
+#: field stores
+_DATA_PLAIN: bool = COMPOSABLE and InferenceData.__setattr__ is object.__setattr__ and \
+    "__slots__" not in vars(InferenceData) and not any(
+        hasattr(getattr(InferenceData, f, None), "__set__") for f in _KNOWN_DATA_FIELDS)
+
+
 class LightSuppressed(_Streamed):
     """Ours inside another util-genai inference of the same call (the official instrumentor
     outside ours): what util-genai's ``SuppressedInferenceInvocation`` does there, without
     its dataclass (see the module's docstring). No span, no metrics: ``span`` is the outer
     one (current), and at the end our fields go into the outer invocation's data, which
-    merges them under its own."""
+    merges them under its own.
 
-    __slots__ = ("span", "_data", "_finished", "_published", "conversation_id", "_start",
-                 *_FIELDS)
+    A field (``_FINISH``'s, and ``conversation_id``) is None until set: the class holds the
+    None and a set one is an instance attribute, so nothing is done for the fields a call
+    leaves unset (most of them), at the start or at the end; a name that is not a field is
+    refused when the data is published (``AttributeError``), as util-genai's dataclass
+    property would be at once."""
 
-    # the fields read here (the others are set by name, see _FINISH)
+    __slots__ = ("span", "_data", "_finished", "_start", "_where", "__dict__")
+
+    # the fields read here (None on the class, see above)
     request_stream: bool | None
     ttfc_seconds: float | None
+    conversation_id: str | None
 
     def __init__(self, data: InferenceData, provider: str, *, request_model: str | None,
                  server_address: str | None, server_port: int | None,
                  context: Context | None) -> None:
-        for name in _FIELDS:
-            setattr(self, name, None)
         self._data = data
         self._finished = False
         conversation_id = get_value(CONVERSATION_ID_KEY, context)
-        self.conversation_id = conversation_id if isinstance(conversation_id, str) else None
+        if isinstance(conversation_id, str):
+            self.conversation_id = conversation_id
         # util-genai's data of the suppressed invocation, before its fields are set
-        self._published: dict[str, Any] = {"provider_name": provider, "operation_name": "chat"}
-        for field, value in (("request_model", request_model),
-                             ("server_address", server_address),
-                             ("server_port", server_port)):
-            if value is not None:
-                self._published[field] = value
+        self._where = (provider, request_model, server_address, server_port)
         self.span = get_current_span(context)
         self._start = timeit.default_timer()
 
@@ -569,12 +577,28 @@ class LightSuppressed(_Streamed):
         if self._finished:
             return
         self._finished = True
-        data, published = self._data, self._published
-        if self.conversation_id is not None:
-            published["conversation_id"] = self.conversation_id
-        for name in _FIELDS:
-            value = getattr(self, name)
+        provider, request_model, server_address, server_port = self._where
+        published: dict[str, Any] = {"provider_name": provider, "operation_name": "chat"}
+        if request_model is not None:
+            published["request_model"] = request_model
+        if server_address is not None:
+            published["server_address"] = server_address
+        if server_port is not None:
+            published["server_port"] = server_port
+        for name, value in self.__dict__.items():  # the fields set (see the class)
             if value is not None:
-                published[_DATA_FIELD[name]] = list(value) if name in _LISTS else value
-        for field, value in published.items():
-            setattr(data, field, value)
+                field = _DATA_FIELD.get(name)
+                if field is None:
+                    raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+                published[field] = list(value) if name in _LISTS else value
+        data = self._data
+        if _DATA_PLAIN and type(data) is InferenceData:
+            data.__dict__.update(published)  # the fields exist: what each setattr stores
+        else:
+            for field, value in published.items():
+                setattr(data, field, value)
+
+
+for _name in (*_FIELDS, "conversation_id"):
+    setattr(LightSuppressed, _name, None)
+del _name
