@@ -2,7 +2,7 @@
 scenarios of ``instrumentation_bench.py``: a count that the machine's load does not move.
 Issue 11.
 
-    python benchmarks/instrumentation_ir.py [--calls 20] [--configs NAME,...]
+    python benchmarks/instrumentation_ir.py [--calls 20] [--warmup 12] [--configs NAME,...]
         [--scenarios NAME,...]
 
 Each configuration runs in a process of its own under ``valgrind --tool=callgrind
@@ -70,7 +70,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20,
                         help="counted calls per scenario and phase")
-    parser.add_argument("--warmup", type=int, default=5)
+    # CPython 3.11 specialises a code object after 8 calls: fewer warm-up calls count the
+    # first phase's code cold (runs A-M of instrumentation.md used 3)
+    parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--configs", help="comma-separated subset of: "
                         + ", ".join(c for c in bench.CONFIGS if c != "uninstrumented"))
     parser.add_argument("--scenarios", help="comma-separated subset of the scenarios")
