@@ -12,6 +12,7 @@ sentence docs/processor.md shows operators.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import logging
 import threading
 import time
@@ -32,6 +33,11 @@ from .. import _semconv as S
 from .._measure import HISTOGRAMS, Measurement
 from .._table import METRICS
 from ._config import DEFAULT_LABEL_VALUES, Target
+
+#: A label value longer than this is cut to its start and a digest of the whole (still one
+#: value per distinct input): a value is copied into every series, every scrape and the
+#: OTLP push, so one megabyte agent name would make each scrape megabytes long.
+MAX_LABEL_LENGTH = 128
 
 __all__ = [
     "BUCKETS",
@@ -191,6 +197,10 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Contract metric label values counted as 'other' because the label already "
                "had metrics.label_values distinct values (per metric and label).",
                "0; a free-form label (agent, trigger) with that many values needs a look"),
+    SelfMetric("context_processor_metric_label_truncated_total", "counter", ("metric", "label"),
+               f"Contract metric label values longer than {MAX_LABEL_LENGTH} characters, "
+               "cut to their start and a digest of the whole value.",
+               "0; an agent name or trigger that long is a sender's mistake"),
     SelfMetric("context_processor_measurements_dropped_total", "counter", (),
                "Measurements left out of the contract metrics (and of the OTLP push) "
                "because they are not finite or would make a counter or a histogram's sum "
@@ -378,6 +388,14 @@ class _Collector:
 OTHER = "other"
 
 
+_KEPT = MAX_LABEL_LENGTH - 17  # the start kept: then "~" and 16 hex digits
+
+
+def _shortened(value: str) -> str:
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8)
+    return f"{value[:_KEPT]}~{digest.hexdigest()}"
+
+
 #: Label tuples remembered whole per metric (beyond them, each label is looked up alone).
 _MAX_KNOWN = 4096
 
@@ -393,19 +411,32 @@ class _LabelLimit:
         self._known: dict[str, set[tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
-    def apply(self, measurements: Sequence[Measurement]) -> tuple[list[Measurement],
-                                                                  dict[tuple[str, str], int]]:
-        """The measurements with over-limit values as ``other``; (metric, label) -> how
-        many values were replaced."""
+    def apply(self, measurements: Sequence[Measurement]
+              ) -> tuple[list[Measurement], dict[tuple[str, str], int],
+                         dict[tuple[str, str], int]]:
+        """The measurements with over-long values shortened and over-limit values as
+        ``other``; (metric, label) -> how many values were replaced, and how many
+        shortened."""
         out = []
         overflow: dict[tuple[str, str], int] = {}
+        shortened: dict[tuple[str, str], int] = {}
         with self._lock:
             known = self._known
             for m in measurements:
                 labels = m.labels
-                if labels in known.get(m.name, ()):
+                if labels in known.get(m.name, ()):  # only tuples of short values are known
                     out.append(m)
                     continue
+                if any(len(value) > MAX_LABEL_LENGTH for value in labels):
+                    cut = list(labels)
+                    for index, value in enumerate(labels):
+                        if len(value) > MAX_LABEL_LENGTH:
+                            cut[index] = _shortened(value)
+                            key = (S.PROMETHEUS_NAMES.get(m.name, m.name),
+                                   S.METRIC_LABELS[m.name][index])
+                            shortened[key] = shortened.get(key, 0) + 1
+                    labels = tuple(cut)
+                    m = m._replace(labels=labels)
                 capped: list[str] | None = None
                 for index, value in enumerate(labels):
                     seen = self._seen.get((m.name, index))
@@ -428,7 +459,7 @@ class _LabelLimit:
                     out.append(m)
                 else:
                     out.append(m._replace(labels=tuple(capped)))
-        return out, overflow
+        return out, overflow, shortened
 
 
 class MetricsRegistry:
@@ -444,9 +475,12 @@ class MetricsRegistry:
         self.push: OtlpMetricsPush | None = None
 
     def record(self, measurements: Sequence[Measurement]) -> None:
-        measurements, overflow = self.labels.apply(measurements)
+        measurements, overflow, shortened = self.labels.apply(measurements)
         for (metric, label), count in overflow.items():
             self.self.inc("context_processor_metric_label_overflow_total", (metric, label), count)
+        for (metric, label), count in shortened.items():
+            self.self.inc("context_processor_metric_label_truncated_total", (metric, label),
+                          count)
         kept = self.contract.record(measurements)
         if len(kept) < len(measurements):
             self.self.inc("context_processor_measurements_dropped_total", (),

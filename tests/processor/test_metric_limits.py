@@ -36,6 +36,31 @@ def test_a_label_past_its_limit_counts_as_other_and_says_so() -> None:
     assert overflow.value == 2.0
 
 
+def test_a_long_label_value_is_cut_and_distinct_ones_stay_distinct() -> None:
+    registry = MetricsRegistry(label_values=3)
+    first, second = "a" * 1_000_000, "a" * 999_999 + "b"  # the same start
+    registry.record([Measurement(S.METRIC_ENVELOPES, ("turn", name, "complete"), 1.0)
+                     for name in (first, second, first, "short")])
+    body, _ = registry.render(None)
+    assert len(body) < 20_000  # was over 2 MB: each value copied whole into the exposition
+    families = _families(registry)
+    agents = {s.labels["agent"]: s.value for s in families["context_envelopes"]
+              if s.name == "context_envelopes_total"}
+    assert len(agents) == 3 and agents["short"] == 1.0
+    cut = sorted(a for a in agents if a != "short")
+    assert all(len(a) == 128 and a.startswith("a" * 111 + "~") for a in cut)
+    assert sorted(agents[a] for a in cut) == [1.0, 2.0]  # the first counted twice
+    (truncated,) = [s for s in families["context_processor_metric_label_truncated"]
+                    if s.name.endswith("_total")]
+    assert truncated.labels == {"metric": "context_envelopes_total", "label": "agent"}
+    assert truncated.value == 3.0
+    # the cut values count towards the distinct limit as any other
+    registry.record([Measurement(S.METRIC_ENVELOPES, ("turn", "z" * 200, "complete"), 1.0)])
+    agents = {s.labels["agent"] for s in _families(registry)["context_envelopes"]
+              if s.name == "context_envelopes_total"}
+    assert "other" in agents
+
+
 def test_a_histogram_sum_stays_finite() -> None:
     registry = MetricsRegistry()
     big = 1.7e308
@@ -71,6 +96,32 @@ def test_serve_caps_agent_names_from_the_wire(start_processor) -> None:
 
     wait_for(lambda: len(agents()) == 3)
     assert agents() == {"agent-0", "agent-1", "other"}
+
+
+def test_serve_cuts_a_megabyte_agent_name_from_the_wire(start_processor) -> None:
+    processor = start_processor(**{"metrics.endpoint": "127.0.0.1:0"})
+    for i in range(3):
+        body = request(envelope_spans(60 + i, f"long-{i}", stages=1,
+                                      agent=f"{i}" + "x" * 1_000_000))
+        req = urllib.request.Request(
+            f"http://{processor.addresses['otlp_http']}/v1/traces",
+            data=body.SerializeToString(), method="POST",
+            headers={"Content-Type": "application/x-protobuf"})
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://{processor.addresses['metrics']}/metrics",
+                                    timeout=10) as response:
+            return response.read().decode()
+
+    wait_for(lambda: "context_processor_metric_label_truncated_total{" in scrape())
+    wait_for(lambda: len({s.labels["agent"] for f in text_string_to_metric_families(scrape())
+                          if f.name == "context_envelopes" for s in f.samples}) == 3)
+    text = scrape()
+    assert len(text) < 200_000  # over 3 MB a scrape before
+    agents = {s.labels["agent"] for f in text_string_to_metric_families(text)
+              if f.name == "context_envelopes" for s in f.samples}
+    assert {len(a) for a in agents} == {128}
 
 
 NON_FINITE = (math.nan, math.inf, -math.inf)
