@@ -182,6 +182,18 @@ def _positive_int(key: str, value: Any) -> int:
     return value
 
 
+#: gRPC takes a message size limit as a C int
+_MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+def _request_bytes(key: str, value: Any) -> int:
+    value = _positive_int(key, value)
+    if value > _MAX_MESSAGE_BYTES:
+        raise ConfigError(key, f"at most {_MAX_MESSAGE_BYTES} (2 GiB - 1, gRPC's limit), "
+                               f"got {value}")
+    return value
+
+
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -280,7 +292,7 @@ SETTINGS: tuple[Setting, ...] = (
             "OTLP/gRPC listen address, or 'off'", "HOST:PORT"),
     Setting("receivers.otlp_http.endpoint", DEFAULT_OTLP_HTTP, parse_hostport, "--otlp-http",
             "OTLP/HTTP listen address (POST /v1/traces, /v1/logs), or 'off'", "HOST:PORT"),
-    Setting("receivers.max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, _positive_int, None,
+    Setting("receivers.max_request_bytes", DEFAULT_MAX_REQUEST_BYTES, _request_bytes, None,
             "largest accepted request, after decompression"),
     Setting("receivers.grpc_workers", DEFAULT_GRPC_WORKERS, _positive_int, None,
             "gRPC handler threads"),
@@ -377,7 +389,7 @@ SETTINGS: tuple[Setting, ...] = (
             "endpoint", "ENDPOINT"),
     Setting("forward.queue_size", DEFAULT_FORWARD_QUEUE, _positive_int, None,
             "requests waiting for the next hop before the receivers push back"),
-    Setting("forward.max_request_bytes", DEFAULT_FORWARD_MAX_REQUEST_BYTES, _positive_int,
+    Setting("forward.max_request_bytes", DEFAULT_FORWARD_MAX_REQUEST_BYTES, _request_bytes,
             None, "the next hop's largest request: a larger one is split before it is sent"),
     Setting("log_level", "INFO", _log_level, "--log-level", "debug, info, warning, error",
             "LEVEL"),
@@ -589,13 +601,21 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("--config", f"cannot read {os.fspath(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("--config", f"{os.fspath(path)!r} is not UTF-8 text "
+                                      f"(byte {exc.start})") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError("--config", f"{os.fspath(path)!r} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError("--config", f"{os.fspath(path)!r} is nested too deeply") from None
     out: dict[str, Any] = {}
     if document is not None:
-        _flatten("", document, out)
+        try:
+            _flatten("", document, out)
+        except RecursionError:
+            raise ConfigError("--config", f"{os.fspath(path)!r} is nested too deeply") from None
     return out
 
 

@@ -73,6 +73,9 @@ def test_yaml_nesting_and_flags_win(tmp_path: Path) -> None:
      "receivers.otlp_grpc.endpoint"),
     ({"metrics.endpoint": "127.0.0.1:4317"}, "metrics.endpoint"),
     ({"receivers.auth.bearer_token": "two words"}, "receivers.auth.bearer_token"),
+    # over gRPC's C int: grpcio raised OverflowError at start-up
+    ({"receivers.max_request_bytes": 3_000_000_000}, "receivers.max_request_bytes"),
+    ({"forward.max_request_bytes": 2**31}, "forward.max_request_bytes"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, values: dict, key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -106,6 +109,18 @@ def test_unknown_yaml_key_and_bad_yaml(tmp_path: Path) -> None:
     assert info.value.key == "buffer.envelope_timeot"
     path.write_text("buffer: [unclosed\n")
     with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.key == "--config"
+
+
+def test_a_config_file_not_utf8_or_nested_too_deeply_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"buffer:\n  max_traces: \xff\xfe 3\n")
+    with pytest.raises(ConfigError, match="not UTF-8") as info:
+        load_config(path)
+    assert info.value.key == "--config"
+    path.write_text("a:\n  " + "[" * 100_000 + "\n")  # RecursionError inside the YAML parser
+    with pytest.raises(ConfigError, match="nested too deeply") as info:
         load_config(path)
     assert info.value.key == "--config"
 
