@@ -139,8 +139,17 @@ class _ProblemLog:
             for key, count in problems.items():
                 self._counts[key] = self._counts.get(key, 0) + count
             self._example = self._example or example
+        self.flush()
+
+    def flush(self, force: bool = False) -> None:
+        """Log what was counted since the last warning, once ``every`` seconds have passed
+        since it (or now: ``force``, at shutdown). The sweeper calls this too, so counts
+        that arrive within a window are told at its end, not when the next problem comes."""
+        with self._lock:
+            if not self._counts:
+                return
             now = self.clock()
-            if now < self._next:
+            if now < self._next and not force:
                 return
             counts, self._counts = self._counts, {}
             example, self._example = self._example, ""
@@ -761,6 +770,7 @@ class Pipeline:
                 self.buffer.expire(finished)
                 self.events.expire()
             self._enqueue(finished)
+            self.problems.flush()
 
     def _emit_loop(self) -> None:
         while True:
@@ -1079,6 +1089,7 @@ class Pipeline:
         """
         self.accepting = False
         self._stop_sweeper.set()
+        self.problems.flush(force=True)
         with self._lock:
             drained = self.buffer.drain(REASON_SHUTDOWN)
         self._enqueue(drained)

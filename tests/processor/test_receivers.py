@@ -237,6 +237,55 @@ def test_grpc_repairs_come_back_as_a_warning_and_are_counted(start_processor, ca
     assert omitted == [{"item_id": "d1", "reason": "budget"}]
 
 
+def test_problems_within_a_warning_window_are_told_at_its_end(start_processor,
+                                                              caplog) -> None:
+    """The WARNING is rate-limited; what arrives after one, within its window, is logged when
+    the window ends (the sweeper looks) and at shutdown, not only if more problems come."""
+    processor = start_processor()
+    processor.pipeline.problems.every = 1.5
+    odd = span(7, 70, "context.selection", {"context.id": "ctx-w", "context.span_count": "x"})
+    with caplog.at_level("WARNING", logger="otel_agent_context.processor._pipeline"):
+        stub = _stub(processor)
+        stub.Export(request([odd, envelope_spans(7, "ctx-w", stages=1)[0]]), timeout=10)
+        for n in range(3):  # within the window of the first warning
+            late = span(8 + n, 80 + n, "context.selection",
+                        {"context.id": f"ctx-l{n}", "context.span_count": [1]})
+            stub.Export(request([late, envelope_spans(8 + n, f"ctx-l{n}", stages=1)[0]]),
+                        timeout=10)
+
+        def warned() -> list[str]:
+            return [r.getMessage() for r in caplog.records
+                    if "off-spec telemetry" in r.getMessage()]
+
+        wait_for(lambda: len(warned()) == 2, timeout=10, message="the window's warning")
+    first, second = warned()
+    assert "third-party-agent: 1 type" in first and "context.span_count=x" in first
+    assert "third-party-agent: 3 type" in second and "context.span_count=(1,)" in second
+
+
+def test_problem_log_flushes_at_its_window_and_when_forced(caplog) -> None:
+    from otel_agent_context.processor._pipeline import _ProblemLog
+
+    now = [100.0]
+    problems = _ProblemLog(every=10.0, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="otel_agent_context.processor._pipeline"):
+        problems.add({("a", "type"): 1}, "e1")
+        now[0] = 101.0
+        problems.add({("b", "enum_case"): 2}, "e2")
+        problems.flush()  # within the window: nothing yet
+        assert len(caplog.records) == 1
+        now[0] = 111.0
+        problems.flush()
+        problems.flush()  # nothing left
+        problems.add({("c", "type"): 1}, "e3")
+        problems.flush(force=True)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3
+    assert "a: 1 type" in messages[0]
+    assert "b: 2 enum_case" in messages[1] and "e2" in messages[1]
+    assert "c: 1 type" in messages[2]
+
+
 def test_grpc_full_success_leaves_partial_success_unset(start_processor) -> None:
     processor = start_processor()
     response = _stub(processor).Export(request(fast_spans(1, 3)), timeout=10)
