@@ -28,6 +28,7 @@ import math
 import socket
 import ssl
 import threading
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,39 @@ from ._pipeline import Backpressure, Pipeline, RequestTooLarge
 __all__ = ["HttpServer", "MetricsServer", "OtlpHttpReceiver", "bearer_matches"]
 
 log = logging.getLogger(__name__)
+
+
+class _ServerLog:
+    """The logger aiohttp's connection handler is given: what it logs with a traceback (a
+    request whose framing is malformed, a client that goes away mid-request) comes from
+    any client that can connect, so it is logged at most once every ``every`` seconds,
+    with how many were left out since; the rest goes to debug."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._left_out = 0
+
+    def exception(self, msg: str, *args: Any, **kw: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._left_out += 1
+                left_out = -1
+            else:
+                self._next = now + self.every
+                left_out, self._left_out = self._left_out, 0
+        if left_out < 0:
+            log.debug(msg, *args, **kw)
+            return
+        if left_out:
+            msg += f" (and {left_out} more such errors since the last one logged)"
+        kw.setdefault("exc_info", True)
+        log.error(msg, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:  # debug, warning, ...: as they are
+        return getattr(log, name)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -135,7 +169,8 @@ class HttpServer:
 
     async def _listen(self) -> None:
         self._web = server = web.Server(
-            self._handler, access_log=None, keepalive_timeout=self.read_timeout,
+            self._handler, access_log=None, logger=_ServerLog(),
+            keepalive_timeout=self.read_timeout,
             lingering_time=self.read_timeout, auto_decompress=False,
             handler_cancellation=False,  # a started ingest finishes even if the client goes
         )

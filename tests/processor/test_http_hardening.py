@@ -88,6 +88,23 @@ def test_chunked_body_with_a_bad_size_line_is_400_and_ingests_nothing(start_proc
     assert set(by_context(read_bundles(processor.config.out_dir))) == {"ctx-chunked-ok"}
 
 
+def test_malformed_requests_cannot_flood_the_log(start_processor, caplog) -> None:
+    """aiohttp logs each malformed request with a traceback; from any client that can
+    connect, so at most one is logged a window, with a count of those left out."""
+    processor = start_processor()
+    with caplog.at_level("WARNING"):
+        for _ in range(50):
+            assert _status(_exchange(processor, _head("/v1/traces", -1))) == 400
+        time.sleep(0.2)
+    logged = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")
+              and "Error handling request" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None  # before: 50 tracebacks
+    # a good request still goes through
+    good = request(envelope_spans(3, "ctx-after-flood", stages=1)).SerializeToString()
+    assert _status(_exchange(processor, _head("/v1/traces", len(good)) + good)) == 200
+    wait_for(lambda: read_bundles(processor.config.out_dir), message="the good bundle")
+
+
 def test_every_member_of_a_multi_member_gzip_body_is_decoded(start_processor) -> None:
     processor = start_processor()
     # concatenated protobuf messages merge: two members carry two envelopes in one request
