@@ -21,6 +21,7 @@ from typing import Any
 from .._api import AgentContext
 from ..exceptions import ConfigError
 from ._abi import (
+    MESSAGES,
     PACK,
     FileState,
     RuleBreach,
@@ -55,6 +56,7 @@ class SessionWatcher:
         self._history: dict[str, FileState] = {}
         self._agent, self._session = _names(self.path, None)
         self.emitted: list[str] = []  # context ids, in emission order
+        self._warned: set[str] = set()  # conditions already warned about, once each
         if state:
             self._load(state)
 
@@ -88,19 +90,37 @@ class SessionWatcher:
 
     # -- polling ----------------------------------------------------------------------------
 
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        """A condition of the folder, told once while it lasts (not at every poll)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            _log.warning(message, *args)
+
     def _pack_changed(self) -> bool:
         """Whether context/pack.json differs from the last build seen (stat first, then bytes)."""
+        pack = self.path / PACK
         try:
-            st = (self.path / PACK).stat()
-        except OSError:
+            st = pack.stat()
+        except FileNotFoundError:
+            if not (self.path / MESSAGES).exists():
+                self._warn_once("no-session", "watch: %s holds neither %s nor %s: not a "
+                                "session folder (yet); watching it", self.path, PACK, MESSAGES)
             return False
+        except OSError as exc:
+            self._warn_once(f"stat:{exc.errno}", "watch: cannot look at %s: %s", pack,
+                            exc.strerror)
+            return False
+        self._warned.discard("no-session")
         stat = (st.st_mtime_ns, st.st_size)
         if stat == self._pack_stat:
             return False
         try:
-            data = (self.path / PACK).read_bytes()
-        except OSError:
+            data = pack.read_bytes()
+        except OSError as exc:  # a directory where the file should be, no permission, ...
+            self._warn_once(f"read:{exc.errno}", "watch: cannot read %s: %s; it is read "
+                            "again when it changes", pack, exc.strerror)
             return False
+        self._warned = {k for k in self._warned if not k.startswith(("read:", "stat:"))}
         key = (st.st_mtime_ns, hashlib.sha256(data).hexdigest())
         return key != self._pack_key
 

@@ -74,6 +74,33 @@ def test_a_half_written_pack_is_emitted_once_complete(session: Path, tel: Captur
     assert len(envelope_ids(tel)) == 1
 
 
+def test_a_directory_where_the_pack_should_be_is_warned_once(
+        session: Path, tel: CapturedTelemetry, caplog: pytest.LogCaptureFixture) -> None:
+    full = (session / PACK).read_bytes()
+    (session / PACK).unlink()
+    (session / PACK).mkdir()
+    watcher = SessionWatcher(session, tel.agent_context)
+    for _ in range(3):
+        watcher.poll()
+    assert envelope_ids(tel) == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "pack.json" in warned[0] and "directory" in warned[0]
+    (session / PACK).rmdir()  # then the file: read, emitted
+    (session / PACK).write_bytes(full)
+    watcher.poll()
+    assert len(envelope_ids(tel)) == 1
+
+
+def test_watch_once_on_a_folder_that_holds_no_session_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "not-a-session"
+    (empty / "sub").mkdir(parents=True)
+    out = tmp_path / "bundles.jsonl"
+    proc = run_watch(str(empty), "--once", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "not a session folder" in proc.stderr and "WARNING" in proc.stderr
+    assert bundles(out) == []
+
+
 def test_saved_state_carries_on_where_the_last_watcher_stopped(
         session: Path, tel: CapturedTelemetry) -> None:
     first = SessionWatcher(session, tel.agent_context)
