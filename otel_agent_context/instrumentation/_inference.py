@@ -51,7 +51,6 @@ completion hook), the call goes through util-genai as before.
 
 from __future__ import annotations
 
-import os
 import timeit
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +63,7 @@ from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, Telem
 from opentelemetry.util.genai.types import Error
 from opentelemetry.util.genai.utils import fq_exception_type
 
+from .._env import env_text
 from .._fastattrs import set_attributes
 
 try:  # the data util-genai's composed invocations share: a version without it never composes
@@ -265,7 +265,7 @@ def light_allowed(parent: Context | None) -> bool:
     """Whether this call may take the light path now: util-genai would emit no event, and
     no inference is under way in the context the call starts from (then util-genai merges
     the two into one span)."""
-    if os.environ.get(_EMIT_EVENT, "").strip().lower() == "true":
+    if env_text(_EMIT_EVENT).strip().lower() == "true":
         return False
     return get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent) is None
 
@@ -277,7 +277,7 @@ def light_mode(parent: Context | None) -> InferenceData | bool:
     content or an upload (:class:`LightSuppressed`); False, through util-genai."""
     data = get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent)
     if data is None:
-        return os.environ.get(_EMIT_EVENT, "").strip().lower() != "true"
+        return env_text(_EMIT_EVENT).strip().lower() != "true"
     if COMPOSABLE and type(data) is InferenceData and not data.capture_content and \
             not data.upload_completion:
         return data

@@ -7,7 +7,7 @@ snapshots (``gpt-4o-2024-08-06``) resolve to their family.
 
 from __future__ import annotations
 
-import os
+from .._env import env_text
 
 __all__ = ["MODEL_WINDOWS", "context_window", "register_model_window"]
 
@@ -57,7 +57,7 @@ def register_model_window(model: str, tokens: int) -> None:
 
 def _from_env(raw: str | None = None) -> dict[str, int]:
     if raw is None:
-        raw = os.environ.get(OTEL_AGENT_CONTEXT_MODEL_WINDOWS, "")
+        raw = env_text(OTEL_AGENT_CONTEXT_MODEL_WINDOWS)
     out = _env_tables.get(raw)
     if out is not None:
         return out
@@ -92,7 +92,7 @@ def context_window(model: str | None) -> int | None:
     are a dictionary lookup."""
     if not model:
         return None
-    raw = os.environ.get(OTEL_AGENT_CONTEXT_MODEL_WINDOWS, "")
+    raw = env_text(OTEL_AGENT_CONTEXT_MODEL_WINDOWS)
     key = (model, raw, len(_user), len(MODEL_WINDOWS))
     try:
         where = _found[key]
