@@ -90,8 +90,8 @@ def context_window(model: str | None) -> int | None:
 
     The longest-prefix search runs once per model (and per override setting); later calls
     are a dictionary lookup."""
-    if not model:
-        return None
+    if not model or type(model) is not str and not isinstance(model, str):
+        return None  # an application's odd model value (an int, an enum member's value)
     raw = env_text(OTEL_AGENT_CONTEXT_MODEL_WINDOWS)
     key = (model, raw, len(_user), len(MODEL_WINDOWS))
     try:

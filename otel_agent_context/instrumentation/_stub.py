@@ -63,6 +63,8 @@ def stub_tokens(text: str) -> int:
 def _window(model: str) -> int:
     """The model's window: its own name, or the name of the model a dated snapshot is of;
     never a mere prefix (``gpt-4`` is not ``gpt-4o-mini``)."""
+    if not isinstance(model, str):
+        return DEFAULT_WINDOW  # a request's odd model value: the stub answers, as a provider
     window = WINDOWS.get(model) or WINDOWS.get(_SNAPSHOT.sub("", model))
     return window or DEFAULT_WINDOW
 

@@ -107,6 +107,21 @@ def test_chat_sync(setup, stub) -> None:
     check_chat_call(setup.tel)
 
 
+def test_a_model_that_is_not_a_string_keeps_the_calls_records(alone, stub) -> None:
+    """``model=5`` is the application's mistake, the provider's to answer: our records of
+    the call stay (the window unknown); before, the window lookup raised on it."""
+    result = client(stub).chat.completions.create(model=5, messages=CONVERSATION)  # type: ignore[arg-type]
+    assert result.choices[0].message.content == REPLY
+    (span,) = alone.tel.spans()
+    assert span.attributes[S.ASSEMBLY_BLOCK_COUNT] == len(CONVERSATION)
+    assert S.BUDGET_MAX_TOKENS not in span.attributes
+    (bundle,) = alone.tel.bundles()
+    assert len(bundle["context_assemblies"][0]["ordered_blocks"]) == len(CONVERSATION)
+    # the stub echoes the model: an int response model is the boundary's to repair
+    assert [r["field"] for r in bundle["rebuild"].get("repairs", [])] == \
+        ["gen_ai.response.model"]
+
+
 def test_chat_sync_stage_spans(stage_spans, stub) -> None:
     """OTEL_AGENT_CONTEXT_STAGE_SPANS=true: the v0.1 form, a budget span with an event a
     window segment, an assembly span with an event a block, an injection event; the same
