@@ -1081,6 +1081,8 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
         except Exception as exc:  # the application's own error: the SDK must meet it
             failed.append(exc)
             return _replay(items, exc)
+        # A BaseException (Ctrl-C, SystemExit) is not held for the SDK to meet: it would be
+        # lost if the SDK never read the iterator; it leaves from here, one frame early.
         value = items
     if isinstance(value, list):
         for i, item in enumerate(value):
