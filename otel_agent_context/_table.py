@@ -30,7 +30,8 @@ CONTRACT_VERSION = '0.2'
 
 class AttributeSpec(NamedTuple):
     name: str
-    #: "string", "int", "double", "boolean", "string[]" or "int[]"
+    #: "string", "int", "double", "boolean", "string[]", "int[]", or "any" (a reused
+    #: OpenTelemetry attribute: a JSON string or a structured value)
     type: str
     #: allowed values (of the elements, for "string[]"); empty when free-form
     members: tuple[str, ...]
@@ -259,9 +260,9 @@ ATTRIBUTES: dict[str, AttributeSpec] = {
     'gen_ai.tool.call.id': AttributeSpec('gen_ai.tool.call.id', 'string', (), False, False),
     'gen_ai.tool.type': AttributeSpec('gen_ai.tool.type', 'string', (), False, False),
     'gen_ai.data_source.id': AttributeSpec('gen_ai.data_source.id', 'string', (), False, False),
-    'gen_ai.system_instructions': AttributeSpec('gen_ai.system_instructions', 'string', (), False, False),
-    'gen_ai.input.messages': AttributeSpec('gen_ai.input.messages', 'string', (), False, False),
-    'gen_ai.output.messages': AttributeSpec('gen_ai.output.messages', 'string', (), False, False),
+    'gen_ai.system_instructions': AttributeSpec('gen_ai.system_instructions', 'any', (), False, True),
+    'gen_ai.input.messages': AttributeSpec('gen_ai.input.messages', 'any', (), False, True),
+    'gen_ai.output.messages': AttributeSpec('gen_ai.output.messages', 'any', (), False, True),
     'mcp.resource.uri': AttributeSpec('mcp.resource.uri', 'string', (), False, False),
     'mcp.session.id': AttributeSpec('mcp.session.id', 'string', (), False, False),
     'jsonrpc.request.id': AttributeSpec('jsonrpc.request.id', 'string', (), False, False),

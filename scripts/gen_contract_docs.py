@@ -301,8 +301,10 @@ def _attributes(reg: Registry) -> list[str]:
     if reused is not None:
         out += ["### Reused OpenTelemetry attributes", "", cell(reused["brief"]), "",
                 cell(reused.get("note", "")), ""]
-        out += table(("Attribute", "Used for"),
-                     [[code(a["ref"]), a.get("brief", "")] for a in reused["attributes"]])
+        out += table(("Attribute", "Type", "Content", "Used for"),
+                     [[code(a["ref"]), annotations(a).get("wire_type", "string"),
+                       "yes" if is_content(a) else "", a.get("brief", "")]
+                      for a in reused["attributes"]])
         out.append("")
     return out
 

@@ -40,6 +40,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from .. import _semconv as S
 from .._table import ATTRIBUTES, FOLDED
 from ..rebuild._boundary import (
+    ANY_TYPED,
     DROP,
     PARALLEL_KEYS,
     PLAIN_INT,
@@ -484,7 +485,7 @@ _OPAQUE = ("kvlist_value", "bytes_value")
 
 
 def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] | None]:
-    key, value, kind = decode_key_value(buf)
+    key, value, kind = decode_key_value(buf, ANY_TYPED)
     if kind is None:
         return None, None, None
     key = _INTERNED.get(key, key)
@@ -496,7 +497,7 @@ def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] |
         if low is not None and value >= low:  # a count seen for the first time
             return key, value, None
     received = value
-    if kind == "array_value":
+    if kind == "array_value" and key not in ANY_TYPED:
         kind = _array_kind(buf)
         if kind != "array_value" and key in FOLDED:
             # a parallel array keeps its positions: the opaque element alone has no value

@@ -168,19 +168,28 @@ def _plain(value: Any, kind: str | None) -> Any:
     return any_value(value, kind) if kind is not None else None
 
 
-def _general(buf: bytes) -> tuple[str, Any, str | None]:
+_STRUCTURED = ("array_value", "kvlist_value")
+
+
+def _general(buf: bytes, whole: frozenset[str]) -> tuple[str, Any, str | None]:
     kv = KeyValue.FromString(buf)
     kind = kv.value.WhichOneof("value")
-    return kv.key, (any_value(kv.value, kind) if kind is not None else None), kind
+    if kind is None:
+        return kv.key, None, None
+    if kind in _STRUCTURED and kv.key in whole:
+        return kv.key, _plain(kv.value, kind), kind
+    return kv.key, any_value(kv.value, kind), kind
 
 
-def decode_key_value(buf: bytes) -> tuple[str, Any, str | None]:
+def decode_key_value(buf: bytes, whole: frozenset[str] = frozenset()
+                     ) -> tuple[str, Any, str | None]:
     """(key, value, oneof kind) of one encoded ``KeyValue``; kind None for an empty value.
 
     The hand-decoded shape: key (field 1, under 128 bytes), then the value (field 2, under
     128 bytes) holding exactly one string, int, double or bool. Anything else, including
     repeated or unknown fields, goes through the generated class, so protobuf's rules
-    (last field wins, unknown fields skipped) hold either way.
+    (last field wins, unknown fields skipped) hold either way. An array or kvlist of a key
+    in ``whole`` comes whole as plain JSON-shaped Python (a kvlist a dict, an array a list).
     """
     try:
         if buf[0] == 0x0A:
@@ -209,4 +218,4 @@ def decode_key_value(buf: bytes) -> tuple[str, Any, str | None]:
                         return key, buf[key_end + 3] != 0, BOOL
     except (IndexError, UnicodeDecodeError):
         pass
-    return _general(buf)
+    return _general(buf, whole)

@@ -16,6 +16,10 @@ The rules, all from the one table (``_table``):
 - a value of the wrong type is converted when nothing is lost (a number or bool where a
   free-form string is due, a numeric string where a number is due, one string where a
   string array is due), else dropped;
+- an attribute OpenTelemetry types ``any`` (the GenAI messages) is text as it came, or the
+  JSON text of a structured value: either form, one bundle, nothing to say;
+- a repair shows what it received only when that is short and not content: else its type
+  and size (it goes to serve's log and back to the sender);
 - an event lacking an attribute it must carry (its id, say) is dropped alone;
 - an event without a time takes its span's start;
 - a key repeated in one OTLP attribute list takes its last occurrence; a span id sent again
@@ -31,15 +35,19 @@ by the attribute's encoding.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import orjson
+
 from .._table import ATTRIBUTES, EVENTS, FOLDED, TEMPLATES, AttributeSpec
 from ._view import EventView, SpanView
 
 __all__ = [
+    "ANY_TYPED",
     "DROP",
     "PARALLEL_KEYS",
     "PLAIN_INT",
@@ -55,6 +63,7 @@ __all__ = [
     "repair_json",
     "same_span",
     "shown",
+    "shown_value",
 ]
 
 #: Kinds of repair: the ``kind`` label of ``context_processor_repairs_total``.
@@ -83,7 +92,8 @@ REPAIRED = "repaired"
 DROP: Any = object()
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_MAX_SHOWN = 120
+#: a received value longer than this (as text) is shown by its type and size alone
+_MAX_SHOWN = 64
 _CONTEXT = "context."
 #: counts, token figures and ratios: a value below the table's minimum (0) is dropped (an
 #: element of a folded array becomes -1, "not given")
@@ -95,7 +105,7 @@ class Repair(NamedTuple):
 
     kind: str
     field: str  # the attribute, or the event name for an event dropped or re-dated
-    received: str  # the value received, as text (cut to 120 characters)
+    received: str  # the value received, as text: its type and size alone if long or content
     action: str
     span_id: str = ""
     event: str = ""  # the event the attribute was on, if it was on one
@@ -112,25 +122,43 @@ def repair_json(repair: Repair) -> dict[str, str]:
     return out
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _size(value: Any, text: str | None = None) -> str:
+    """A value's type and size, which is all a repair says of a long or content value."""
+    if isinstance(value, str):
+        return f"text of {_count(len(value), 'character', 'characters')}"
+    if isinstance(value, (list, tuple)):
+        return f"array of {_count(len(value), 'element', 'elements')}"
+    if isinstance(value, dict):
+        return f"map of {_count(len(value), 'entry', 'entries')}"
+    try:
+        size = len(text if text is not None else repr(value))
+    except ValueError:  # an int of more than 4,300 digits (in process) has no repr
+        return f"{type(value).__name__} too large to show"
+    return f"{type(value).__name__} of {_count(size, 'character', 'characters')}"
+
+
 def _shown(value: Any) -> str:
+    """A received value as a repair says it: as it came when short, else its type and size
+    (a long value may be anyone's text: the repair goes to serve's log and to the sender)."""
     try:
         text = value if isinstance(value, str) else repr(value)
-    except ValueError:  # an int of more than 4,300 digits (in process) has no repr
-        text = f"<{type(value).__name__} too large to show>"
-    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
+    except ValueError:
+        return f"<{_size(value)}>"
+    return text if len(text) <= _MAX_SHOWN else f"<{_size(value, text)}, not shown>"
 
 
 def shown(key: str, value: Any) -> str:
-    """A received value as a repair says it: never the text of a content attribute (the
-    repair goes to serve's log and back to the sender, where content has no place), only
-    its size."""
+    """As ``_shown``, and never the text of a content attribute, however short."""
     spec = _spec(key)
-    if spec is None or not spec.content:
-        return _shown(value)
-    if isinstance(value, (list, tuple)):
-        return f"<content not shown: {len(value)} elements>"
-    size = len(value) if isinstance(value, str) else len(_shown(value))
-    return f"<content not shown: {size} characters>"
+    return shown_value(value, spec is not None and spec.content)
+
+
+def shown_value(value: Any, content: bool) -> str:
+    return f"<content not shown: {_size(value)}>" if content else _shown(value)
 
 
 def _spec(key: str) -> AttributeSpec | None:
@@ -146,7 +174,7 @@ def _spec(key: str) -> AttributeSpec | None:
 _FOLDED = {name: {m.lower(): m for m in spec.members}
            for name, spec in (*ATTRIBUTES.items(), *TEMPLATES.items()) if spec.members}
 _WORDS = {"string": "a string", "int": "an int", "double": "a double", "boolean": "a bool",
-          "string[]": "a string array", "int[]": "an int array"}
+          "string[]": "a string array", "int[]": "an int array", "any": "a JSON value"}
 #: the folded form's parallel arrays: an element is blanked, never removed (positions count)
 _PARALLEL = frozenset(FOLDED)
 #: parallel array -> the array that sets its length
@@ -339,6 +367,30 @@ def _ints(key: str, spec: AttributeSpec, value: Any) -> Checked:
 _INT_SPEC = AttributeSpec("", "int", (), False, False)
 
 
+def _any(spec: AttributeSpec, value: Any) -> Checked:
+    """An attribute OpenTelemetry types ``any`` (the GenAI messages, which the conventions
+    want structured on spans and allow as JSON text): text kept as it came, anything else
+    made its JSON text, so both forms give the rebuild the same."""
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, float) and not math.isfinite(value):
+        return DROP, (NON_FINITE, "not a finite number: dropped")
+    if value is None:
+        return _wrong(spec, value)
+    try:
+        return orjson.dumps(value, default=_base64).decode(), None
+    except orjson.JSONEncodeError:  # a set, an int beyond 64 bits (in process only)
+        return DROP, (TYPE, f"must be {_WORDS[spec.type]}, got {type(value).__name__} "
+                            "holding a value JSON cannot carry: dropped")
+
+
+def _base64(value: Any) -> str:
+    """Bytes in a structured value as the processor has them from OTLP: base64 text."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(type(value).__name__)
+
+
 def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Checked:
     """One attribute against the table: (the value to keep or DROP, (kind, action) or None).
 
@@ -348,6 +400,8 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
     spec = _spec(key)
     if spec is None:
         return value, None
+    if spec.type == "any":
+        return _any(spec, value)
     if wire_kind in ("kvlist_value", "bytes_value"):
         return DROP, (TYPE, f"must be {_WORDS[spec.type]}, got {wire_kind[:-6]}: dropped")
     if isinstance(value, int) and not isinstance(value, bool) and \
@@ -385,7 +439,11 @@ def check_attribute(key: str, value: Any, wire_kind: str | None = None) -> Check
 #: Text attributes with no enum and no other rule: ``check_attribute`` keeps any non-empty
 #: ``str`` of theirs as it came, with nothing to say (the decoder's shortcut for new ids).
 PLAIN_TEXT = frozenset(name for name, spec in ATTRIBUTES.items()
-                       if spec.type == "string" and not spec.members and name not in _PARALLEL)
+                       if spec.type in ("string", "any") and not spec.members
+                       and name not in _PARALLEL)
+#: Attributes OpenTelemetry types ``any``: an OTLP array or kvlist of theirs is decoded
+#: whole (the processor's ``decode_key_value``), a kvlist a dict, an array a list.
+ANY_TYPED = frozenset(name for name, spec in ATTRIBUTES.items() if spec.type == "any")
 #: Int attributes with no enum -> the lowest value ``check_attribute`` keeps as it came (an
 #: OTLP int is 64-bit): from it up, nothing to say.
 PLAIN_INT = {name: _INT64[0] if spec.minimum is None else spec.minimum
@@ -395,7 +453,7 @@ PLAIN_INT = {name: _INT64[0] if spec.minimum is None else spec.minimum
 #: attribute -> (the Python type a valid value has, its enum members or None): what
 #: needs no further look (arrays and families always take the full check).
 _FAST: dict[str, tuple[type, frozenset[str] | None]] = {
-    name: ({"string": str, "int": int, "double": float, "boolean": bool}[spec.type],
+    name: ({"string": str, "any": str, "int": int, "double": float, "boolean": bool}[spec.type],
            frozenset(spec.members) if spec.members else None)
     for name, spec in ATTRIBUTES.items() if not spec.type.endswith("[]")}
 
@@ -638,7 +696,7 @@ def duplicate_span(span: SpanView) -> Repair:
 def duplicate_id(field: str, value: str, span_id: str) -> Repair:
     """A second record of the envelope under an id already recorded (two spans, or a span
     and an event, each recording it): the first is kept."""
-    return Repair(DUPLICATE_ID, field, value,
+    return Repair(DUPLICATE_ID, field, _shown(value),
                   "a record with this id was already recorded in the envelope: the first kept",
                   span_id)
 

@@ -14,13 +14,17 @@ from typing import Any
 
 import orjson
 
-from ._boundary import REPAIRED, TEXT, Repair, repair_json
+from .._table import ATTRIBUTES, RECORDS
+from ._boundary import REPAIRED, TEXT, Repair, repair_json, shown_value
 
 __all__ = ["encode_bundle", "encode_record"]
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: bundle fields that hold content: a repair of theirs never shows their text
+_CONTENT_FIELDS = frozenset(f.field for fields in RECORDS.values() for f in fields
+                            if ATTRIBUTES[f.attribute].content)
 
 
 def encode_bundle(bundle: dict[str, Any]) -> bytes:
@@ -62,8 +66,8 @@ def _text(value: str, path: str, repairs: list[Repair]) -> str:
         return value
     except UnicodeEncodeError:
         fixed = _SURROGATE.sub("\ufffd", value)
-        shown = fixed if len(fixed) <= 120 else fixed[:120] + "…"
-        repairs.append(Repair(TEXT, path, shown,
+        field = path.rpartition(".")[2].partition("[")[0]
+        repairs.append(Repair(TEXT, path, shown_value(fixed, field in _CONTENT_FIELDS),
                               "not valid Unicode (a lone surrogate): replaced with U+FFFD"))
         return fixed
 
