@@ -15,7 +15,10 @@ span, but walking 20 attributes through the generated classes about 15 µs. So:
   can repair is repaired, one it cannot is dropped alone (an attribute, an event), and each
   repair is listed in the bundle and told to the sender in the partial-success message;
 * only a span that cannot join an envelope at all (undecodable, bad ids, ``context.*``
-  attributes without a usable ``context.id``) is rejected, with a message.
+  attributes without a usable ``context.id``) is rejected, with a message;
+* OTLP/JSON has no nesting limit, the protobuf parser that reads the WAL back has one
+  (``PARSE_DEPTH``): the JSON reader counts message levels as it does, and drops an attribute
+  nested deeper (a ``too_deep`` repair) rather than acknowledge what a restart cannot read.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from typing import Any, TypeVar
 
 import orjson
 from google.protobuf import json_format
-from google.protobuf.internal import encoder as _encoder
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -282,12 +284,18 @@ def _parse_depth() -> int:
     (upb reads 100)."""
     chain = (1, 2, 2, 9, 2)  # resource_spans, scope_spans, spans, attributes, value
 
+    def varint(number: int) -> bytes:
+        out = bytearray()
+        while number > 0x7F:
+            out.append(number & 0x7F | 0x80)
+            number >>= 7
+        return bytes(out) + bytes((number,))
+
     def nested(depth: int) -> bytes:
         fields = (chain + (5, 1) * depth)[:depth]  # then array_value, values, ...
         payload = b""
         for number in reversed(fields):
-            payload = _encoder._VarintBytes(number << 3 | 2) + _encoder._VarintBytes(
-                len(payload)) + payload
+            payload = varint(number << 3 | 2) + varint(len(payload)) + payload
         return payload
 
     low, high = len(chain), 2_000  # orjson refuses JSON nested 1,024 deep anyway
@@ -304,11 +312,6 @@ def _parse_depth() -> int:
 
 #: The deepest message level the protobuf parser (and so WAL replay) reads.
 PARSE_DEPTH = _parse_depth()
-#: An attribute of a span, an event or a log record that OTLP/JSON nests deeper than
-#: ``PARSE_DEPTH`` is kept as its key with this field (unknown to OTLP) holding how many
-#: kvlist/array levels it had: decoding makes that a ``too_deep`` repair, now and when the
-#: WAL is read back (the value itself could not be).
-TOO_DEEP_FIELD = 100_000
 
 
 def _levels(value: Any) -> int:
@@ -403,7 +406,9 @@ def _fill_any_value(value: dict[str, Any], out: Any, depth: int) -> None:
 def _fill_attributes(attributes: Any, out: Any, depth: int, marks: bool = False) -> None:
     """KeyValues at message level ``depth``. With ``marks`` (the attributes of a span, an
     event, a log record: those the boundary reads), one nested too deep is kept as its key
-    and a ``TOO_DEEP_FIELD`` mark; elsewhere the request takes ParseDict (which refuses it)."""
+    and a mark (``_wire.LiteTooDeep``: a field OTLP does not have, with how many levels it
+    had), which decoding makes a ``too_deep`` repair, now and when the WAL is read back (the
+    value itself could not be); elsewhere the request takes ParseDict, which refuses it."""
     attributes = _list(attributes)
     # a KeyValue at the limit may be there, not its value (checked here once, not each value)
     if depth >= PARSE_DEPTH and attributes and (depth > PARSE_DEPTH or any(
@@ -421,8 +426,8 @@ def _fill_attributes(attributes: Any, out: Any, depth: int, marks: bool = False)
                 if not marks:
                     raise
                 kv.ClearField("value")
-                kv.MergeFromString(_encoder._VarintBytes(TOO_DEEP_FIELD << 3)
-                                   + _encoder._VarintBytes(max(1, _levels(fields["value"]))))
+                kv.MergeFromString(LiteTooDeep(levels=_levels(fields["value"]) or 1)
+                                   .SerializeToString())
 
 
 def _list(value: Any) -> list[Any]:

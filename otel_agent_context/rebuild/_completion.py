@@ -104,11 +104,15 @@ _ALL = (1 << 128) - 1
 #: included), before a long context id's own size (``key_cost``).
 KEY_COST = 512
 _SMALL_ID = sys.getsizeof("x" * 17)
+#: context ids up to this long cost KEY_COST (checked with len first: the common case)
+_SHORT_ID = 64
 
 
 def key_cost(context_id: str) -> int:
     """What remembering the key of an envelope with this context id costs: a context id
     of megabytes costs megabytes (counted as 512 bytes, 150 ids of 4 MB held 600 MB)."""
+    if len(context_id) <= _SHORT_ID:
+        return KEY_COST
     return KEY_COST + max(0, sys.getsizeof(context_id) - _SMALL_ID)
 
 
@@ -445,7 +449,9 @@ class TraceBuffer:
         for span_id in pending.spans:
             mask |= _bit(span_id)
         if key not in self._done:
-            self.done_bytes += key_cost(key[1])
+            context_id = key[1]
+            self.done_bytes += (KEY_COST if len(context_id) <= _SHORT_ID
+                                else key_cost(context_id))
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
         finished = Finished(key, list(pending.spans.values()), reasons,
@@ -461,7 +467,8 @@ class TraceBuffer:
                         or (cap is not None and self.done_bytes > cap)
                         or next(iter(done.values()))[0] <= now):
             (trace_id, context_id), _ = done.popitem(last=False)
-            self.done_bytes -= key_cost(context_id)
+            self.done_bytes -= (KEY_COST if len(context_id) <= _SHORT_ID
+                                else key_cost(context_id))
             if self._owner.get(context_id) == trace_id and not self._pending_for(context_id):
                 del self._owner[context_id]
 
