@@ -15,7 +15,10 @@ span, but walking 20 attributes through the generated classes about 15 µs. So:
   can repair is repaired, one it cannot is dropped alone (an attribute, an event), and each
   repair is listed in the bundle and told to the sender in the partial-success message;
 * only a span that cannot join an envelope at all (undecodable, bad ids, ``context.*``
-  attributes without a usable ``context.id``) is rejected, with a message.
+  attributes without a usable ``context.id``) is rejected, with a message;
+* OTLP/JSON has no nesting limit, the protobuf parser that reads the WAL back has one
+  (``PARSE_DEPTH``): the JSON reader counts message levels as it does, and drops an attribute
+  nested deeper (a ``too_deep`` repair) rather than acknowledge what a restart cannot read.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ..rebuild._boundary import (
     PARALLEL_KEYS,
     PLAIN_INT,
     PLAIN_TEXT,
+    TOO_DEEP,
     Repair,
     check_attribute,
     check_event,
@@ -58,7 +62,16 @@ from ..rebuild._boundary import (
 from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
-from ._wire import INT, STRING, LiteRequest, LiteResource, LiteSpan, LiteStatus, decode_key_value
+from ._wire import (
+    INT,
+    STRING,
+    LiteRequest,
+    LiteResource,
+    LiteSpan,
+    LiteStatus,
+    LiteTooDeep,
+    decode_key_value,
+)
 
 __all__ = [
     "Accepted",
@@ -232,11 +245,21 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
                     if not isinstance(link, dict):
                         raise InvalidRequest(f"{where}.links[{k}]: expected an object")
                     _hex_ids_to_base64(link, f"{where}.links[{k}]")
-    request = ExportTraceServiceRequest()
+    return parse_dict(document, ExportTraceServiceRequest())
+
+
+def parse_dict(document: dict[str, Any], request: _Request) -> _Request:
+    """``request`` filled in by json_format.ParseDict, as deep as the protobuf parser reads
+    (the WAL is read back by it)."""
     try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+        json_format.ParseDict(document, request, ignore_unknown_fields=True,
+                              max_recursion_depth=PARSE_DEPTH + 1)
     except json_format.ParseError as exc:
-        raise InvalidRequest(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+        what = f"not an OTLP/JSON {type(request).__name__}"
+        if "too deep" in str(exc):  # its message repeats a line per level
+            raise InvalidRequest(f"{what}: a value is nested too deep (protobuf parsers read "
+                                 f"{PARSE_DEPTH} message levels)") from None
+        raise InvalidRequest(f"{what}: {exc}") from None
     return request
 
 
@@ -250,6 +273,67 @@ def json_to_protobuf(body: bytes) -> ExportTraceServiceRequest:
 
 class _Unusual(Exception):
     """Not the common shape: leave it to json_format.ParseDict."""
+
+
+class _TooDeep(Exception):
+    """A value nested deeper than the protobuf parser reads (``PARSE_DEPTH``)."""
+
+
+def _parse_depth() -> int:
+    """The deepest message level (the request's own fields at 1) the protobuf parser reads:
+    the WAL is read back by it, so nothing deeper may be acknowledged. Probed, not assumed
+    (upb reads 100)."""
+    chain = (1, 2, 2, 9, 2)  # resource_spans, scope_spans, spans, attributes, value
+
+    def varint(number: int) -> bytes:
+        out = bytearray()
+        while number > 0x7F:
+            out.append(number & 0x7F | 0x80)
+            number >>= 7
+        return bytes(out) + bytes((number,))
+
+    def nested(depth: int) -> bytes:
+        fields = (chain + (5, 1) * depth)[:depth]  # then array_value, values, ...
+        payload = b""
+        for number in reversed(fields):
+            payload = varint(number << 3 | 2) + varint(len(payload)) + payload
+        return payload
+
+    low, high = len(chain), 2_000  # orjson refuses JSON nested 1,024 deep anyway
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            ExportTraceServiceRequest.FromString(nested(middle))
+        except (DecodeError, RecursionError):
+            high = middle - 1
+        else:
+            low = middle
+    return low
+
+
+#: The deepest message level the protobuf parser (and so WAL replay) reads.
+PARSE_DEPTH = _parse_depth()
+
+
+def _levels(value: Any) -> int:
+    """How many kvlist/array levels an OTLP/JSON value has (for the repair's text)."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if not isinstance(item, dict):
+            continue
+        for name in ("kvlistValue", "kvlist_value", "arrayValue", "array_value"):
+            inner = item.get(name)
+            values = inner.get("values") if isinstance(inner, dict) else None
+            if isinstance(inner, dict):
+                deepest = max(deepest, level + 1)
+            for element in values if isinstance(values, list) else ():
+                if isinstance(element, dict) and name.startswith("kvlist"):
+                    element = element.get("value")
+                stack.append((element, level + 1))
+    return deepest
 
 
 _UINT64 = (1 << 64) - 1
@@ -279,7 +363,9 @@ def _id(value: Any) -> bytes:
         raise _Unusual from None
 
 
-def _fill_any_value(value: dict[str, Any], out: Any) -> None:
+def _fill_any_value(value: dict[str, Any], out: Any, depth: int) -> None:
+    """``out``, an AnyValue at message level ``depth`` (checked by the caller), from
+    ``value``."""
     if type(value) is not dict or len(value) > 1:
         raise _Unusual
     out.SetInParent()  # as ParseDict: an empty {} is a value present and empty
@@ -299,26 +385,50 @@ def _fill_any_value(value: dict[str, Any], out: Any) -> None:
                 raise _Unusual
             out.double_value = item
         elif kind == "arrayValue":
+            if depth >= PARSE_DEPTH:
+                raise _TooDeep
             array = out.array_value
             array.SetInParent()
-            for element in _list(_keys(item, _VALUES).get("values")):
-                _fill_any_value(element, array.values.add())
+            elements = _list(_keys(item, _VALUES).get("values"))
+            if elements and depth + 2 > PARSE_DEPTH:
+                raise _TooDeep
+            for element in elements:
+                _fill_any_value(element, array.values.add(), depth + 2)
         elif kind == "kvlistValue":
+            if depth >= PARSE_DEPTH:
+                raise _TooDeep
             kvlist = out.kvlist_value
             kvlist.SetInParent()
-            _fill_attributes(_keys(item, _VALUES).get("values"), kvlist.values)
+            _fill_attributes(_keys(item, _VALUES).get("values"), kvlist.values, depth + 2)
         else:
             raise _Unusual
 
 
-def _fill_attributes(attributes: Any, out: Any) -> None:
-    for attribute in _list(attributes):
+def _fill_attributes(attributes: Any, out: Any, depth: int, marks: bool = False) -> None:
+    """KeyValues at message level ``depth``. With ``marks`` (the attributes of a span, an
+    event, a log record: those the boundary reads), one nested too deep is kept as its key
+    and a mark (``_wire.LiteTooDeep``: a field OTLP does not have, with how many levels it
+    had), which decoding makes a ``too_deep`` repair, now and when the WAL is read back (the
+    value itself could not be); elsewhere the request takes ParseDict, which refuses it."""
+    attributes = _list(attributes)
+    # a KeyValue at the limit may be there, not its value (checked here once, not each value)
+    if depth >= PARSE_DEPTH and attributes and (depth > PARSE_DEPTH or any(
+            type(a) is dict and "value" in a for a in attributes)):
+        raise _TooDeep
+    for attribute in attributes:
         kv = out.add()
         fields = _keys(attribute, _KEY_VALUE)
         if "key" in fields:
             kv.key = _str(fields["key"])
         if "value" in fields:
-            _fill_any_value(fields["value"], kv.value)
+            try:
+                _fill_any_value(fields["value"], kv.value, depth + 1)
+            except _TooDeep:
+                if not marks:
+                    raise
+                kv.ClearField("value")
+                kv.MergeFromString(LiteTooDeep(levels=_levels(fields["value"]) or 1)
+                                   .SerializeToString())
 
 
 def _list(value: Any) -> list[Any]:
@@ -368,24 +478,26 @@ def _u32(value: Any) -> int:
     return _int(value, 0, _UINT32)
 
 
-def _fill(fields: dict[str, Any], out: Any) -> None:
-    """A message from its JSON object (names checked by the caller): lists of messages,
-    messages, attributes and scalar fields."""
+def _fill(fields: dict[str, Any], out: Any, depth: int = 0, marks: bool = False) -> None:
+    """A message at message level ``depth`` (the request 0) from its JSON object (names
+    checked by the caller): lists of messages, messages, attributes and scalar fields.
+    ``marks``: the message is a span, an event or a log record (see ``_fill_attributes``)."""
     for name, value in fields.items():
         if name == "attributes":
-            _fill_attributes(value, out.attributes)
+            _fill_attributes(value, out.attributes, depth + 1, marks)
         elif name == "body":
-            _fill_any_value(value, out.body)
+            _fill_any_value(value, out.body, depth + 1)
         elif name in _LISTS:
             field, known = _LISTS[name]
             add = getattr(out, field).add
+            walked = known in _WALKED
             for item in _list(value):
-                _fill(_keys(item, known), add())
+                _fill(_keys(item, known), add(), depth + 1, walked)
         elif name in _MESSAGES:
             known = _MESSAGES[name]
             message = getattr(out, name)
             message.SetInParent()
-            _fill(_keys(value, known), message)
+            _fill(_keys(value, known), message, depth + 1)
         else:
             field, convert = _SCALARS[name]
             setattr(out, field, convert(value))
@@ -407,6 +519,8 @@ _LISTS = {"resourceSpans": ("resource_spans", _RESOURCE_SPANS),
           "events": ("events", _EVENT), "links": ("links", _LINK),
           "resourceLogs": ("resource_logs", _RESOURCE_LOGS),
           "scopeLogs": ("scope_logs", _SCOPE_LOGS), "logRecords": ("log_records", _LOG_RECORD)}
+#: the messages whose attributes the boundary reads (an over-deep one there is a repair)
+_WALKED = (_SPAN, _EVENT, _LOG_RECORD)
 #: JSON name (the field's too) -> the names the message may have
 _MESSAGES = {"resource": _RESOURCE, "scope": _SCOPE, "status": _STATUS}
 #: JSON name -> (field, conversion) of the scalar fields
@@ -439,7 +553,7 @@ def fast_json(document: dict[str, Any], request: _Request) -> _Request | None:
     logs = isinstance(request, ExportLogsServiceRequest)
     try:
         _fill(_keys(document, _LOGS_REQUEST if logs else _REQUEST), request)
-    except (_Unusual, TypeError, ValueError):
+    except (_Unusual, _TooDeep, TypeError, ValueError):
         return None
     return request
 
@@ -487,6 +601,11 @@ _OPAQUE = ("kvlist_value", "bytes_value")
 def _decode_checked(buf: bytes) -> tuple[str | None, Any, tuple[str, str, str] | None]:
     key, value, kind = decode_key_value(buf, ANY_TYPED)
     if kind is None:
+        levels = LiteTooDeep.FromString(buf).levels
+        if levels:  # the value was nested deeper than the protobuf parser reads
+            return None, None, (TOO_DEEP, f"nested deeper than OTLP protobuf parsers read "
+                                f"({PARSE_DEPTH} message levels in a request): dropped",
+                                f"<a value nested {levels} kvlist/array levels>")
         return None, None, None
     key = _INTERNED.get(key, key)
     if kind == STRING:

@@ -20,7 +20,8 @@ decode_cache     5 %  the cache is emptied (it only saves work)
 remembered      15 %  the keys of written envelopes (two thirds) and of the spans of
                       written envelopes with log-based events (one third), remembered so
                       that retries stay duplicates: the oldest is forgotten
-                      (``KEY_COST`` bytes each), before ``buffer.dedupe_window``
+                      (``KEY_COST`` bytes each, plus a long context.id's size),
+                      before ``buffer.dedupe_window``
 =============  =====  =====================================================================
 
 Every check is made before the request is accepted (before its WAL record), with its own
@@ -43,6 +44,7 @@ import re
 from typing import Any
 
 from ..exceptions import ConfigError
+from ..rebuild._completion import KEY_COST
 
 __all__ = [
     "DEFAULT_MAX_MEMORY",
@@ -67,11 +69,6 @@ SPAN_OVERHEAD = 1024
 #: of two attributes).
 EVENT_COST = 256
 
-#: Bytes a remembered key costs (measured with tracemalloc: 276 for a 32-hex trace id and a
-#: context id of 17 characters, in the tuple, the list of expiry, mask and time, the ordered
-#: dict's slot and the owner map; the soak's RSS grew about 560 per key, allocator overhead
-#: included). Longer context ids cost their length more.
-KEY_COST = 512
 
 #: part -> share of ``memory.max_bytes`` (they add up to 1).
 SHARES: dict[str, float] = {

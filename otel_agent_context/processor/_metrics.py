@@ -190,8 +190,8 @@ SELF_METRICS: tuple[SelfMetric, ...] = (
                "Values the boundary repaired or dropped alone (type, enum_case, enum_custom, "
                "enum_dropped, non_finite, event_dropped, event_time, span_time, "
                "foreign_trace, duplicate_key, duplicate_span, duplicate_id, text, "
-               "array_length); each listed in its bundle's rebuild.repairs and told to the "
-               "sender (duplicate_id: found by the rebuild, in the bundle only).",
+               "array_length, too_deep); each listed in its bundle's rebuild.repairs and told "
+               "to the sender (duplicate_id: found by the rebuild, in the bundle only).",
                "0 for emitters that follow the contract"),
     SelfMetric("context_processor_metric_label_overflow_total", "counter", ("metric", "label"),
                "Contract metric label values counted as 'other' because the label already "

@@ -50,7 +50,7 @@ from google.protobuf.internal import api_implementation
 
 from .._measure import measure
 from .._version import __version__
-from ..rebuild._boundary import DUPLICATE_ID
+from ..rebuild._boundary import DUPLICATE_ID, DUPLICATE_SPAN, FOREIGN_TRACE
 from ..rebuild._completion import (
     CONFLICT,
     DUPLICATE,
@@ -157,6 +157,12 @@ class _ProblemLog:
         summary = ", ".join(f"{service or '(no service.name)'}: {count} {reason}"
                             for (service, reason), count in sorted(counts.items()))
         log.warning("off-spec telemetry received (%s); for example: %s", summary, example)
+
+
+def _problem(problems: dict[tuple[str, str], int], accepted: Any, reason: str) -> None:
+    """Count a problem the buffer found (a foreign or conflicting span) for serve's log."""
+    key = (str(accepted.view.resource.get("service.name", "")), reason)
+    problems[key] = problems.get(key, 0) + 1
 
 
 def _default_rebuild() -> RebuildFunction:
@@ -317,6 +323,7 @@ class Pipeline:
             on_span=self.events.on_span,
             on_finish=self.events.on_finish,
             max_bytes=self.memory.buffer,
+            dedupe_bytes=self.memory.remembered * 2 // 3,
         )
         self.events.buffer = self.buffer
         self.jsonl = JsonlSink(config.out_dir, max_file_bytes=config.max_file_bytes,
@@ -535,7 +542,7 @@ class Pipeline:
             "events": self.events.held_bytes,
             "forward": forwarder.queued_bytes if forwarder is not None else 0,
             "decode_cache": decode_cache_bytes(),
-            "remembered": self.remembered_keys() * KEY_COST,
+            "remembered": self.buffer.done_bytes + len(self.events._done) * KEY_COST,
         }
 
     def remembered_keys(self) -> int:
@@ -597,11 +604,13 @@ class Pipeline:
                             if outcome is CONFLICT:
                                 conflicts.append(f"span {accepted.view.span_id}: sent again "
                                                  "with other content: the first kept")
+                                _problem(decoded.problems, accepted, DUPLICATE_SPAN)
                         view = accepted.view
                         late_events += self.events.span_done(view.trace_id, view.span_id)
                     elif outcome is FOREIGN:
                         foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
                                        "lives in another trace: span left out")
+                        _problem(decoded.problems, accepted, FOREIGN_TRACE)
             self._sync(position)
         if finished:
             self._enqueue(finished)

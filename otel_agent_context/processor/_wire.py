@@ -31,6 +31,7 @@ __all__ = [
     "LiteResource",
     "LiteSpan",
     "LiteStatus",
+    "LiteTooDeep",
     "any_value",
     "decode_key_value",
 ]
@@ -83,6 +84,8 @@ def _build() -> dict[str, Any]:
     message("Link", (1, "trace_id", _F.TYPE_BYTES, one, None),
             (2, "span_id", _F.TYPE_BYTES, one, None))
     message("Status", (3, "code", _F.TYPE_INT32, one, None))  # an enum on the wire
+    # a KeyValue whose OTLP/JSON value was nested too deep to keep (_decode.TOO_DEEP_FIELD)
+    message("TooDeep", (100_000, "levels", _F.TYPE_UINT32, one, None))
     # ExportLogsServiceRequest: log records as bytes, and the few fields of one the
     # processor reads (log-based context events: the name, the ids, the times, attributes).
     message("LogsRequest", (1, "resource_logs", _F.TYPE_MESSAGE, many, "ResourceLogs"))
@@ -102,7 +105,7 @@ def _build() -> dict[str, Any]:
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
         f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "Status",
-                                            "LogsRequest", "LogRecord")}
+                                            "LogsRequest", "LogRecord", "TooDeep")}
 
 
 _CLASSES = _build()
@@ -112,6 +115,7 @@ LiteSpan: Any = _CLASSES["Span"]
 LiteStatus: Any = _CLASSES["Status"]
 LiteLogsRequest: Any = _CLASSES["LogsRequest"]
 LiteLogRecord: Any = _CLASSES["LogRecord"]
+LiteTooDeep: Any = _CLASSES["TooDeep"]
 
 _unpack_double = struct.Struct("<d").unpack_from
 _SIGN = 1 << 63

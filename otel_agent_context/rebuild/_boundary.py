@@ -54,6 +54,7 @@ __all__ = [
     "PLAIN_TEXT",
     "REPAIRED",
     "REPAIR_KINDS",
+    "TOO_DEEP",
     "Repair",
     "check_attribute",
     "check_event",
@@ -81,9 +82,11 @@ DUPLICATE_SPAN = "duplicate_span"
 DUPLICATE_ID = "duplicate_id"
 TEXT = "text"
 ARRAY_LENGTH = "array_length"
+#: an OTLP/JSON value nested deeper than protobuf parsers read (the processor)
+TOO_DEEP = "too_deep"
 REPAIR_KINDS = (TYPE, ENUM_CASE, ENUM_CUSTOM, ENUM_DROPPED, NON_FINITE, EVENT_DROPPED,
                 EVENT_TIME, SPAN_TIME, FOREIGN_TRACE, DUPLICATE_KEY, DUPLICATE_SPAN, DUPLICATE_ID,
-                TEXT, ARRAY_LENGTH)
+                TEXT, ARRAY_LENGTH, TOO_DEEP)
 
 #: The partial reason of a bundle the boundary changed anything of.
 REPAIRED = "repaired"

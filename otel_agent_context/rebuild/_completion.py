@@ -16,8 +16,9 @@ recently active envelope is finished ``partial`` (reason ``evicted``): never dro
 
 One trace per envelope (contract section 1): the first trace an envelope's ``context.id``
 is seen in owns it while the envelope is pending or remembered; a span of another trace
-with the same ``context.id`` is left out and listed as a repair of the owner's bundle (or
-counted as foreign, when the owner is already written), never made a second envelope.
+with the same ``context.id`` is left out and listed as a repair of the owner's bundle while
+that is not written (pending, or finished by the same :meth:`TraceBuffer.add` batch), else
+only returned as foreign for the caller to tell the sender; never made a second envelope.
 
 Idempotency: a finished envelope's key is remembered for ``dedupe_window`` seconds; a span
 arriving for it is a duplicate (a client retry, same span id) or late (a new span id) and
@@ -38,6 +39,7 @@ calls it from one thread (the span processor's worker).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -95,6 +97,23 @@ FOREIGN = "foreign"
 
 #: The mask of an envelope known only by its key (replayed): every span is a duplicate.
 _ALL = (1 << 128) - 1
+
+#: Bytes a remembered key costs (measured with tracemalloc: 276 for a 32-hex trace id and a
+#: context id of 17 characters, in the tuple, the list of expiry, mask and time, the ordered
+#: dict's slot and the owner map; the soak's RSS grew about 560 per key, allocator overhead
+#: included), before a long context id's own size (``key_cost``).
+KEY_COST = 512
+_SMALL_ID = sys.getsizeof("x" * 17)
+#: context ids up to this long cost KEY_COST (checked with len first: the common case)
+_SHORT_ID = 64
+
+
+def key_cost(context_id: str) -> int:
+    """What remembering the key of an envelope with this context id costs: a context id
+    of megabytes costs megabytes (counted as 512 bytes, 150 ids of 4 MB held 600 MB)."""
+    if len(context_id) <= _SHORT_ID:
+        return KEY_COST
+    return KEY_COST + max(0, sys.getsizeof(context_id) - _SMALL_ID)
 
 
 def _bit(span_id: str) -> int:
@@ -188,6 +207,7 @@ class TraceBuffer:
             lambda key, view: (0, (), 0)),
         on_finish: Callable[[Finished], None] = lambda finished: None,
         max_bytes: int | None = None,
+        dedupe_bytes: int | None = None,
     ) -> None:
         self.envelope_timeout = envelope_timeout
         self.orphan_timeout = orphan_timeout
@@ -195,6 +215,10 @@ class TraceBuffer:
         self.max_spans = max_spans
         self.dedupe_window = dedupe_window
         self.dedupe_max = dedupe_max
+        #: cap on :attr:`done_bytes` (None: only ``dedupe_max`` bounds the keys)
+        self.dedupe_bytes = dedupe_bytes
+        #: bytes the remembered keys hold (``key_cost`` each: a long context.id costs its size)
+        self.done_bytes = 0
         self.clock = clock
         self.on_pin = on_pin
         self.max_events = max_events
@@ -251,6 +275,8 @@ class TraceBuffer:
         """Mark a key written (on replay: its bundle was written before the restart)."""
         age = time.time() - wall_time
         if age < self.dedupe_window:
+            if key not in self._done:
+                self.done_bytes += key_cost(key[1])
             self._done[key] = [self.clock() + self.dedupe_window - age, _ALL, wall_time]
             self._owner.setdefault(key[1], key[0])
             self._trim_done(self.clock())
@@ -284,7 +310,7 @@ class TraceBuffer:
             if pending is None:
                 owner = self._owner.get(span.context_id)
                 if owner is not None and owner != view.trace_id:
-                    return self._foreign(span, owner)
+                    return self._foreign(span, owner, out)
                 self._owner[span.context_id] = view.trace_id
                 self._make_room(view.trace_id, out)
                 pending = _Pending(key, now)
@@ -367,14 +393,21 @@ class TraceBuffer:
                 pending.segments.append(segment)
                 self.on_pin(segment)
 
-    def _foreign(self, span: Accepted, owner: str) -> str:
-        """A span of another trace than its envelope's: said in the owner's bundle."""
+    def _foreign(self, span: Accepted, owner: str, out: list[Finished]) -> str:
+        """A span of another trace than its envelope's: said in the owner's bundle while
+        that is not written (pending, or finished by the same call: ``out``); after, only
+        to the caller (who tells the sender)."""
         key = (owner, span.context_id)
         pending = self._waiting.get(key) or self._orphans.get(key)
-        seen = pending is not None and any(
-            r.span_id == span.view.span_id for r in pending.repairs)
-        if pending is not None and not seen:
-            pending.repairs.append(foreign_trace(span.view, owner))
+        if pending is not None:
+            if not any(r.span_id == span.view.span_id for r in pending.repairs):
+                pending.repairs.append(foreign_trace(span.view, owner))
+            return FOREIGN
+        for finished in out:
+            if finished.key == key:
+                if not any(r.span_id == span.view.span_id for r in finished.repairs):
+                    finished.repairs = (*finished.repairs, foreign_trace(span.view, owner))
+                return FOREIGN
         return FOREIGN
 
     def _make_room(self, trace_id: str, out: list[Finished]) -> None:
@@ -415,6 +448,10 @@ class TraceBuffer:
         mask = 0
         for span_id in pending.spans:
             mask |= _bit(span_id)
+        if key not in self._done:
+            context_id = key[1]
+            self.done_bytes += (KEY_COST if len(context_id) <= _SHORT_ID
+                                else key_cost(context_id))
         self._done[key] = [now + self.dedupe_window, mask, None]
         self._trim_done(now)
         finished = Finished(key, list(pending.spans.values()), reasons,
@@ -425,8 +462,13 @@ class TraceBuffer:
 
     def _trim_done(self, now: float) -> None:
         done = self._done
-        while done and (len(done) > self.dedupe_max or next(iter(done.values()))[0] <= now):
+        cap = self.dedupe_bytes
+        while done and (len(done) > self.dedupe_max
+                        or (cap is not None and self.done_bytes > cap)
+                        or next(iter(done.values()))[0] <= now):
             (trace_id, context_id), _ = done.popitem(last=False)
+            self.done_bytes -= (KEY_COST if len(context_id) <= _SHORT_ID
+                                else key_cost(context_id))
             if self._owner.get(context_id) == trace_id and not self._pending_for(context_id):
                 del self._owner[context_id]
 

@@ -11,6 +11,7 @@ against a tree from before them and each test fails there for its own reason.
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import urllib.request
 from pathlib import Path
@@ -505,20 +506,35 @@ def test_a_span_of_another_trace_is_left_out_in_process() -> None:
 
 
 def test_processor_second_trace_with_the_same_context_id_makes_no_second_bundle(
-        start_processor):
+        start_processor, caplog: pytest.LogCaptureFixture) -> None:
+    """The owner complete first, in the same request: the stray span is listed in its
+    bundle (before: counted and told, in no bundle); later, once the owner's bundle is
+    written, it is told to the sender, counted and logged: no bundle can list it then."""
     processor = start_processor()
     other = 0xD1FF
-    post(processor, [envelope("ctx-two-traces", 1),
-                     stage(2, "context.selection", "ctx-two-traces", {"context.selection.id": "s"}),
-                     stage(3, "context.selection", "ctx-two-traces", {"context.selection.id": "x"},
-                           trace=other)])
-    processor.stop()  # flushes every pending envelope
+    reply = post(processor, [
+        envelope("ctx-two-traces", 1),
+        stage(2, "context.selection", "ctx-two-traces", {"context.selection.id": "s"}),
+        stage(3, "context.selection", "ctx-two-traces", {"context.selection.id": "x"},
+              trace=other)])
+    assert "ctx-two-traces lives in another trace" in reply.partial_success.error_message
+    (bundle,) = bundles(processor)
+    (left_out,) = bundle["rebuild"]["repairs"]
+    assert (left_out["kind"], left_out["span_id"]) == ("foreign_trace", f"{3:016x}")
+    assert "repaired" in bundle["rebuild"]["partial_reasons"]
+    with caplog.at_level(logging.WARNING):
+        reply = post(processor, [stage(4, "context.selection", "ctx-two-traces",
+                                       {"context.selection.id": "y"}, trace=other + 1)])
+        processor.pipeline.problems.flush(force=True)
+    assert f"span {4:016x}: ctx-two-traces lives in another trace: span left out" in \
+        reply.partial_success.error_message
+    assert f"{AGENT}: 1 foreign_trace" in caplog.text
+    processor.stop()
     written = [b for b in read_bundles(processor.config.out_dir)
                if b["context_envelope"]["context_id"] == "ctx-two-traces"]
     assert len(written) == 1, [b["rebuild"] for b in written]
-    # the envelope was complete before the stray span came: counted and told, not listed
     assert processor.metrics.self.get("context_processor_repairs_total",
-                                      ("foreign_trace",)) == 1
+                                      ("foreign_trace",)) == 2
 
 
 def test_which_trace_an_envelope_keeps_does_not_depend_on_arrival_order() -> None:

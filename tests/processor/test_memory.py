@@ -373,6 +373,30 @@ def test_remembered_keys_of_written_envelopes_stay_within_their_share(start_proc
     assert len(contexts) == len(set(contexts)) == sent
 
 
+def test_remembered_keys_are_counted_at_their_size(start_processor) -> None:
+    """Envelopes with long context ids: each remembered key counts its id's size, so the
+    remembered part stays within its share (before: 512 bytes a key whatever the id: 150 ids
+    of 4 MB held 600 MB past --max-memory while the gauge said 76,800 bytes)."""
+    processor = start_processor(memory__max_bytes="8MiB", wal__fsync=False,
+                                output__fsync=False)
+    pipeline = processor.pipeline
+    stub = TraceServiceStub(grpc.insecure_channel(processor.addresses["otlp_grpc"]))
+    long_id = 200_000
+    for index in range(12):  # 2.4 MB of ids, twice the remembered share (1.2 MiB)
+        _export_retrying(stub, request(envelope_spans(index + 1, f"{index:03d}" + "L" * long_id,
+                                                      stages=0)))
+    out = Path(processor.config.out_dir)
+    wait_for(lambda: len(read_bundles(out)) == 12, timeout=30, message="every bundle")
+    wait_for(lambda: pipeline.queue_size == 0, message="the queue empty")
+    held = _held(processor)["remembered"]
+    assert len(pipeline.buffer._done) * long_id <= held <= pipeline.memory.remembered
+    assert len(pipeline.buffer._done) < 12  # the oldest forgotten to stay within the share
+    newest = request(envelope_spans(12, "011" + "L" * long_id, stages=0))
+    _export_retrying(stub, newest)  # the newest is still remembered: a duplicate
+    time.sleep(0.3)
+    assert len(read_bundles(out)) == 12
+
+
 # -- what it reports -------------------------------------------------------------------------
 
 def test_the_gauge_and_readyz_report_what_each_part_holds(start_processor) -> None:
