@@ -463,8 +463,10 @@ class TraceBuffer:
     def _trim_done(self, now: float) -> None:
         done = self._done
         cap = self.dedupe_bytes
+        # the byte cap never forgets the newest key: a context id larger than the whole cap
+        # would otherwise forget itself, and a retry of its envelope be written again
         while done and (len(done) > self.dedupe_max
-                        or (cap is not None and self.done_bytes > cap)
+                        or (cap is not None and self.done_bytes > cap and len(done) > 1)
                         or next(iter(done.values()))[0] <= now):
             (trace_id, context_id), _ = done.popitem(last=False)
             self.done_bytes -= (KEY_COST if len(context_id) <= _SHORT_ID

@@ -170,3 +170,19 @@ def test_done_entries_only_for_written_keys() -> None:
     assert buffer.done_entries() == []  # finished, not yet written
     buffer.mark_written(out[0].key, 1234.0)
     assert buffer.done_entries() == [(out[0].key, 1234.0)]
+
+
+def test_a_key_larger_than_the_byte_cap_still_remembers_itself() -> None:
+    """The byte cap forgets the oldest keys, never the newest: an envelope whose context id
+    alone is over the cap is still known, and a retry of it is a duplicate, not a second
+    bundle (before, it forgot itself at once)."""
+    buffer = make(Clock())
+    buffer.dedupe_bytes = 4096
+    out: list = []
+    (small,) = accepted(envelope_spans(1, "small", stages=0))
+    (big,) = accepted(envelope_spans(2, "B" * 10_000, stages=0))
+    buffer.add(small, None, out)
+    buffer.add(big, None, out)
+    assert len(out) == 2
+    assert buffer.add(big, None, out) == DUPLICATE and len(out) == 2
+    assert buffer.done_bytes > 4096  # the one key kept, over the cap
