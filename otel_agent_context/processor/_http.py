@@ -66,6 +66,7 @@ class _ServerLog:
         self._lock = threading.Lock()
         self._next = 0.0
         self._left_out = 0
+        self._flush_set = False
 
     def exception(self, msg: str, *args: Any, **kw: Any) -> None:
         now = time.monotonic()
@@ -73,16 +74,34 @@ class _ServerLog:
             if now < self._next:
                 self._left_out += 1
                 left_out = -1
+                set_flush, self._flush_set = not self._flush_set, True
             else:
                 self._next = now + self.every
                 left_out, self._left_out = self._left_out, 0
+                set_flush = False
         if left_out < 0:
             log.debug(msg, *args, **kw)
+            if set_flush:  # on the server's loop: tell the count at the window's end
+                try:
+                    asyncio.get_running_loop().call_later(self._next - now, self.flush)
+                except RuntimeError:  # not on a loop: told with the next one logged
+                    self._flush_set = False
             return
         if left_out:
             msg += f" (and {left_out} more such errors since the last one logged)"
         kw.setdefault("exc_info", True)
         log.error(msg, *args, **kw)
+
+    def flush(self) -> None:
+        """The errors left out since the last one logged, counted (window end, shutdown)."""
+        with self._lock:
+            left_out, self._left_out = self._left_out, 0
+            self._flush_set = False
+            if left_out:
+                self._next = time.monotonic() + self.every
+        if left_out:
+            log.error("%d more errors handling malformed or broken HTTP requests (tracebacks "
+                      "at debug)", left_out)
 
     def __getattr__(self, name: str) -> Any:  # debug, warning, ...: as they are
         return getattr(log, name)
@@ -148,6 +167,7 @@ class HttpServer:
         self.read_timeout = read_timeout
         self.max_connections = max_connections
         self._loop = asyncio.new_event_loop()
+        self._server_log = _ServerLog()
         self._web: web.Server | None = None
         self._server: asyncio.Server | None = None
         self._started = threading.Event()
@@ -169,7 +189,7 @@ class HttpServer:
 
     async def _listen(self) -> None:
         self._web = server = web.Server(
-            self._handler, access_log=None, logger=_ServerLog(),
+            self._handler, access_log=None, logger=self._server_log,
             keepalive_timeout=self.read_timeout,
             lingering_time=self.read_timeout, auto_decompress=False,
             handler_cancellation=False,  # a started ingest finishes even if the client goes
@@ -195,6 +215,7 @@ class HttpServer:
             self._server.close()
         if self._web is not None:
             await self._web.shutdown(2.0)
+        self._server_log.flush()
 
     def stop(self) -> None:
         if self._thread.is_alive():
