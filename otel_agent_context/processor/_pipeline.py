@@ -154,9 +154,22 @@ class _ProblemLog:
             counts, self._counts = self._counts, {}
             example, self._example = self._example, ""
             self._next = now + self.every
-        summary = ", ".join(f"{service or '(no service.name)'}: {count} {reason}"
-                            for (service, reason), count in sorted(counts.items()))
-        log.warning("off-spec telemetry received (%s); for example: %s", summary, example)
+        pairs = sorted(counts.items())
+        summary = ", ".join(f"{_short(service) or '(no service.name)'}: {count} {reason}"
+                            for (service, reason), count in pairs[:_MAX_PAIRS])
+        if len(pairs) > _MAX_PAIRS:
+            summary += f", and {len(pairs) - _MAX_PAIRS} more services and reasons"
+        log.warning("off-spec telemetry received (%s); for example: %s", summary,
+                    _short(example, 1000))
+
+
+#: what one warning lists at most: a sender's service names and counts are its own, so a
+#: line stays readable (40 names of 200 KB made one line of 8 MB)
+_MAX_PAIRS = 20
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _problem(problems: dict[tuple[str, str], int], accepted: Any, reason: str) -> None:

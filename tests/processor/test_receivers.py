@@ -286,6 +286,18 @@ def test_problem_log_flushes_at_its_window_and_when_forced(caplog) -> None:
     assert "c: 1 type" in messages[2]
 
 
+def test_a_problem_warning_stays_one_readable_line(caplog) -> None:
+    from otel_agent_context.processor._pipeline import _ProblemLog
+
+    problems = _ProblemLog(every=10.0, clock=lambda: 100.0)
+    with caplog.at_level("WARNING", logger="otel_agent_context.processor._pipeline"):
+        problems.add({(f"{i}" + "s" * 200_000, "type"): 1 for i in range(40)}, "x" * 50_000)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert len(message) < 5_000  # 8 MB before
+    assert "and 20 more services and reasons" in message
+    assert "(200001 characters)" in message and "(50000 characters)" in message
+
+
 def test_grpc_full_success_leaves_partial_success_unset(start_processor) -> None:
     processor = start_processor()
     response = _stub(processor).Export(request(fast_spans(1, 3)), timeout=10)
