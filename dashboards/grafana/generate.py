@@ -753,10 +753,12 @@ def processor_health() -> dict[str, Any]:
                    unit="ops", stack=True, w=8),
         timeseries("Metric limits", "Per second: contract metric label values counted as "
                    "'other' (a label past metrics.label_values distinct values, by metric and "
-                   "label), and measurements left out because they would make a histogram's "
-                   "sum infinite.",
+                   "label), values cut for being over 128 characters, and measurements left "
+                   "out because they would make a histogram's sum infinite.",
                    [per_second("context_processor_metric_label_overflow_total",
                                "metric, label", "{{metric}} {{label}}"),
+                    per_second("context_processor_metric_label_truncated_total",
+                               "metric, label", "cut {{metric}} {{label}}"),
                     per_second("context_processor_measurements_dropped_total", "instance",
                                "dropped {{instance}}")],
                    unit="ops", w=8),
