@@ -123,20 +123,31 @@ class Envelope(_Recorder):
             self._token = None
         super().__exit__(exc_type, exc, tb)
 
-    def _finish(self, end_time: int | str | None) -> None:
+    def _final_attributes(self) -> dict[str, Any]:
         lifecycle = self._lifecycle or self._derived_lifecycle()
-        # Set last: span limits drop the oldest attributes first, never these.
         final: dict[str, Any] = {S.CONTEXT_LIFECYCLE: lifecycle, S.CONTEXT_SCOPE: self._scope,
                                  S.CONTEXT_SPAN_COUNT: self._span_count,
                                  S.CONTEXT_ID: self.context_id}
         if self._logger is not None:
             final[S.CONTEXT_EVENT_COUNT] = self._event_count
+        return final
+
+    def _write_final_early(self) -> None:
+        """Write now what stopping writes (and writes again then): for an envelope on a
+        span another instrumentor ends, which may end it before we stop (the official
+        instrumentor outside ours, its stream dropped unread and collected first)."""
+        self._set(self._span, self._final_attributes(), now=True)
+
+    def _finish(self, end_time: int | str | None) -> None:
+        # Set last: span limits drop the oldest attributes first, never these.
+        final = self._final_attributes()
         pending = self._pending
         if pending is not None:
             self._pending = None
             pending.update(final)
             final = pending
-        set_attributes(self._span, final)
+        if self._owned or self._span.is_recording():  # not on a span another has ended
+            set_attributes(self._span, final)
         inst = self._owner._instruments
         inst.envelopes.add(
             1, {"scope": self._scope, "agent": self._agent, "status": "complete"})

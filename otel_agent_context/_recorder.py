@@ -94,8 +94,9 @@ class _Recorder:
         if self._ended:
             return
         end = to_ns(end_time)
-        self._span.set_status(Status(StatusCode.ERROR, _describe(exc)))
-        self._span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
+        if self._span.is_recording():  # not on a span another instrumentor has ended
+            self._span.set_status(Status(StatusCode.ERROR, _describe(exc)))
+            self._span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         self._ended = True
         self._finish(end)
 

@@ -102,6 +102,11 @@ __all__ = [
 ]
 
 _log = logging.getLogger("otel_agent_context")
+try:  # util-genai's invocation inside another's inference (the path without the light one)
+    from opentelemetry.util.genai._inference_invocation import SuppressedInferenceInvocation
+    _SUPPRESSED: tuple[type, ...] = (LightSuppressed, SuppressedInferenceInvocation)
+except ImportError:  # pragma: no cover - depends on the installed util-genai
+    _SUPPRESSED = (LightSuppressed,)
 #: what the GenAI conventions record as content: through the masker first
 _MESSAGES = frozenset({"input_messages", "output_messages", "system_instruction"})
 
@@ -1190,7 +1195,13 @@ def _follow_stream(call: Call, api: Api, stream: Any, is_async: bool) -> Any:
         return stream
     try:
         acc = api.accumulator(call.tel.capture)
-        return (OurAsyncStream if is_async else OurSyncStream)(stream, call, acc)
+        wrapped = (OurAsyncStream if is_async else OurSyncStream)(stream, call, acc)
+        env = call.env
+        if env is not None and call.own_env and isinstance(call.invocation, _SUPPRESSED):
+            # the official instrumentor's wrapper, outside ours, ends the span: dropped
+            # unread, it is collected (and ends it) before ours, whose end comes too late
+            env._write_final_early()
+        return wrapped
     except Exception:
         if _strict_now():
             raise
