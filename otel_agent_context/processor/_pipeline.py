@@ -172,6 +172,11 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+#: serve's log name for a new span of an envelope already written (not a repair: the bundle
+#: is out; ``context_processor_spans_late_total`` counts it)
+LATE_SPAN = "late_span"
+
+
 def _problem(problems: dict[tuple[str, str], int], accepted: Any, reason: str) -> None:
     """Count a problem the buffer found (a foreign or conflicting span) for serve's log."""
     key = (str(accepted.view.resource.get("service.name", "")), reason)
@@ -598,6 +603,7 @@ class Pipeline:
         duplicates = late = late_events = 0
         foreign: list[str] = []
         conflicts: list[str] = []
+        left: list[str] = []
         if decoded.accepted:
             assert decoded.wal_payload is not None
             size = sum(accepted.size for accepted in decoded.accepted)
@@ -612,6 +618,12 @@ class Pipeline:
                     if outcome is DUPLICATE or outcome is LATE or outcome is CONFLICT:
                         if outcome is LATE:
                             late += 1
+                            # a retry is a DUPLICATE: this one is new and no bundle has it
+                            if late <= 5:
+                                left.append(f"span {accepted.view.span_id}: "
+                                            f"{accepted.context_id} was written before it "
+                                            "came: span left out")
+                            _problem(decoded.problems, accepted, LATE_SPAN)
                         else:
                             duplicates += 1
                             if outcome is CONFLICT:
@@ -638,7 +650,7 @@ class Pipeline:
                                   len(conflicts))
         message = "; ".join(filter(None, (
             decoded.error_message() if decoded.rejected or decoded.repairs else "",
-            *foreign[:5], *conflicts[:5])))
+            *foreign[:5], *conflicts[:5], *left)))
         if decoded.problems:
             self.problems.add(decoded.problems, message)
         return IngestResult(decoded.spans, decoded.rejected, message)

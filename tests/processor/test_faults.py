@@ -3,6 +3,7 @@ bad input amid good, a stalled sink, the caps, and a graceful stop."""
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import threading
@@ -169,7 +170,8 @@ def test_envelope_span_first_or_last_completes_at_once(start_processor, order: s
     assert bundle["rebuild"]["status"] == "complete"
 
 
-def test_envelope_span_never_comes_partial_after_timeout(start_processor) -> None:
+def test_envelope_span_never_comes_partial_after_timeout(
+        start_processor, caplog: pytest.LogCaptureFixture) -> None:
     processor = start_processor(buffer__envelope_timeout=0.2, buffer__orphan_timeout=0.5)
     stub = _stub(processor.addresses["otlp_grpc"])
     _, *stages = envelope_spans(1, "ctx-orphan", stages=2)
@@ -184,10 +186,17 @@ def test_envelope_span_never_comes_partial_after_timeout(start_processor) -> Non
     assert short["expected_spans"] == 2 and short["received_spans"] == 1
     wait_for(lambda: processor.metrics.self.get("context_processor_partial_envelopes_total",
                                                 ("timeout",)) == 2, message="partial metric")
-    # a straggler after emission is late, not a second bundle
-    stub.Export(request([envelope_spans(2, "ctx-short", stages=2)[2]]), timeout=10)
+    # a straggler after emission is late, not a second bundle: counted, told, logged
+    straggler = envelope_spans(2, "ctx-short", stages=2)[2]
+    with caplog.at_level(logging.WARNING):
+        reply = stub.Export(request([straggler]), timeout=10)
+        processor.pipeline.problems.flush(force=True)
     assert processor.metrics.self.get("context_processor_spans_late_total") == 1
     assert len(read_bundles(processor.config.out_dir)) == 2
+    assert reply.partial_success.rejected_spans == 0
+    assert f"span {straggler.span_id.hex()}: ctx-short was written before it came: span " \
+        "left out" in reply.partial_success.error_message
+    assert "1 late_span" in caplog.text
 
 
 def test_bad_requests_amid_good_ones_lose_nothing(start_processor) -> None:
