@@ -128,6 +128,10 @@ def _validate(args: argparse.Namespace) -> int:
         stream = sys.stdin.buffer
     else:
         path = Path(args.file)
+        if path.is_dir():
+            print(f"validate: {args.file}: a directory; give one of its bundles-*.jsonl files",
+                  file=sys.stderr)
+            return 2
         if not path.is_file():
             print(f"validate: {args.file}: no such file", file=sys.stderr)
             return 2

@@ -123,6 +123,14 @@ def test_raw_sdk_spans_rebuild_into_expected_bundle() -> None:
     }
 
 
+def test_rebuild_takes_the_exporters_readable_spans_as_the_readme_says() -> None:
+    provider, exporter = _provider()
+    _emit_turn(provider.get_tracer("third-party"))
+    spans = exporter.get_finished_spans()
+    assert rebuild(spans) == rebuild(view_from_readable_span(s) for s in spans)
+    assert rebuild(spans)[0]["context_envelope"]["context_id"] == "ctx-raw"
+
+
 def test_lowered_span_limits_make_the_bundle_partial_with_numbers() -> None:
     # 10 events and 7 attributes a span: the SDK drops silently, the rebuild must not.
     provider, exporter = _provider(SpanLimits(max_events=10, max_span_attributes=7))

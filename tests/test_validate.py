@@ -195,3 +195,10 @@ def test_missing_file_is_still_exit_2(tmp_path: Path) -> None:
     out = _cli("validate", str(tmp_path / "none.jsonl"))
     assert out.returncode == 2
     assert out.stderr == f"validate: {tmp_path / 'none.jsonl'}: no such file\n"
+
+
+def test_a_directory_says_which_file_to_give(tmp_path: Path) -> None:
+    out = _cli("validate", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr == (f"validate: {tmp_path}: a directory; give one of its "
+                          "bundles-*.jsonl files\n")

@@ -158,11 +158,16 @@ def run_session(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 # -- query ----------------------------------------------------------------------------------------
 
-def add_query_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", metavar="SOURCE", default=DEFAULT_OUT,
+def _add_source_arguments(parser: argparse.ArgumentParser, default: Any, flag: Any) -> None:
+    parser.add_argument("--store", metavar="SOURCE", default=default,
                         help="postgresql://..., a SQLite file, serve's --out directory, or "
                              f"bundles JSON Lines (default: {DEFAULT_OUT})")
-    parser.add_argument("--json", action="store_true", help="JSON instead of a table")
+    parser.add_argument("--json", action="store_true", default=flag,
+                        help="JSON instead of a table")
+
+
+def add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_source_arguments(parser, DEFAULT_OUT, False)
     sub = parser.add_subparsers(dest="question", required=True, metavar="QUESTION")
     listing = sub.add_parser("conversations", help="conversations, most recent first")
     listing.add_argument("--agent")
@@ -183,6 +188,9 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     change.add_argument("second", metavar="TO", type=int)
     window = sub.add_parser("window", help="how full the window was, by kind, turn by turn")
     window.add_argument("conversation", metavar="CONVERSATION")
+    # also after the question, as users type them; SUPPRESS keeps a value given before it
+    for question in (listing, env, drop, change, window):
+        _add_source_arguments(question, argparse.SUPPRESS, argparse.SUPPRESS)
 
 
 def run_query(args: argparse.Namespace, out: TextIO = sys.stdout,

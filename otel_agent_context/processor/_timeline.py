@@ -41,9 +41,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --session: the link to a turn's trace ({trace_id})")
 
 
+def _is_sqlite(source: str) -> bool:
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:  # '-', a directory, a missing file: the reader below says what is wrong
+        return False
+
+
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     if getattr(args, "session", None):
         return run_session(args, out, err)
+    if _is_sqlite(args.file):
+        print(f"otel-agent-context timeline: {args.file} is a bundle store (SQLite): give "
+              f"--session CONVERSATION, or the bundles JSON Lines beside it", file=err)
+        return 2
     chosen: dict[str, Any] | None = None
     seen: list[str] = []
     bad = 0

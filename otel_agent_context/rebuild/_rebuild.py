@@ -24,7 +24,7 @@ from ._boundary import (
     repair_json,
     same_span,
 )
-from ._view import EventView, SpanView
+from ._view import EventView, SpanView, view_from_readable_span
 
 __all__ = ["group_by_context", "rebuild", "rebuild_envelope"]
 
@@ -604,9 +604,13 @@ def group_by_context(spans: Iterable[SpanView]) -> dict[str, list[SpanView]]:
     return groups
 
 
-def rebuild(spans: Iterable[SpanView]) -> list[dict[str, Any]]:
-    """Every envelope in ``spans``, one bundle each (complete or partial)."""
-    return [rebuild_envelope(group) for group in group_by_context(spans).values()]
+def rebuild(spans: Iterable[Any]) -> list[dict[str, Any]]:
+    """Every envelope in ``spans``, one bundle each (complete or partial).
+
+    ``spans`` are :class:`SpanView` or SDK ``ReadableSpan`` (what an exporter receives).
+    """
+    views = [s if isinstance(s, SpanView) else view_from_readable_span(s) for s in spans]
+    return [rebuild_envelope(group) for group in group_by_context(views).values()]
 
 
 def _missing_status(rec: dict[str, Any]) -> None:

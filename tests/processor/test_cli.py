@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -101,6 +102,15 @@ def test_timeline_errors(tmp_path: Path) -> None:
     assert "not a bundle" in result.stderr
     result = _run("timeline", str(path))
     assert result.returncode == 0 and "(no lifecycle events recorded)" in result.stdout
+
+
+def test_timeline_of_the_sqlite_store_without_session_says_what_to_give(tmp_path: Path) -> None:
+    db = tmp_path / "context.db"
+    sqlite3.connect(db).execute("create table t (x)").connection.commit()
+    result = _run("timeline", str(db))
+    assert result.returncode == 2
+    assert result.stderr == (f"otel-agent-context timeline: {db} is a bundle store (SQLite): "
+                             "give --session CONVERSATION, or the bundles JSON Lines beside it\n")
 
 
 def test_serve_help_lists_the_flags() -> None:

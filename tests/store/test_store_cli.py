@@ -70,6 +70,17 @@ def test_query_answers_the_questions_of_the_issue(demo_out: Path, demo_bundles: 
     assert "conv-0000" in listing
 
 
+def test_store_and_json_may_follow_the_question(demo_out: Path) -> None:
+    before = run_cli("query", "--store", str(demo_out), "--json", "window", "conv-0000").stdout
+    after = run_cli("query", "window", "conv-0000", "--store", str(demo_out), "--json").stdout
+    assert json.loads(after) == json.loads(before)
+    # one before, one after: neither is lost
+    mixed = run_cli("query", "--store", str(demo_out), "window", "conv-0000", "--json").stdout
+    assert json.loads(mixed) == json.loads(before)
+    table = run_cli("query", "--json", "conversations", "--store", str(demo_out)).stdout
+    assert json.loads(table)[0]["conversation_id"] == "conv-0000"
+
+
 def test_what_is_not_there_gets_a_clear_message_and_exit_code(demo_out: Path,
                                                               tmp_path: Path) -> None:
     missing = run_cli("timeline", str(demo_out), "--session", "nope", check=False)
