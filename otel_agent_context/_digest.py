@@ -104,9 +104,10 @@ def _resolve() -> bytes:
             except OSError as exc:
                 _log.error("otel_agent_context: cannot read %s=%s (%s); using the host's key",
                            _env.OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE, key_file, exc)
-            if not key and key_file:
-                _log.error("otel_agent_context: the digest key file %s is empty or unreadable;"
-                           " using the host's key", key_file)
+            else:
+                if not key:
+                    _log.error("otel_agent_context: the digest key file %s is empty; using "
+                               "the host's key", key_file)
     if not key:
         key = _host_key()
     if not key:

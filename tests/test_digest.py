@@ -73,6 +73,27 @@ def test_a_bad_key_file_is_said_and_the_host_key_used(tmp_path: Path, monkeypatc
         _digest.reset()
     assert value.startswith("hmac-sha256:")
     assert "missing.key" in caplog.text
+    # one problem, one message
+    assert [r.getMessage() for r in caplog.records if "missing.key" in r.getMessage()] == [
+        "otel_agent_context: cannot read OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE="
+        f"{tmp_path / 'missing.key'} ([Errno 2] No such file or directory: "
+        f"'{tmp_path / 'missing.key'}'); using the host's key"]
+
+
+def test_an_empty_key_file_is_said_once(tmp_path: Path, monkeypatch, caplog) -> None:
+    (tmp_path / "empty.key").write_text("\n")
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE", str(tmp_path / "empty.key"))
+    monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    _digest.reset()
+    try:
+        assert digest_text("yes").startswith("hmac-sha256:")
+    finally:
+        monkeypatch.undo()
+        _digest.reset()
+    assert [r.getMessage() for r in caplog.records if "empty.key" in r.getMessage()] == [
+        f"otel_agent_context: the digest key file {tmp_path / 'empty.key'} is empty; "
+        "using the host's key"]
 
 
 def test_no_place_for_a_host_key_still_keys_the_digests(tmp_path: Path, monkeypatch,
