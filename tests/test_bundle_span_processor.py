@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -430,7 +431,9 @@ def test_a_full_queue_drops_and_counts_without_blocking(caplog) -> None:
 
 def _processor_bundles(spans: list[ReadableSpan]) -> list[dict]:
     """The processor service's path: OTLP bytes, decode, its buffer, its rebuild."""
-    config = ProcessorConfig.from_values({})
+    # its defaults, but not its default directories in the working directory
+    with tempfile.TemporaryDirectory() as out:
+        config = ProcessorConfig.from_values({"output.dir": out})
     buffer = TraceBuffer(envelope_timeout=config.envelope_timeout,
                          orphan_timeout=config.orphan_timeout, max_traces=config.max_traces,
                          max_spans=config.max_spans, dedupe_window=config.dedupe_window,
