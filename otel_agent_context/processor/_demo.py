@@ -99,7 +99,7 @@ def _conversation(bundle: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _tracer_provider(endpoint: str, protocol: str) -> Any:
+def _tracer_provider(endpoint: str, protocol: str) -> tuple[Any, Any]:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -112,9 +112,12 @@ def _tracer_provider(endpoint: str, protocol: str) -> Any:
             OTLPSpanExporter as GrpcExporter,
         )
         exporter = GrpcExporter(endpoint=endpoint, insecure=not endpoint.startswith("https"))
+    from ..adapters._cli import _Reporting
+
+    reporting = _Reporting(exporter, endpoint)
     provider = TracerProvider(resource=Resource.create({"service.name": "support-agent-demo"}))
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
-    return provider
+    provider.add_span_processor(BatchSpanProcessor(reporting, schedule_delay_millis=200))
+    return provider, reporting
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -136,22 +139,31 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def _run_external(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
                   out: TextIO) -> int:
-    provider = _tracer_provider(args.endpoint, args.protocol)
+    provider, reporting = _tracer_provider(args.endpoint, args.protocol)
     total = 0
     round_number = 0
     try:
         while True:
+            failed = reporting.failed
             ids = run_demo(provider, turns=args.turns, seed=args.seed + round_number)
             provider.force_flush()
-            total += len(ids)
-            print(f"sent {len(ids)} envelopes to {args.endpoint} ({total} in all)", file=out,
-                  flush=True)
+            if reporting.failed > failed:
+                # --forever keeps trying: the collector of the compose stack may start later
+                print(f"otel-agent-context demo: could not send {reporting.failed - failed} "
+                      f"batch(es) of spans to {args.endpoint} (is a collector or "
+                      "`otel-agent-context serve` listening there? gRPC: http://HOST:4317; "
+                      "--protocol http: http://HOST:4318/v1/traces)", file=sys.stderr,
+                      flush=True)
+            else:
+                total += len(ids)
+                print(f"sent {len(ids)} envelopes to {args.endpoint} ({total} in all)",
+                      file=out, flush=True)
             round_number += 1
             if not args.forever or stop.wait(args.interval):
                 break
     finally:
         provider.shutdown()
-    return 0
+    return 1 if reporting.failed and not args.forever else 0
 
 
 def _embedded_config(args: argparse.Namespace, out_dir: Path) -> Any:
@@ -194,7 +206,7 @@ def _run_embedded(args: argparse.Namespace, run_demo: Any, stop: threading.Event
     if "ui" in processor.addresses:
         print(f"web page: {processor.addresses['ui']}/", file=out, flush=True)
     print(file=out, flush=True)
-    provider = _tracer_provider(endpoint, args.protocol)
+    provider, _ = _tracer_provider(endpoint, args.protocol)
     written = 0
     last_id = None
     conversations: set[str] = set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +38,19 @@ def test_demo_over_http_protocol(tmp_path: Path) -> None:
     result = _run("demo", "--turns", "2", "--protocol", "http", "--out", str(tmp_path / "d"))
     assert result.returncode == 0, result.stderr
     assert "OTLP/http" in result.stdout and result.stdout.count("envelope ctx_") == 2
+
+
+def test_demo_to_an_endpoint_nobody_listens_on_says_so_and_exits_1() -> None:
+    with socket.socket() as probe:  # a loopback port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for args in (("--endpoint", f"http://127.0.0.1:{port}"),
+                 ("--endpoint", f"http://127.0.0.1:{port}/v1/traces", "--protocol", "http")):
+        result = _run("demo", *args, "--turns", "1")
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "sent " not in result.stdout
+        assert (f"otel-agent-context demo: could not send 1 batch(es) of spans to {args[1]} "
+                "(is a collector or `otel-agent-context serve` listening there?") in result.stderr
 
 
 def test_demo_to_an_external_endpoint_and_forever(tmp_path: Path) -> None:
