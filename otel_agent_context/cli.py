@@ -44,7 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # the command's own usage names the flags it has; the top level's names none
+        commands = next((a.choices for a in parser._actions
+                         if isinstance(a, argparse._SubParsersAction)), {})
+        commands.get(args.command, parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

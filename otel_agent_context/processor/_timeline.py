@@ -8,6 +8,7 @@ FILE is a bundles JSON Lines file (or a directory of them, such as ``serve --out
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, TextIO
 
@@ -42,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_sqlite(source: str) -> bool:
+    if not os.path.isfile(source):  # a FIFO would be waited on; the reader below refuses it
+        return False
     try:
         with open(source, "rb") as handle:
             return handle.read(16) == b"SQLite format 3\x00"

@@ -127,6 +127,18 @@ def test_timeline_of_the_sqlite_store_without_session_says_what_to_give(tmp_path
                              "give --session CONVERSATION, or the bundles JSON Lines beside it\n")
 
 
+def test_a_wrong_flag_shows_the_commands_own_usage() -> None:
+    result = _run("serve", "--bogus")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: otel-agent-context serve [-h]")
+    assert result.stderr.endswith(
+        "otel-agent-context serve: error: unrecognized arguments: --bogus\n")
+    result = _run("query", "window", "conv-0000", "--nope")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: otel-agent-context query [-h]")
+    assert "unrecognized arguments: --nope" in result.stderr
+
+
 def test_serve_help_lists_the_flags() -> None:
     result = _run("serve", "--help")
     assert result.returncode == 0
