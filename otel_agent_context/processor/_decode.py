@@ -574,7 +574,7 @@ def _fast_json_request(document: dict[str, Any]) -> ExportTraceServiceRequest | 
 #: entry is ``(key, value)`` for an attribute kept as it came (a list of those alone is the
 #: attributes' dict, one C call) and not an array of the folded form, else ``(key or None,
 #: value, (kind, action, shown) or None)``: key None when the attribute is empty or dropped.
-_DECODED: dict[bytes, tuple[Any, ...]] = {}
+#: (``_Decoded``, made below: ``_DECODED[buf]`` decodes a miss)
 _MAX_DECODED = 65_536
 #: Only short encodings are cached (ids, kinds, reasons, names repeat; a 40 MiB document
 #: does not, and caching it would hold it after its request is written).
@@ -711,6 +711,16 @@ def _cache(buf: bytes) -> tuple[Any, ...]:
     return entry
 
 
+class _Decoded(dict[bytes, tuple[Any, ...]]):
+    """``cache[buf]`` is the entry of ``buf``, made by ``_cache`` on a miss: a hit stays in
+    C, and a miss is found without a pass over the entries."""
+
+    __missing__ = staticmethod(_cache)
+
+
+_DECODED = _Decoded()
+
+
 #: Up to this many attributes, a plain loop; beyond, one list of cache entries made a dict
 #: by one C call (cheaper per attribute, dearer to set up).
 _FEW = 8
@@ -721,17 +731,12 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     """The attributes' dict, through the boundary (repairs appended), and whether every one
     was clean and none repeated: nothing said and nothing of the folded form (whose arrays
     ``parallel_arrays`` lines up), the common case. Each attribute is decoded once."""
-    get = _DECODED.get
     rest: Iterable[tuple[bytes, tuple[Any, ...] | None]]
     if len(encoded) > _FEW:
         # a slice is one C call making every element (iterating a upb container asks for
-        # them one by one); ``all`` finds a miss without comparing entries to None
+        # them one by one); a miss is decoded by the cache's __missing__
         encoded = encoded[:]
-        entries = list(map(get, encoded))
-        if not all(entries):
-            for index, entry in enumerate(entries):  # the misses
-                if entry is None:
-                    entries[index] = _cache(encoded[index])
+        entries = list(map(_DECODED.__getitem__, encoded))
         out: dict[str, Any]
         try:
             out = dict(entries)  # type: ignore[arg-type]
@@ -744,10 +749,9 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     else:
         out = {}
         remaining = iter(encoded[:])  # a upb container iterated ends in an IndexError
+        cache = _DECODED
         for buf in remaining:
-            found = get(buf)
-            if found is None:
-                found = _cache(buf)
+            found = cache[buf]
             try:
                 key, value = found
             except ValueError:  # an entry of three: the rest from it on, below
@@ -761,7 +765,7 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     dropped_names: set[str] | None = None
     for buf, entry in rest:
         if entry is None:
-            entry = get(buf) or _cache(buf)
+            entry = _DECODED[buf]
         if len(entry) == 2:
             out[entry[0]] = entry[1]
             continue

@@ -86,19 +86,22 @@ def _build() -> dict[str, Any]:
               (8, "end_time_unix_nano", _F.TYPE_FIXED64, one, None),
               (9, "attributes", _F.TYPE_BYTES, many, None))
 
-    def rare(label: int) -> tuple[tuple[int, str, int, int, str | None], ...]:
+    def rare(label: int, kind: int, event: str | None, link: str | None
+             ) -> tuple[tuple[int, str, int, int, str | None], ...]:
         return ((10, "dropped_attributes_count", _F.TYPE_UINT32, one, None),
-                (11, "events", _F.TYPE_MESSAGE, label, "Event"),
+                (11, "events", kind, label, event),
                 (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
-                (13, "links", _F.TYPE_MESSAGE, label, "Link"),
+                (13, "links", kind, label, link),
                 # bytes: most spans carry none, and reading a message field makes a wrapper
                 (15, "status", _F.TYPE_BYTES, one, None))
 
-    message("Span", *common, *rare(many))
+    message("Span", *common, *rare(many, _F.TYPE_MESSAGE, "Event", "Link"))
     # A span's fields as Span's, but those most spans lack in one oneof (events and links
-    # singular, a probe only): ``WhichOneof("rare")`` None, one read, says that none is
-    # there, and the span is read from it alone; otherwise it is parsed as a Span.
-    message("SpanProbe", *common, *rare(one), oneof="rare", members=5)
+    # as single bytes, a probe only, not parsed): ``WhichOneof("rare")`` None, one read,
+    # says that none is there, and the span is read from it alone; else it is parsed as a
+    # Span.
+    message("SpanProbe", *common, *rare(one, _F.TYPE_BYTES, None, None), oneof="rare",
+            members=5)
     message("Event", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
             (2, "name", _F.TYPE_STRING, one, None),
             (3, "attributes", _F.TYPE_BYTES, many, None))
