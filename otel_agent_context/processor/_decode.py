@@ -63,13 +63,17 @@ from ..rebuild._completion import Accepted
 from ..rebuild._view import EventView, SpanView
 from ._memory import EVENT_COST, SPAN_OVERHEAD
 from ._wire import (
+    _SIGN,
+    _WRAP,
     INT,
     STRING,
     LiteRequest,
     LiteResource,
     LiteSpan,
+    LiteSpansRequest,
     LiteStatus,
     LiteTooDeep,
+    _varint,
     decode_key_value,
 )
 
@@ -570,7 +574,7 @@ def _fast_json_request(document: dict[str, Any]) -> ExportTraceServiceRequest | 
 #: entry is ``(key, value)`` for an attribute kept as it came (a list of those alone is the
 #: attributes' dict, one C call) and not an array of the folded form, else ``(key or None,
 #: value, (kind, action, shown) or None)``: key None when the attribute is empty or dropped.
-_DECODED: dict[bytes, tuple[Any, ...]] = {}
+#: (``_Decoded``, made below: ``_DECODED[buf]`` decodes a miss)
 _MAX_DECODED = 65_536
 #: Only short encodings are cached (ids, kinds, reasons, names repeat; a 40 MiB document
 #: does not, and caching it would hold it after its request is written).
@@ -640,22 +644,81 @@ def _array_kind(buf: bytes) -> str:
     return "array_value"
 
 
+def _head(key: str) -> bytes:
+    """A KeyValue's encoding up to its value's length: the key (field 1), field 2's tag."""
+    encoded = key.encode()
+    return b"\x0a" + bytes((len(encoded),)) + encoded + b"\x12"
+
+
+#: The encoded head (``_head``) of an attribute whose new values need no check: a plain
+#: text one (``PLAIN_TEXT``, any non-empty text kept) -> (key, None), a plain int one
+#: (``PLAIN_INT``) -> (key, the lowest value kept). New ids and counts, most cache misses,
+#: are read from these without the general decoder.
+_PLAIN_HEADS: dict[bytes, tuple[str, float | None]] = {
+    **{_head(key): (_INTERNED[key], None) for key in PLAIN_TEXT
+       if key not in PARALLEL_KEYS and len(key.encode()) < 0x80},
+    **{_head(key): (_INTERNED[key], low) for key, low in PLAIN_INT.items()
+       if key not in PARALLEL_KEYS and len(key.encode()) < 0x80}}
+
+
+def _plain(buf: bytes) -> tuple[str, Any] | None:
+    """The clean cache entry of a plain attribute's new value (see ``_PLAIN_HEADS``) in
+    the common encoding (one string or int, lengths under 128 bytes), else None: what
+    ``_decode_checked`` makes of it, without its general steps."""
+    try:
+        end = buf[1] + 3
+        found = _PLAIN_HEADS.get(buf[:end])
+        if found is None:
+            return None
+        size = len(buf)
+        length = buf[end]  # the value's, to the end of ``buf``
+        if length >= 0x80 or length + end + 1 != size:
+            return None
+        key, low = found
+        tag = buf[end + 1]
+        if low is None:
+            length = buf[end + 2]  # the text's, to the end, not empty
+            if tag == 0x0A and 0 < length < 0x80 and length + end + 3 == size:
+                return key, buf[end + 3:].decode()
+        elif tag == 0x18:
+            value, stop = _varint(buf, end + 2)
+            if stop == size:
+                if value >= _SIGN:
+                    value -= _WRAP
+                if value >= low:
+                    return key, value
+    except (IndexError, UnicodeDecodeError):
+        pass
+    return None
+
+
 def _cache(buf: bytes) -> tuple[Any, ...]:
     """``buf`` decoded and checked, and remembered if short (the clean form when it is)."""
-    key, value, noted = _decode_checked(buf)
-    entry: tuple[Any, ...] = (
-        (key, value) if noted is None and key is not None and key not in PARALLEL_KEYS
-        else (key, value, noted))
-    if len(buf) <= _MAX_CACHED_BYTES:
-        cache = _DECODED
-        cost = 2 * len(buf) + _ENTRY_OVERHEAD
+    entry: tuple[Any, ...] | None = _plain(buf)
+    if entry is None:
+        key, value, noted = _decode_checked(buf)
+        entry = ((key, value) if noted is None and key is not None
+                 and key not in PARALLEL_KEYS else (key, value, noted))
+    size = len(buf)
+    if size <= _MAX_CACHED_BYTES:
         held = _CACHE_BYTES
-        if len(cache) >= _MAX_DECODED or held[0] + cost > held[1]:
-            cache.clear()
-            held[0] = 0
-        cache[buf] = entry
-        held[0] += cost
+        total = held[0] + 2 * size + _ENTRY_OVERHEAD
+        if total > held[1] or len(_DECODED) >= _MAX_DECODED:
+            _DECODED.clear()
+            total = 2 * size + _ENTRY_OVERHEAD
+        _DECODED[buf] = entry
+        held[0] = total
     return entry
+
+
+class _Decoded(dict[bytes, tuple[Any, ...]]):
+    """``cache[buf]`` is the entry of ``buf``, made by ``_cache`` on a miss: a hit stays in
+    C, and a miss is found without a pass over the entries."""
+
+    __missing__ = staticmethod(_cache)
+
+
+_DECODED = _Decoded()
 
 
 #: Up to this many attributes, a plain loop; beyond, one list of cache entries made a dict
@@ -668,17 +731,12 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     """The attributes' dict, through the boundary (repairs appended), and whether every one
     was clean and none repeated: nothing said and nothing of the folded form (whose arrays
     ``parallel_arrays`` lines up), the common case. Each attribute is decoded once."""
-    get = _DECODED.get
     rest: Iterable[tuple[bytes, tuple[Any, ...] | None]]
     if len(encoded) > _FEW:
         # a slice is one C call making every element (iterating a upb container asks for
-        # them one by one); ``all`` finds a miss without comparing entries to None
+        # them one by one); a miss is decoded by the cache's __missing__
         encoded = encoded[:]
-        entries = list(map(get, encoded))
-        if not all(entries):
-            for index, entry in enumerate(entries):  # the misses
-                if entry is None:
-                    entries[index] = _cache(encoded[index])
+        entries = list(map(_DECODED.__getitem__, encoded))
         out: dict[str, Any]
         try:
             out = dict(entries)  # type: ignore[arg-type]
@@ -691,10 +749,9 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     else:
         out = {}
         remaining = iter(encoded[:])  # a upb container iterated ends in an IndexError
+        cache = _DECODED
         for buf in remaining:
-            found = get(buf)
-            if found is None:
-                found = _cache(buf)
+            found = cache[buf]
             try:
                 key, value = found
             except ValueError:  # an entry of three: the rest from it on, below
@@ -708,7 +765,7 @@ def _checked(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id: st
     dropped_names: set[str] | None = None
     for buf, entry in rest:
         if entry is None:
-            entry = get(buf) or _cache(buf)
+            entry = _DECODED[buf]
         if len(entry) == 2:
             out[entry[0]] = entry[1]
             continue
@@ -740,12 +797,14 @@ def _attributes(encoded: Sequence[bytes], repairs: list[Repair] | None, span_id:
     return _checked(encoded, repairs, span_id, event)[0]
 
 
-def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: bytes
-          ) -> SpanView:
+def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: bytes,
+          rare: bool = True) -> SpanView:
+    """``rare``: read the fields most spans lack (False: ``span`` is a ``SpanProbe`` that
+    has none of them)."""
     # Each field of a lite span is read once: every read of a upb field costs a call.
     span_id = span_id_bytes.hex()
     repairs: list[Repair] = []
-    raw_events = span.events
+    raw_events = span.events if rare else ()
     start = span.start_time_unix_nano
     end = span.end_time_unix_nano
     if not start or end < start:
@@ -771,9 +830,13 @@ def _view(span: Any, resource: dict[str, Any], trace_id: bytes, span_id_bytes: b
             time = start
         events.append(EventView(name, time, attributes))
     parent = span.parent_span_id
+    if not rare:
+        # positional: the order of SpanView's fields
+        return SpanView(trace_id.hex(), span_id, span.name, start, end, span_attributes,
+                        events, parent.hex() if parent else None, 0, 0, [], 0, resource,
+                        repairs, True)
     links = span.links
     status = span.status
-    # positional: the order of SpanView's fields
     return SpanView(
         trace_id.hex(), span_id, span.name, start, end, span_attributes, events,
         parent.hex() if parent else None, span.dropped_attributes_count,
@@ -805,38 +868,76 @@ def decode_request(body: bytes, request: ExportTraceServiceRequest | None = None
     except DecodeError as exc:
         raise InvalidRequest(f"malformed ExportTraceServiceRequest protobuf: {exc}") from None
     context, genai = _NEEDLES
-    keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
-    accepted_spans = out.accepted
-    for r, rs in enumerate(lite.resource_spans):
-        resource: dict[str, Any] | None = None
-        service = ""
+    resources = lite.resource_spans[:]
+    # (resource, scope, its spans' bytes, the indexes of those walked)
+    scopes: list[tuple[int, int, list[bytes], list[int]]] = []
+    walked = 0
+    for r, rs in enumerate(resources):
         for s, ss in enumerate(rs.scope_spans):
             spans = ss.spans[:]  # one C call (iterating the container ends in an IndexError)
             out.spans += len(spans)
-            for i, raw in enumerate(spans):
-                if context not in raw and genai not in raw:
-                    out.fast_path += 1
-                    continue
-                if resource is None:
-                    resource = _attributes(LiteResource.FromString(rs.resource).attributes,
-                                           None)
-                    service = str(resource.get(_SERVICE_NAME, ""))
-                accepted = _accept(raw, resource, service, out)
-                if accepted is not None:
-                    accepted_spans.append(accepted)
-                    keep.append((r, s, i))
+            indexes = [i for i, raw in enumerate(spans) if context in raw or genai in raw]
+            if indexes:
+                scopes.append((r, s, spans, indexes))
+                walked += len(indexes)
+    out.fast_path = out.spans - walked
+    # most spans walked: all parsed by one upb call (cheaper than one call a span)
+    parsed = _parsed(body) if 3 * walked >= 2 * out.spans else None
+    keep: list[tuple[int, int, int]] = []  # (resource, scope, span) of accepted spans
+    accepted_spans = out.accepted
+    resource: dict[str, Any] = {}
+    service = ""
+    current = -1
+    for r, s, spans, indexes in scopes:
+        if current != r:
+            current = r
+            resource = _attributes(LiteResource.FromString(resources[r].resource).attributes,
+                                   None)
+            service = str(resource.get(_SERVICE_NAME, ""))
+        lite_spans = _scope_spans(parsed, r, s, len(spans))
+        for i in indexes:
+            accepted = _accept(spans[i], resource, service, out,
+                               None if lite_spans is None else lite_spans[i])
+            if accepted is not None:
+                accepted_spans.append(accepted)
+                keep.append((r, s, i))
     if out.accepted:
         out.wal_payload = body if len(keep) == out.spans else subset(lite, keep, LiteRequest())
     return out
 
 
-def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded
-            ) -> Accepted | None:
+def _parsed(body: bytes) -> Any:
+    """The request with its spans as lite spans, or None if they cannot be read so (each
+    span is then parsed, and refused, alone)."""
     try:
-        span = LiteSpan.FromString(raw)
-    except DecodeError as exc:
-        out.reject(f"a span cannot be decoded: {exc}", service)
+        return LiteSpansRequest.FromString(body)
+    except DecodeError:
         return None
+
+
+def _scope_spans(parsed: Any, r: int, s: int, count: int) -> list[Any] | None:
+    """The lite spans of scope ``s`` of resource ``r`` of ``parsed``, if they line up with
+    the ``count`` spans read as bytes."""
+    if parsed is None:
+        return None
+    try:
+        spans: list[Any] = parsed.resource_spans[r].scope_spans[s].spans[:]
+    except IndexError:
+        return None
+    return spans if len(spans) == count else None
+
+
+def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded,
+            span: Any = None) -> Accepted | None:
+    """``raw`` as an envelope's span (``span``: it parsed as a ``SpanProbe`` already), or
+    None (rejected, or counted as not one)."""
+    rare = span is None or span.WhichOneof("rare") is not None
+    if rare:
+        try:
+            span = LiteSpan.FromString(raw)
+        except DecodeError as exc:
+            out.reject(f"a span cannot be decoded: {exc}", service)
+            return None
     trace_id = span.trace_id
     span_id = span.span_id
     if len(trace_id) != 16 or len(span_id) != 8 or trace_id == _ZERO_TRACE:
@@ -844,7 +945,7 @@ def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded
                    service)
         return None
     try:
-        view = _view(span, resource, trace_id, span_id)
+        view = _view(span, resource, trace_id, span_id, rare)
     except DecodeError as exc:
         out.reject(f"{_describe(span)}: an attribute cannot be decoded: {exc}", service)
         return None

@@ -30,6 +30,7 @@ __all__ = [
     "LiteRequest",
     "LiteResource",
     "LiteSpan",
+    "LiteSpansRequest",
     "LiteStatus",
     "LiteTooDeep",
     "any_value",
@@ -50,12 +51,18 @@ def _build() -> dict[str, Any]:
         name="otel_agent_context/processor/lite.proto", package=_PACKAGE, syntax="proto3")
     one, many = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
-    def message(name: str, *fields: tuple[int, str, int, int, str | None]) -> None:
+    def message(name: str, *fields: tuple[int, str, int, int, str | None],
+                oneof: str | None = None, members: int = 0) -> None:
+        """``oneof``: the last ``members`` fields are in a oneof of that name."""
         proto = file.message_type.add(name=name)
-        for number, field_name, kind, label, type_name in fields:
+        if oneof:
+            proto.oneof_decl.add(name=oneof)
+        for index, (number, field_name, kind, label, type_name) in enumerate(fields):
             field = proto.field.add(name=field_name, number=number, type=kind, label=label)
             if type_name:
                 field.type_name = f".{_PACKAGE}.{type_name}"
+            if oneof and index >= len(fields) - members:
+                field.oneof_index = 0
 
     message("Request", (1, "resource_spans", _F.TYPE_MESSAGE, many, "ResourceSpans"))
     message("ResourceSpans", (1, "resource", _F.TYPE_BYTES, one, None),
@@ -64,20 +71,37 @@ def _build() -> dict[str, Any]:
     message("ScopeSpans", (1, "scope", _F.TYPE_BYTES, one, None),
             (2, "spans", _F.TYPE_BYTES, many, None),
             (3, "schema_url", _F.TYPE_STRING, one, None))
+    # the same request with its spans as lite spans: one upb call parses every span of a
+    # request most of whose spans are walked (the rest of it is skipped as unknown fields)
+    message("SpansRequest", (1, "resource_spans", _F.TYPE_MESSAGE, many, "SpansResource"))
+    message("SpansResource", (2, "scope_spans", _F.TYPE_MESSAGE, many, "SpansScope"))
+    message("SpansScope", (2, "spans", _F.TYPE_MESSAGE, many, "SpanProbe"))
     message("Resource", (1, "attributes", _F.TYPE_BYTES, many, None))
-    message("Span", (1, "trace_id", _F.TYPE_BYTES, one, None),
-            (2, "span_id", _F.TYPE_BYTES, one, None),
-            (4, "parent_span_id", _F.TYPE_BYTES, one, None),
-            (5, "name", _F.TYPE_STRING, one, None),
-            (7, "start_time_unix_nano", _F.TYPE_FIXED64, one, None),
-            (8, "end_time_unix_nano", _F.TYPE_FIXED64, one, None),
-            (9, "attributes", _F.TYPE_BYTES, many, None),
-            (10, "dropped_attributes_count", _F.TYPE_UINT32, one, None),
-            (11, "events", _F.TYPE_MESSAGE, many, "Event"),
-            (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
-            (13, "links", _F.TYPE_MESSAGE, many, "Link"),
-            # bytes: most spans carry none, and reading a message field makes a wrapper
-            (15, "status", _F.TYPE_BYTES, one, None))
+    # what every span has; then those most spans lack
+    common = ((1, "trace_id", _F.TYPE_BYTES, one, None),
+              (2, "span_id", _F.TYPE_BYTES, one, None),
+              (4, "parent_span_id", _F.TYPE_BYTES, one, None),
+              (5, "name", _F.TYPE_STRING, one, None),
+              (7, "start_time_unix_nano", _F.TYPE_FIXED64, one, None),
+              (8, "end_time_unix_nano", _F.TYPE_FIXED64, one, None),
+              (9, "attributes", _F.TYPE_BYTES, many, None))
+
+    def rare(label: int, kind: int, event: str | None, link: str | None
+             ) -> tuple[tuple[int, str, int, int, str | None], ...]:
+        return ((10, "dropped_attributes_count", _F.TYPE_UINT32, one, None),
+                (11, "events", kind, label, event),
+                (12, "dropped_events_count", _F.TYPE_UINT32, one, None),
+                (13, "links", kind, label, link),
+                # bytes: most spans carry none, and reading a message field makes a wrapper
+                (15, "status", _F.TYPE_BYTES, one, None))
+
+    message("Span", *common, *rare(many, _F.TYPE_MESSAGE, "Event", "Link"))
+    # A span's fields as Span's, but those most spans lack in one oneof (events and links
+    # as single bytes, a probe only, not parsed): ``WhichOneof("rare")`` None, one read,
+    # says that none is there, and the span is read from it alone; else it is parsed as a
+    # Span.
+    message("SpanProbe", *common, *rare(one, _F.TYPE_BYTES, None, None), oneof="rare",
+            members=5)
     message("Event", (1, "time_unix_nano", _F.TYPE_FIXED64, one, None),
             (2, "name", _F.TYPE_STRING, one, None),
             (3, "attributes", _F.TYPE_BYTES, many, None))
@@ -104,12 +128,13 @@ def _build() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
-        f"{_PACKAGE}.{name}")) for name in ("Request", "Resource", "Span", "Status",
+        f"{_PACKAGE}.{name}")) for name in ("Request", "SpansRequest", "Resource", "Span", "Status",
                                             "LogsRequest", "LogRecord", "TooDeep")}
 
 
 _CLASSES = _build()
 LiteRequest: Any = _CLASSES["Request"]
+LiteSpansRequest: Any = _CLASSES["SpansRequest"]
 LiteResource: Any = _CLASSES["Resource"]
 LiteSpan: Any = _CLASSES["Span"]
 LiteStatus: Any = _CLASSES["Status"]
