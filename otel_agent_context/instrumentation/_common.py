@@ -228,8 +228,7 @@ def distinct_ids(blocks: list[Block], ids: Sequence[Any] | None = None) -> bool:
         count = seen.get(block.item_id, 0) + 1
         seen[block.item_id] = count
         if count > 1:
-            blocks[i] = replace(block, item_id=f"{block.item_id}#{count}", _item=None,
-                                _row=None)
+            blocks[i] = replace(block, item_id=f"{block.item_id}#{count}", _item=None)
     return True
 
 
@@ -257,7 +256,8 @@ class Block:
     #: source refs), never exported.
     text: str | None = None
     #: What the call's records read of it (``_folded.block_columns``), kept when first read
-    _row: Row | None = field(default=None, compare=False, repr=False)
+    #: (not an init field: a copy made by ``replace`` starts without it)
+    _row: Row | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def plain(self) -> bool:

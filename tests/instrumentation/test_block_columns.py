@@ -208,3 +208,28 @@ def test_the_overflow_strategy_still_reads_the_estimate_when_it_truncates() -> N
         assert any(e.name == S.EVENT_BUDGET_TRUNCATED for e in span.events)
     finally:
         tel.shutdown()
+
+
+def test_a_later_usage_chunk_without_details_replaces_the_earlier_counts() -> None:
+    """Servers that send usage on every chunk: the last one wins, details and all (a cache
+    or reasoning count of an earlier chunk is not kept when the last has none)."""
+    from openai.types.chat import ChatCompletionChunk
+
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    first = ChatCompletionChunk.model_validate({**base, "choices": [], "usage": {
+        "prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11,
+        "prompt_tokens_details": {"cached_tokens": 8},
+        "completion_tokens_details": {"reasoning_tokens": 1}}})
+    last = ChatCompletionChunk.model_validate({**base, "choices": [], "usage": {
+        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
+    for chunks in ([first, last], [first.model_dump(), last.model_dump(exclude_none=True)]):
+        acc = OX.ChatAccumulator(False)
+        for chunk in chunks:
+            acc.add(chunk)
+        out = acc.result()
+        assert (out.input_tokens, out.output_tokens) == (10, 2)
+        assert (out.cache_read, out.cache_write, out.reasoning_tokens) == (None, None, None)
+    acc = OX.ChatAccumulator(False)
+    acc.add(first)
+    out = acc.result()
+    assert (out.cache_read, out.reasoning_tokens) == (8, 1)

@@ -241,13 +241,15 @@ def _chat_usage(out: Outcome, usage: Any) -> None:
         return
     out.input_tokens = _get(usage, "prompt_tokens")
     out.output_tokens = _get(usage, "completion_tokens")
+    # each read sets all three: a stream's later usage chunk replaces an earlier one's
     details = _get(usage, "prompt_tokens_details")
-    if details is not None:  # None has none of them: _get would say None
+    if details is None:  # without a _get of None for each
+        out.cache_read = out.cache_write = None
+    else:
         out.cache_read = _get(details, "cached_tokens")
         out.cache_write = _get(details, "cache_write_tokens")
     details = _get(usage, "completion_tokens_details")
-    if details is not None:
-        out.reasoning_tokens = _get(details, "reasoning_tokens")
+    out.reasoning_tokens = None if details is None else _get(details, "reasoning_tokens")
 
 
 class ChatAccumulator(Accumulator):
