@@ -44,6 +44,8 @@ from ._stages import Assembly, Budget, Compaction, Selection, Surface
 from ._version import __version__
 
 _NOOP_ENVELOPE = NOOP  # its name before the split (tests import it)
+#: a plain string: an enum member's ``.value`` is a Python-level property read, every call
+_TURN = Scope.TURN.value
 
 __all__ = [
     "AgentContext",
@@ -181,9 +183,9 @@ class AgentContext:
         call's records at its start and with its budget's when it stops (see
         ``Envelope._set``)."""
         context_id = self._ids.new("ctx")
-        env = Envelope(self, span, False, context_id, None, "unknown", Scope.TURN.value,
+        env = Envelope(self, span, False, context_id, None, "unknown", _TURN,
                        self._events.logger())
-        env._pending = {S.CONTEXT_ID: context_id, S.CONTEXT_SCOPE: Scope.TURN.value,
+        env._pending = {S.CONTEXT_ID: context_id, S.CONTEXT_SCOPE: _TURN,
                         S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
                         S.CONTEXT_PRODUCER: self.producer}
         # ours, but the producer: the application's (a string, unless misused)

@@ -26,7 +26,7 @@ from ._stages import Budget
 if TYPE_CHECKING:
     from ._envelope import Envelope
 
-__all__ = ["FoldedBudget", "Segment", "fold_call"]
+__all__ = ["FoldedBudget", "Segment", "block_columns", "fold_call"]
 
 #: (name, order or None, reserved tokens or None, used tokens or None)
 Segment = tuple[str, "int | None", "int | None", "int | None"]
@@ -52,11 +52,34 @@ class FoldedBudget(Budget):
             self._env._set(self._span, attrs)
 
 
-def _ints(values: Sequence[int | None]) -> list[int]:
-    return [-1 if v is None else v for v in values]
+def _ints(values: Sequence[int | None]) -> tuple[int, ...]:
+    return tuple([-1 if v is None else v for v in values])
 
 
 _TEXT = frozenset((str,))
+
+#: A block's row (``block_columns``): item id, kind, tokens, injection point, digest,
+#: segment, cache breakpoint, and whether the block is plain (inline, no native id).
+Row = tuple[Any, str, int, str, str, str, bool, bool]
+_NO_ROWS: list[tuple[Any, ...]] = [()] * 8
+
+
+def _block_row(block: Any) -> Row:
+    row = block._row = (
+        block.item_id, block.kind or "", block.tokens, block.point or "", block.digest or "",
+        block.segment, block.cache_breakpoint,
+        block.content_mode == _INLINE and not block.tool_call_id and not block.response_id)
+    return row
+
+
+def block_columns(blocks: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The fields of the blocks a call's records read (``Row``), as columns: element i of
+    each is block i's. Each block's row is kept on it when first read (a block is not
+    changed once read; a renamed one is a copy), so a remembered block (a history sent
+    again) is read once, and the columns are one comprehension and a ``zip`` in C instead
+    of a comprehension per field and reader (ids, segments, the fold's arrays)."""
+    rows = [b._row or _block_row(b) for b in blocks]
+    return list(zip(*rows, strict=True)) if rows else _NO_ROWS
 
 
 def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
@@ -74,12 +97,14 @@ def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
 def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
               reserved_tokens: int | None, overflow_strategy: str | None,
               segments: Sequence[Segment], blocks: Sequence[Any],
-              sources: Sequence[Sequence[str]] | None, capture: bool) -> FoldedBudget:
+              sources: Sequence[Sequence[str]] | None, capture: bool,
+              columns: list[tuple[Any, ...]] | None = None) -> FoldedBudget:
     """Record one model call on ``span``: budget, window segments, assembly of ``blocks``
     (the instrumentors' ``Block``: item_id, kind, tokens, point, digest, content,
     content_mode, content_ref, tool_call_id, response_id) and its injection. ``sources``:
-    per block, the ids of the envelope's items its text carries (None: none). Returns the
-    budget, to record what the response says and to stop with the call."""
+    per block, the ids of the envelope's items its text carries (None: none). ``columns``:
+    ``block_columns(blocks)`` when the caller has them. Returns the budget, to record what
+    the response says and to stop with the call."""
     owner = env._owner
     ids = owner._ids
     budget_id = ids.new("bud")
@@ -94,15 +119,16 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
         attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
     budget = FoldedBudget(env, span, budget_id, attrs)
     if segments:  # arrays as tuples: what the span stores (see _fastattrs)
-        attrs[S.WINDOW_SEGMENT_NAMES] = tuple([s[0] for s in segments])
-        attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(_ints([s[1] for s in segments]))
-        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(_ints([s[2] for s in segments]))
-        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(_ints([s[3] for s in segments]))
+        names, orders, reserved, used = zip(*segments, strict=True)
+        attrs[S.WINDOW_SEGMENT_NAMES] = names
+        attrs[S.WINDOW_SEGMENT_ORDERS] = _ints(orders)
+        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = _ints(reserved)
+        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = _ints(used)
 
-    # one comprehension per array: a Python loop appending to eight lists cost twice as much
-    item_ids = [b.item_id for b in blocks]
-    digests = [b.digest or "" for b in blocks]
-    tokens = [b.tokens for b in blocks]
+    ids_col, kinds, tokens, points, digests_col, _, _, plains = (
+        block_columns(blocks) if columns is None else columns)
+    item_ids = list(ids_col)  # lists: what the assembly hash's memo compares
+    digests = list(digests_col)
     total = sum(tokens)
     named = env._named
     named.update(item_ids)
@@ -114,8 +140,7 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
             named.update(mine)
             refs.extend(mine)
             counts.append(len(mine))
-    plain = not any(b.content_mode != _INLINE or b.tool_call_id or b.response_id
-                    for b in blocks)
+    plain = all(plains)
     assembly_hash = assembly_digest(item_ids, digests)
     assembly_id = ids.new("asm")
     attrs[S.ASSEMBLY_ID] = assembly_id
@@ -123,11 +148,11 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     attrs[S.ASSEMBLY_BLOCK_COUNT] = len(item_ids)
     attrs[S.ASSEMBLY_TOKEN_COUNT] = total
     attrs[S.ASSEMBLY_HASH] = assembly_hash
-    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = tuple(item_ids)
-    attrs[S.ASSEMBLY_BLOCK_KINDS] = tuple([b.kind or "" for b in blocks])
-    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tuple(tokens)
-    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = tuple([b.point or "" for b in blocks])
-    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = tuple(digests)
+    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = ids_col
+    attrs[S.ASSEMBLY_BLOCK_KINDS] = kinds
+    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens
+    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = points
+    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = digests_col
     # Every value here is built by our own code (ids, digests, kinds, injection points and
     # token counts of the instrumentors' blocks, our window sizes) but the item ids, which
     # may be an application's or an API's: text, or the SDK checks the whole write.

@@ -40,7 +40,7 @@ import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import accumulate, chain, compress
 from timeit import default_timer
 from typing import Any
 
@@ -51,6 +51,7 @@ from opentelemetry.context import Context, attach, detach
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
+from .. import _digest
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._digest import recall, remember
@@ -60,7 +61,7 @@ from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
-from .._folded import Segment, fold_call
+from .._folded import Row, Segment, block_columns, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
@@ -117,6 +118,8 @@ SEG_TOOLS = "tool_definitions"
 SEG_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
 SEG_OUTPUT = "output"
 _SEGMENT_ORDER = (SEG_SYSTEM, SEG_DEVELOPER, SEG_TOOLS, SEG_HISTORY)
+#: plain strings: an enum member's ``.value`` is a Python-level property read
+_TRUNCATE_MIDDLE = OverflowStrategy.TRUNCATE_MIDDLE.value
 
 # "maximum context length is 128000 tokens ... resulted in 130000 tokens" /
 # "prompt is too long: 210000 tokens > 200000 maximum"
@@ -176,6 +179,7 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
 
 
 _PLAIN_BLOCK = "plain block"
+_memo_get = _digest._MEMO.get  # the memo is cleared, never replaced
 
 
 def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Block:
@@ -185,8 +189,8 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
     send it, so it is never changed: :func:`distinct_ids` renames a copy). The same fields
     as ``make_block`` with :func:`message_facts`' id."""
     key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator)
-    block = recall(key)
-    if block is None:
+    block = _memo_get(key)  # recall() without its call: once a message, every call
+    if block is None or not _digest._resolved:
         item_id, tokens, digest = message_facts(role, text)
         block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
                       None, None, False, None, text or None)
@@ -210,19 +214,22 @@ def known_message_id(role: str, text: str) -> str | None:
     return ids.pop(0) if ids else None
 
 
-def distinct_ids(blocks: list[Block]) -> None:
+def distinct_ids(blocks: list[Block], ids: Sequence[Any] | None = None) -> bool:
     """Two blocks never share an item id: a repeat of a message (the same text again, later
     in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls. A renamed
-    block is a copy in its place (a remembered one, see :func:`plain_block`, is shared)."""
-    ids = [b.item_id for b in blocks]
+    block is a copy in its place (a remembered one, see :func:`plain_block`, is shared).
+    ``ids``: the blocks' item ids when the caller has them. Whether a block was renamed."""
+    if ids is None:
+        ids = [b.item_id for b in blocks]
     if len(set(ids)) == len(ids):
-        return  # no repeat (the usual history): nothing to rename
+        return False  # no repeat (the usual history): nothing to rename
     seen: dict[str, int] = {}
     for i, block in enumerate(blocks):
         count = seen.get(block.item_id, 0) + 1
         seen[block.item_id] = count
         if count > 1:
             blocks[i] = replace(block, item_id=f"{block.item_id}#{count}", _item=None)
+    return True
 
 
 @dataclass(slots=True)
@@ -248,6 +255,9 @@ class Block:
     #: The text, always: compared in process with the envelope's selected items (block
     #: source refs), never exported.
     text: str | None = None
+    #: What the call's records read of it (``_folded.block_columns``), kept when first read
+    #: (not an init field: a copy made by ``replace`` starts without it)
+    _row: Row | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def plain(self) -> bool:
@@ -545,8 +555,10 @@ class Call:
                 tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
         self.target = span
         self.env = env
-        distinct_ids(req.blocks)
-        segments = _segments(req)
+        columns = block_columns(req.blocks)  # read once: for the ids, segments and fold
+        if distinct_ids(req.blocks, columns[0]):
+            columns = block_columns(req.blocks)
+        segments = _segments(req, columns)
         # the items selected or surfaced in the envelope that each block's text carries
         # (None: nothing to compare, the usual case)
         found = env._block_sources([(b.item_id, b.digest, b.text) for b in req.blocks]
@@ -556,7 +568,7 @@ class Call:
                                     reserved_tokens=req.reserved_output,
                                     overflow_strategy=req.overflow_strategy,
                                     segments=segments, blocks=req.blocks, sources=found,
-                                    capture=tel.capture)
+                                    capture=tel.capture, columns=columns)
         else:
             self._stage_spans(env, span, req, segments, found)
         if req.compacted:
@@ -661,11 +673,10 @@ class Call:
             return
         if out.input_tokens is not None:
             budget.actual(tokens=out.input_tokens, items=len(req.blocks))
-        estimated = req.estimated_input
-        if (req.overflow_strategy == OverflowStrategy.TRUNCATE_MIDDLE.value and self.window
+        if (req.overflow_strategy == _TRUNCATE_MIDDLE and self.window
                 and out.input_tokens is not None
-                and estimated + (req.reserved_output or 0) > self.window
-                and out.input_tokens < estimated):
+                and (estimated := req.estimated_input) + (req.reserved_output or 0)
+                > self.window and out.input_tokens < estimated):
             budget.truncated(segment=SEG_HISTORY, strategy=OverflowStrategy.TRUNCATE_MIDDLE,
                              tokens_before=estimated, tokens_after=out.input_tokens)
             # the input before the cut did not fit: an overflow, as for any trimmer
@@ -745,19 +756,18 @@ class Call:
                 env.fail(exc)
 
 
-def _segments(req: Request) -> list[Segment]:
+def _segments(req: Request, columns: list[tuple[Any, ...]] | None = None) -> list[Segment]:
     """The window's layout: the used segments in order, the output reserve, then the
-    prefixes up to each cache breakpoint (unordered: they overlap the others)."""
+    prefixes up to each cache breakpoint (unordered: they overlap the others).
+    ``columns``: ``block_columns(req.blocks)`` when the caller has them."""
+    if columns is None:
+        columns = block_columns(req.blocks)
+    tokens, breakpoints = columns[2], columns[6]
     used: dict[str, int] = {}
-    prefixes: list[int] = []  # the tokens up to each cache breakpoint
-    prefix = 0
-    for b in req.blocks:
-        tokens = b.tokens
-        seg = b.segment
-        used[seg] = used.get(seg, 0) + tokens
-        prefix += tokens
-        if b.cache_breakpoint:
-            prefixes.append(prefix)
+    for seg, n in zip(columns[5], tokens, strict=True):
+        used[seg] = used.get(seg, 0) + n
+    # the tokens up to each cache breakpoint: running totals, in C
+    prefixes = list(compress(accumulate(tokens), breakpoints)) if any(breakpoints) else []
     if req.tool_tokens:
         used[SEG_TOOLS] = req.tool_tokens
     out: list[Segment] = []
@@ -1032,6 +1042,8 @@ def _materialize(kwargs: dict[str, Any]) -> bool:
     same exception, so the SDK meets the application's error where it would have."""
     failed: list[BaseException] = []
     for key, value in kwargs.items():
+        if type(value) in _PLAIN_TYPES:
+            continue  # the model, the sizes: no call for them
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled

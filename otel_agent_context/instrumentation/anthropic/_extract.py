@@ -204,11 +204,17 @@ def _declared_or_extra(result: Any, key: str) -> Any:
 
 
 def messages_response(result: Any, capture: bool) -> Outcome:
-    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
-    stop = _get(result, "stop_reason")
+    try:  # an SDK Message: its fields as attributes, without a _get each
+        if isinstance(result, dict):
+            raise AttributeError
+        rid, model, stop, usage = result.id, result.model, result.stop_reason, result.usage
+    except AttributeError:  # a dict, or another object: a missing field is None
+        rid, model, stop, usage = (_get(result, "id"), _get(result, "model"),
+                                   _get(result, "stop_reason"), _get(result, "usage"))
+    out = Outcome(response_id=rid, response_model=model)
     if stop:
         out.finish_reasons = [_FINISH.get(str(stop), str(stop))]
-    _usage(out, _get(result, "usage"))
+    _usage(out, usage)
     _edits(out, _declared_or_extra(result, "context_management"))
     if capture:
         out.output_messages = [OutputMessage(

@@ -212,11 +212,19 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
 
 
 def chat_response(result: Any, capture: bool) -> Outcome:
-    out = Outcome(response_id=_get(result, "id"), response_model=_get(result, "model"))
-    choices = _get(result, "choices") or ()
+    try:  # an SDK ChatCompletion: its fields as attributes, without a _get each
+        if isinstance(result, dict):
+            raise AttributeError
+        rid, model, choices, usage, fingerprint = (
+            result.id, result.model, result.choices, result.usage, result.system_fingerprint)
+    except AttributeError:  # a dict, or another object: a missing field is None
+        rid, model, choices, usage, fingerprint = (
+            _get(result, "id"), _get(result, "model"), _get(result, "choices"),
+            _get(result, "usage"), _get(result, "system_fingerprint"))
+    out = Outcome(response_id=rid, response_model=model)
+    choices = choices or ()
     out.finish_reasons = [str(_get(c, "finish_reason") or "error") for c in choices]
-    _chat_usage(out, _get(result, "usage"))
-    fingerprint = _get(result, "system_fingerprint")
+    _chat_usage(out, usage)
     if isinstance(fingerprint, str) and fingerprint:
         out.attributes["openai.response.system_fingerprint"] = fingerprint
     if capture:
@@ -233,9 +241,15 @@ def _chat_usage(out: Outcome, usage: Any) -> None:
         return
     out.input_tokens = _get(usage, "prompt_tokens")
     out.output_tokens = _get(usage, "completion_tokens")
-    out.cache_read = _get(_get(usage, "prompt_tokens_details"), "cached_tokens")
-    out.cache_write = _get(_get(usage, "prompt_tokens_details"), "cache_write_tokens")
-    out.reasoning_tokens = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
+    # each read sets all three: a stream's later usage chunk replaces an earlier one's
+    details = _get(usage, "prompt_tokens_details")
+    if details is None:  # without a _get of None for each
+        out.cache_read = out.cache_write = None
+    else:
+        out.cache_read = _get(details, "cached_tokens")
+        out.cache_write = _get(details, "cache_write_tokens")
+    details = _get(usage, "completion_tokens_details")
+    out.reasoning_tokens = None if details is None else _get(details, "reasoning_tokens")
 
 
 class ChatAccumulator(Accumulator):
