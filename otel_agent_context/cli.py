@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "otel_agent_context.processor._cli",  # serve, demo, timeline
     "otel_agent_context._schema_cli",  # schema, validate
     "otel_agent_context.adapters._cli",  # watch
+    "otel_agent_context.instrumentation._stub_cli",  # stub
 )
 
 

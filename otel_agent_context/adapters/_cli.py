@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from .._api import AgentContext
+from .._signals import stop_on_signals
 from ..exceptions import ConfigError
 from ..rebuild import BundleSpanProcessor
 from ._watch import SessionWatcher
@@ -183,25 +182,20 @@ def _watch(args: argparse.Namespace) -> int:
     provider.add_span_processor(processor)
     watcher = SessionWatcher(session, AgentContext(tracer_provider=provider),
                              state=_load_state(state_path))
-    stop = threading.Event()
-    previous = {}
-    if not args.once and threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, lambda *_: stop.set())
-    try:
-        if not args.once and reporting is not None:
-            # fail fast: the first build goes out at once, and if nothing can take it, say
-            # so and stop instead of following the folder into the void
-            watcher.poll()
-            provider.force_flush()
-            if reporting.failed and not reporting.sent:
-                return _unreachable(reporting)
-        watcher.run(interval=args.interval, stop=stop, max_polls=1 if args.once else None)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _save_state(state_path, watcher.state())
-        provider.shutdown()  # flushes the exporter / the bundle file
+    with stop_on_signals(active=not args.once) as stop:
+        try:
+            if not args.once and reporting is not None:
+                # fail fast: the first build goes out at once, and if nothing can take it,
+                # say so and stop instead of following the folder into the void
+                watcher.poll()
+                provider.force_flush()
+                if reporting.failed and not reporting.sent:
+                    return _unreachable(reporting)
+            watcher.run(interval=args.interval, stop=stop,
+                        max_polls=1 if args.once else None)
+        finally:
+            _save_state(state_path, watcher.state())
+            provider.shutdown()  # flushes the exporter / the bundle file
     if reporting is not None and reporting.failed:
         return _unreachable(reporting)
     return 0

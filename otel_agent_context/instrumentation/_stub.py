@@ -37,6 +37,7 @@ import itertools
 import json
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -163,7 +164,10 @@ def _text_format_reply(messages: list[Any]) -> str | None:
 
 
 class _State:
-    def __init__(self) -> None:
+    def __init__(self, keep_requests: bool = True,
+                 on_request: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.keep_requests = keep_requests
+        self.on_request = on_request
         self.ids = itertools.count(1)
         self.responses: dict[str, int] = {}  # stored response id -> its total tokens
         self.cache: set[str] = set()  # anthropic cached prefixes (digests)
@@ -215,11 +219,17 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
-            self._json(400, {"error": {"message": "invalid JSON", "type": "invalid_request"}})
+            body = None
+        if not isinstance(body, dict):
+            self._json(400, {"error": {"message": "the body is not a JSON object",
+                                       "type": "invalid_request"}})
             return
         state = self.server.state
-        with state.lock:
-            state.requests.append((self.path, body))
+        if state.keep_requests:
+            with state.lock:
+                state.requests.append((self.path, body))
+        if state.on_request is not None:
+            state.on_request(self.path, body)
         path = self.path.split("?", 1)[0]
         if path == "/v1/chat/completions":
             self._chat(body)
@@ -546,11 +556,16 @@ class _Server(ThreadingHTTPServer):
 
 
 class StubServer:
-    """The stub on ``127.0.0.1`` and a free port, served from a background thread."""
+    """The stub on ``127.0.0.1`` and a free port, served from a background thread.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``keep_requests=False`` keeps no request (``requests`` stays empty: a long-running stub's
+    memory stays flat); ``on_request(path, body)`` is called on the serving thread for each.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, keep_requests: bool = True,
+                 on_request: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self._server = _Server((host, port), _Handler)
-        self._server.state = _State()
+        self._server.state = _State(keep_requests, on_request)
         self._thread: threading.Thread | None = None
 
     @property

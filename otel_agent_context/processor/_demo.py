@@ -10,7 +10,6 @@ endpoint instead (the docker-compose demo agent), ``--forever`` keeps sending a 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._signals import stop_on_signals
 from ..exceptions import ConfigError
 from ._summary import summarize
 from ._ui import session_path
@@ -123,18 +123,10 @@ def _tracer_provider(endpoint: str, protocol: str) -> tuple[Any, Any]:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from .._demo_agent import run_demo
 
-    stop = threading.Event()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, lambda *_: stop.set())
-    try:
+    with stop_on_signals() as stop:
         if args.endpoint:
             return _run_external(args, run_demo, stop, out)
         return _run_embedded(args, run_demo, stop, out)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _run_external(args: argparse.Namespace, run_demo: Any, stop: threading.Event,
