@@ -4,6 +4,7 @@ are loaded into an in-memory store so every question is answered by the same SQL
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,21 @@ import orjson
 
 from ._store import DEFAULT_SQLITE_NAME, Store, StoreError, open_store
 
-__all__ = ["bundle_lines", "open_source"]
+__all__ = ["bundle_lines", "is_sqlite_file", "open_source"]
 
-_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_sqlite_file(source: str | Path) -> bool:
+    """Whether ``source`` is a regular file holding a SQLite database (by its header, so a
+    store under any name is recognised and a bundles file named ``.db`` is not)."""
+    if not os.path.isfile(source):  # a FIFO would be waited on; the readers refuse it
+        return False
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def open_source(source: str, *, warn: Any = None) -> Store:
@@ -30,7 +43,7 @@ def open_source(source: str, *, warn: Any = None) -> Store:
         raise StoreError(f"{source}: not a regular file")
     if path.is_dir() and (path / DEFAULT_SQLITE_NAME).is_file():
         return open_store(str(path / DEFAULT_SQLITE_NAME), durable=False, read_only=True)
-    if path.is_file() and path.suffix in _SQLITE_SUFFIXES:
+    if is_sqlite_file(path):
         return open_store(str(path), durable=False, read_only=True)
     store = open_store(":memory:", durable=False)
     bad = 0

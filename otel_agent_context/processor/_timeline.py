@@ -8,14 +8,13 @@ FILE is a bundles JSON Lines file (or a directory of them, such as ``serve --out
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any, TextIO
 
 import orjson
 
 from .._store import StoreError
-from .._store._source import bundle_lines
+from .._store._source import bundle_lines, is_sqlite_file
 from ._config import DEFAULT_OUT, DEFAULT_TRACE_URL
 from ._query import run_session
 from ._summary import render_table, summarize, timeline_rows
@@ -42,20 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --session: the link to a turn's trace ({trace_id})")
 
 
-def _is_sqlite(source: str) -> bool:
-    if not os.path.isfile(source):  # a FIFO would be waited on; the reader below refuses it
-        return False
-    try:
-        with open(source, "rb") as handle:
-            return handle.read(16) == b"SQLite format 3\x00"
-    except OSError:  # '-', a directory, a missing file: the reader below says what is wrong
-        return False
-
-
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     if getattr(args, "session", None):
         return run_session(args, out, err)
-    if _is_sqlite(args.file):
+    if is_sqlite_file(args.file):
         print(f"otel-agent-context timeline: {args.file} is a bundle store (SQLite): give "
               f"--session CONVERSATION, or the bundles JSON Lines beside it", file=err)
         return 2

@@ -27,7 +27,7 @@ def test_timeline_session_in_the_terminal(demo_out: Path, demo_bundles: list) ->
     assert f"    {item}  {reason}" in every
 
 
-def test_the_same_answers_from_json_lines_sqlite_and_stdin(demo_out: Path) -> None:
+def test_the_same_answers_from_json_lines_sqlite_and_stdin(demo_out: Path, tmp_path: Path) -> None:
     from_dir = run_cli("timeline", str(demo_out), "--session", "conv-0000", "--json").stdout
     jsonl = sorted(demo_out.glob("bundles-*.jsonl"))[0]
     from_jsonl = run_cli("timeline", str(jsonl), "--session", "conv-0000", "--json").stdout
@@ -35,9 +35,19 @@ def test_the_same_answers_from_json_lines_sqlite_and_stdin(demo_out: Path) -> No
                       "--json").stdout
     from_stdin = run_cli("timeline", "-", "--session", "conv-0000", "--json",
                          stdin=jsonl.read_bytes()).stdout.decode()
+    # a store is known by its contents, not its name: a copy named `.bak` is still a store,
+    # and bundles in a file named `.db` are still bundles
+    renamed_db = tmp_path / "store-copy.bak"
+    renamed_db.write_bytes((demo_out / "context.db").read_bytes())
+    from_renamed_db = run_cli("timeline", str(renamed_db), "--session", "conv-0000",
+                              "--json").stdout
+    renamed_jsonl = tmp_path / "bundles.db"
+    renamed_jsonl.write_bytes(jsonl.read_bytes())
+    from_renamed_jsonl = run_cli("timeline", str(renamed_jsonl), "--session", "conv-0000",
+                                 "--json").stdout
     parsed = json.loads(from_dir)
     assert len(parsed["turns"]) == DEMO_TURNS
-    for other in (from_jsonl, from_db, from_stdin):
+    for other in (from_jsonl, from_db, from_stdin, from_renamed_db, from_renamed_jsonl):
         assert json.loads(other) == parsed
 
 
