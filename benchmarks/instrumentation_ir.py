@@ -3,7 +3,7 @@ scenarios of ``instrumentation_bench.py``: a count that the machine's load does 
 Issue 11.
 
     python benchmarks/instrumentation_ir.py [--calls 20] [--warmup 12] [--configs NAME,...]
-        [--scenarios NAME,...]
+        [--scenarios NAME,...] [--seeds N] [--jobs J]
 
 Each configuration runs in a process of its own under ``valgrind --tool=callgrind
 --instr-atstart=no`` (Debian's ``valgrind`` package), the stub in another process (not
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -56,14 +57,22 @@ def _child(config: str, url: str, calls: int, warmup: int, names: list[str]) -> 
                               f"{config}: {names[s]}" if phase == "instrumented" else None)
 
 
-def _count(config: str, url: str, args: argparse.Namespace, names: list[str]
+def _count(config: str, url: str, args: argparse.Namespace, names: list[str], seed: int
            ) -> dict[tuple[int, int], float]:
-    """Instructions per call by (phase, scenario) of one configuration's process."""
+    """Instructions per call by (phase, scenario) of one configuration's process, its string
+    hashes seeded with ``seed`` (dict and set layouts, so the count, follow the seed)."""
     counts = callgrind.run([sys.executable, __file__, "--child", config, "--stub-url", url,
                             "--calls", str(args.calls), "--warmup", str(args.warmup),
                             "--scenarios", ",".join(names)],
-                           {**os.environ, **NO_CONTENT}, args.calls)
+                           {**os.environ, **NO_CONTENT, "PYTHONHASHSEED": str(seed)},
+                           args.calls)
     return {(p, s): counts[f"p{p}s{s}"] for p in range(len(PHASES)) for s in range(len(names))}
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def main() -> None:
@@ -76,6 +85,12 @@ def main() -> None:
     parser.add_argument("--configs", help="comma-separated subset of: "
                         + ", ".join(c for c in bench.CONFIGS if c != "uninstrumented"))
     parser.add_argument("--scenarios", help="comma-separated subset of the scenarios")
+    # the count of one process moves by ~20K a call with its hash seed (dict and set
+    # layouts): each configuration runs once per seed, the medians are reported
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="processes per configuration, PYTHONHASHSEED 0..N-1; medians")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes counted at once (counts do not move with the load)")
     parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--stub-url", help=argparse.SUPPRESS)
@@ -96,18 +111,25 @@ def main() -> None:
     absent = {c: m for c in wanted if (m := bench.missing(c))}
     configs = [c for c in wanted if c not in absent]
     added: dict[str, dict[str, float]] = {name: {} for name in names}
+    spread: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     base: dict[str, list[float]] = {name: [] for name in names}
-    with _Remote() as stub:
-        for config in configs:
-            counts = _count(config, stub.url, args, names)
+    runs = [(config, seed) for seed in range(max(args.seeds, 1)) for config in configs]
+    with _Remote() as stub, ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+        results = pool.map(lambda run: _count(run[0], stub.url, args, names, run[1]), runs)
+        for (config, _seed), counts in zip(runs, results, strict=True):
             for s, name in enumerate(names):
                 base[name].append(counts[(0, s)])
-                added[name][config] = counts[(1, s)] - counts[(0, s)]
+                spread[name].setdefault(config, []).append(counts[(1, s)] - counts[(0, s)])
+    for name in names:
+        for config, values in spread[name].items():
+            added[name][config] = _median(values)
     print(f"Machine: {_machine()}; valgrind's callgrind; Python {sys.version.split()[0]}.")
     print("Versions: " + ", ".join(f"{d} {v}" for d in bench.VERSIONED
                                    if (v := _version(d))) + ".")
     print(f"{args.calls} counted calls per scenario, phase and configuration "
-          f"({args.warmup} warm-up calls), traces, content capture off.")
+          f"({args.warmup} warm-up calls), traces, content capture off; "
+          f"{max(args.seeds, 1)} process(es) a configuration (PYTHONHASHSEED 0.."
+          f"{max(args.seeds, 1) - 1}), medians.")
     for config, dists in absent.items():
         print(f"Not installed, not counted: {config} ({', '.join(dists)}).")
     print()
@@ -119,11 +141,20 @@ def main() -> None:
         uninstrumented = sorted(base[name])[len(base[name]) // 2]
         print(f"| {name} | {uninstrumented / 1e3:,.0f} | "
               + " | ".join(f"+{added[name][c] / 1e3:,.0f}" for c in configs) + " |")
+    if args.seeds > 1:
+        print()
+        print("Added per call by seed (thousands), lowest to highest:")
+        print()
+        for name in names:
+            print(f"- {name}: " + "; ".join(
+                f"{c} " + " / ".join(f"{v / 1e3:,.0f}" for v in sorted(spread[name][c]))
+                for c in configs))
     print()
     print(_goals(added))
     if args.json:
         Path(args.json).write_text(json.dumps({"calls": args.calls, "added": added,
-                                               "base": base, "missing": absent}, indent=1))
+                                               "by_seed": spread, "base": base,
+                                               "missing": absent}, indent=1))
 
 
 def _goals(added: dict[str, dict[str, float]]) -> str:
