@@ -3,8 +3,8 @@ next call of the conversation reads only the messages added since, and its block
 ones reading the whole history gives, field by field, in every case the start is reused or
 not: a history grown by a turn (the latest user message then history), the same history
 again, a shorter or changed one, a message with another key (beside a remembered role and
-content too), a tool call, a repeat renamed later, a history that is not the request's own
-list, and both APIs.
+content too), a tool call, a repeat renamed
+later, a history that is not the request's own list, and both APIs.
 """
 
 from __future__ import annotations
