@@ -2,8 +2,7 @@
 next call of the conversation reads only the messages added since, and its blocks are the
 ones reading the whole history gives, field by field, in every case the start is reused or
 not: a history grown by a turn (the latest user message then history), the same history
-again, a shorter or changed one, a message with another key (beside a remembered role and
-content too), a tool call, a repeat renamed
+again, a shorter or changed one, a message with another key, a tool call, a repeat renamed
 later, a history that is not the request's own list, and both APIs.
 """
 
@@ -86,10 +85,6 @@ def _conversation() -> list[list[dict[str, Any]]]:
     return [
         [*base, ask],  # first call
         [*base, ask],  # the same again (a retry)
-        # a remembered message's role and content with another plain value beside them (a
-        # string where the API wants tool calls): not the remembered message
-        [SYSTEM, base[1], {**base[2], "tool_calls": "lookup"}, ask],
-        [*base, ask],
         [*base, ask, {"role": "assistant", "content": "Tomorrow."}, *_turn(1)],  # grown
         [*grown, {"role": "user", "content": "Question 0 about my order?"}],  # a repeat
         [*grown, {"role": "user", "content": "Thanks", "name": "ann"}],  # another key
