@@ -35,10 +35,8 @@ import contextvars
 import functools
 import inspect
 import logging
-import operator
 import os
 import re
-import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -205,78 +203,6 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
 #: compaction records use) instead of a content digest. Set by the LangChain handler.
 KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[str]] | None] = \
     contextvars.ContextVar("otel_agent_context.known_messages", default=None)
-
-
-class _Verified(threading.local):
-    #: the request's lists ``_materialize`` found to hold only dicts of plain values, while
-    #: this thread's call reads the request (``Call._read``)
-    lists: list[Any] | tuple[()] = ()
-
-
-_verified = _Verified()
-_HISTORY = "history blocks"
-
-
-def history_start(api: str, messages: Any) -> tuple[list[Any], list[Block], int] | None:
-    """What was read of this conversation's previous call, when ``messages`` (the
-    request's own list) holds only dicts of plain values, each a role and a content, and
-    that call's messages are the start of these, equal pair by pair: (these messages'
-    pairs, the blocks of the start, the latest user message's index then). An agent sends
-    the history again with every call, a few messages added: those are read, the start's
-    blocks are reused (each the block its message gives read alone, :func:`plain_block`).
-    None: read them all. The conversation is named by its first two messages, remembered
-    beside the digests (bounded and forgotten with them); with :func:`remember_history`."""
-    for verified in _verified.lists:
-        if verified is messages:
-            break
-    else:
-        return None
-    # exact dicts of plain values (checked): two keys each, the role's and the content's
-    if set(map(len, messages)) != _ROLE_CONTENT_ONLY:
-        return None
-    try:
-        pairs = list(map(_role_content, messages))
-    except KeyError:
-        return None
-    found = _memo_get((_HISTORY, api, tuple(pairs[:2]), _tokens._estimator))
-    if found is None or not _digest._resolved:
-        return pairs, [], -1
-    old_pairs, old_blocks, old_latest = found
-    m = len(old_pairs)
-    if m > len(pairs) or pairs[:m] != old_pairs:
-        return pairs, [], -1
-    return pairs, old_blocks[:m], old_latest
-
-
-_ROLE_CONTENT_ONLY = {2}
-_role_content = operator.itemgetter("role", "content")
-
-
-def reuse_history(api: str, sent: Any, messages: list[Any], blocks: list[Block],
-                  last_user: int, history: tuple[str, str, str]
-                  ) -> tuple[tuple[list[Any], list[Block], int] | None, int]:
-    """:func:`history_start` for the request's ``sent`` messages (``messages``, a list of
-    them), the start's blocks appended to ``blocks``: (what it gave, how many messages
-    are read already). The latest user message then, when a later one came since, is read
-    again as a message of the history (``history``: its kind, injection point, segment)."""
-    found = history_start(api, sent)
-    if found is None or not found[1]:
-        return found, 0
-    base = len(blocks)
-    blocks.extend(found[1])
-    start = len(found[1])
-    latest = found[2]
-    if latest != last_user and 0 <= latest < start:
-        m = messages[latest]
-        blocks[base + latest] = plain_block(m["role"], m["content"], *history)
-    return found, start
-
-
-def remember_history(api: str, pairs: list[Any], blocks: list[Block], latest: int) -> None:
-    """Keep the blocks of a history read whole on the plain path (:func:`history_start`);
-    its texts are counted with their digests' entries."""
-    remember((_HISTORY, api, tuple(pairs[:2]), _tokens._estimator), 0,
-             (pairs, blocks, latest))
 
 
 def known_message_id(role: str, text: str) -> str | None:
@@ -584,10 +510,8 @@ class Call:
         # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
-        plain: list[Any] = []
-        if not _materialize(kwargs, plain):
+        if not _materialize(kwargs):
             return  # the application's iterable raised: the SDK will raise it, unchanged
-        _verified.lists = plain
         try:
             self.req = api.parse_request(args, kwargs, tel.capture)
         except Exception:
@@ -597,8 +521,6 @@ class Call:
                 raise
             _log.warning("otel_agent_context: could not read the request", exc_info=True)
             return
-        finally:
-            _verified.lists = ()
         try:
             self._begin(inv, self.req)
         except Exception:
@@ -1108,10 +1030,9 @@ def _server(instance: Any) -> tuple[str | None, int | None]:
         return None, None
 
 
-def _materialize(kwargs: dict[str, Any], plain: list[Any] | None = None) -> bool:
+def _materialize(kwargs: dict[str, Any]) -> bool:
     """Turn one-shot iterators in the request into lists, in place, before we read it;
-    False if one of them raised (then the request must not be read). ``plain``: gets the
-    top-level lists found to hold only dicts of plain values (see :func:`history_start`).
+    False if one of them raised (then the request must not be read).
 
     The SDKs type ``messages``, ``system``, ``tools``, ``input``, message ``content``,
     ``tool_calls``, tool-result ``content`` and more as ``Iterable``, so a generator is
@@ -1123,10 +1044,6 @@ def _materialize(kwargs: dict[str, Any], plain: list[Any] | None = None) -> bool
     for key, value in kwargs.items():
         if type(value) in _PLAIN_TYPES:
             continue  # the model, the sizes: no call for them
-        if type(value) is list and _plain_messages(value):
-            if plain is not None:
-                plain.append(value)
-            continue  # a history of plain messages (the usual request): nothing to settle
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled

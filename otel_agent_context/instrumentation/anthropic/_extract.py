@@ -26,15 +26,11 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
-    remember_history,
-    reuse_history,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
 
 PROVIDER = "anthropic"
-#: the remembered histories of Messages calls (``history_start``)
-_MESSAGES = "anthropic messages"
 _HISTORY = InjectionPoint.MESSAGE_HISTORY.value
 #: plain strings: an enum attribute lookup per block adds up
 _K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
@@ -42,8 +38,6 @@ _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 _K_SYSTEM_PROMPT = ContextKind.SYSTEM_PROMPT.value
 _K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
 _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
-#: a message of the history that is not the latest user one: (kind, injection point, segment)
-_IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY, SEG_HISTORY)
 _P_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop",
            "tool_use": "tool_call", "refusal": "content_filter"}
@@ -89,8 +83,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             if not isinstance(block, str) else False))
         if capture:
             sys_parts.append(TextPart(content=text))
-    sent = kwargs.get("messages")
-    messages = list(given(sent) or ())
+    messages = list(given(kwargs.get("messages")) or ())
     last_user = -1  # the latest user message that is not only tool results
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
@@ -98,13 +91,9 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             last_user = i
             break
     inputs: list[InputMessage] = []
-    known = KNOWN_MESSAGES.get()
-    # the previous call's blocks of this conversation, when its messages start these
-    base = len(req.blocks)  # the system prompt's blocks
-    history, start = (None, 0) if capture or known else reuse_history(
-        _MESSAGES, sent, messages, req.blocks, last_user, _IN_HISTORY)
     append = req.blocks.append
-    for i, m in enumerate(messages[start:] if start else messages, start):
+    known = KNOWN_MESSAGES.get()
+    for i, m in enumerate(messages):
         if type(m) is dict:
             role, content = m.get("role"), m.get("content")
         else:
@@ -121,7 +110,6 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             else:
                 append(plain_block(role, content, kind, _HISTORY, SEG_HISTORY))
             continue
-        history = None  # a message off the plain path: not remembered
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
         parts: list[Any] = []
@@ -131,8 +119,6 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                 parts.append(_genai_part(block))
         if capture:
             inputs.append(InputMessage(role=role, parts=parts))
-    if history is not None and (start < len(messages) or history[2] != last_user):
-        remember_history(_MESSAGES, history[0], req.blocks[base:], last_user)
     edits = _get(given(kwargs.get("context_management")), "edits")
     if edits:
         req.edits = [dict(e) if isinstance(e, dict) else e.model_dump() for e in edits]

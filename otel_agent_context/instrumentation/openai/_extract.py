@@ -27,8 +27,6 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
-    remember_history,
-    reuse_history,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -49,8 +47,6 @@ _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _PROMPTS = {"system": _SYSTEM, "developer": _DEVELOPER}
 _LATEST_USER = (_K_USER_MESSAGE, _HISTORY_POINT, SEG_HISTORY)
 _IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY_POINT, SEG_HISTORY)
-#: chat completions' remembered histories (``history_start``)
-_CHAT = "openai chat"
 _FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -142,8 +138,7 @@ def _history_kind(role: str | None, is_latest_user: bool) -> str:
 
 
 def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
-    sent = kwargs.get("messages")
-    messages = list(given(sent) or ())
+    messages = list(given(kwargs.get("messages")) or ())
     reserved = _int(kwargs.get("max_completion_tokens")) or _int(kwargs.get("max_tokens"))
     req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
                   stream=bool(given(kwargs.get("stream"))),
@@ -155,12 +150,9 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     last_user = _last_user(messages)
     inputs: list[InputMessage] = []
     system: list[Any] = []
-    known = KNOWN_MESSAGES.get()
-    # the previous call's blocks of this conversation, when its messages start these
-    history, start = (None, 0) if capture or known else reuse_history(
-        _CHAT, sent, messages, req.blocks, last_user, _IN_HISTORY)
     append = req.blocks.append
-    for i, m in enumerate(messages[start:] if start else messages, start):
+    known = KNOWN_MESSAGES.get()
+    for i, m in enumerate(messages):
         if (not capture and type(m) is dict and type(text := m.get("content")) is str
                 and type(role := m.get("role")) is str and role in _PLAIN_ROLES
                 and not m.get("tool_calls")):
@@ -176,7 +168,6 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
             else:
                 append(plain_block(role, text, kind, point, seg))
             continue
-        history = None  # a message off the plain path: not remembered
         role = _get(m, "role")
         text = text_of(_get(m, "content"))
         calls = given(_get(m, "tool_calls")) or ()
@@ -214,8 +205,6 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                                                      name=str(_get(fn, "name")),
                                                      id=_get(call, "id")))
                 inputs.append(InputMessage(role=str(role), parts=parts))
-    if history is not None and (start < len(messages) or history[2] != last_user):
-        remember_history(_CHAT, history[0], list(req.blocks), last_user)
     if capture:
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = system
