@@ -367,9 +367,12 @@ class SelfMetrics:
 
         self._gauges[name] = series
 
-    def observe_latency(self, seconds: float) -> None:
+    def observe_latencies(self, seconds: Iterable[float]) -> None:
+        """Envelope latencies (a written batch's: one lock)."""
         with self._lock:
-            self._latency.observe(seconds, None)
+            observe = self._latency.observe
+            for value in seconds:
+                observe(value, None)
 
     def latency_quantile(self, q: float) -> float | None:
         """Upper bucket bound at quantile ``q`` (coarse; for the demo and benchmarks)."""
