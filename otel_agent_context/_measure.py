@@ -73,7 +73,6 @@ def _enum_label(attribute: str) -> Any:
 
 
 _scope = _enum_label(S.CONTEXT_SCOPE)
-_target = _enum_label(S.BUDGET_TARGET)
 _strategy = _enum_label(S.BUDGET_OVERFLOW_STRATEGY)
 _kind = _enum_label(S.ITEM_KIND)
 _reason = _enum_label(S.OMISSION_REASON)
@@ -104,52 +103,74 @@ _new = functools.partial(tuple.__new__, Measurement)
 
 def measure(bundle: Mapping[str, Any]) -> list[Measurement]:
     """All measurements of contract section 3 that one rebuilt envelope yields."""
-    return list(_iter_measurements(bundle))
-
-
-def _iter_measurements(bundle: Mapping[str, Any]) -> Iterator[Measurement]:
     envelope = bundle.get("context_envelope") or {}
     metadata = envelope.get("metadata") or {}
     agent = _label(metadata.get(S.GEN_AI_AGENT_NAME))
     refs = envelope.get("telemetry_refs") or []
     trace_id = refs[0].get("trace_id") if refs and isinstance(refs[0], dict) else None
     rebuild = bundle.get("rebuild") or {}
-
-    yield _new((
+    out = [_new((
         S.METRIC_ENVELOPES,
         (_scope(envelope.get("scope")), agent,
          rebuild["status"] if rebuild.get("status") in _REBUILD_STATUSES else UNKNOWN),
         1.0, None,
-    ))
+    ))]
+    _budgets(bundle, agent, trace_id, out)
+    if not _OTHER_RECORDS.isdisjoint(bundle):  # an envelope of budgets alone: done
+        out.extend(_iter_measurements(bundle, agent, trace_id))
+    return out
 
-    # -- budgets, overflow, truncation ------------------------------------------------------
+
+#: the bundle's lists measured after the budgets (items only through selections)
+_OTHER_RECORDS = frozenset({"context_selections", "context_injections", "context_compactions",
+                            "missing_context"})
+
+
+#: budget target -> its label (None and "" unknown; a value not in the enum: _TARGET_OTHER)
+_TARGET_LABELS: dict[Any, str] = {
+    None: UNKNOWN, "": UNKNOWN, **{m: m for m in ATTRIBUTES[S.BUDGET_TARGET].members}}
+_TARGET_OTHER = _CUSTOM if ATTRIBUTES[S.BUDGET_TARGET].has_custom else UNKNOWN
+
+
+def _budgets(bundle: Mapping[str, Any], agent: str, trace_id: str | None,
+             out: list[Measurement]) -> None:
+    """The budgets' measurements, appended to ``out`` (in place, no generator: an envelope
+    of many budgets is the common heavy case)."""
+    add = out.append
+    targets = _TARGET_LABELS
     for budget in _list(bundle, "context_budgets"):
-        target = _target(budget.get("target"))
-        utilization = _number(budget.get("utilization"))
-        if utilization is None:
-            actual = _number(budget.get("actual_tokens"))
-            maximum = _number(budget.get("max_tokens"))
-            if actual is not None and maximum:
-                utilization = actual / maximum
+        target = targets.get(budget.get("target"), _TARGET_OTHER)
+        utilization = budget.get("utilization")
+        if type(utilization) is not float or utilization - utilization != 0.0:
+            utilization = _number(utilization)  # an int, not finite, absent, not a number
+            if utilization is None:
+                actual = _number(budget.get("actual_tokens"))
+                maximum = _number(budget.get("max_tokens"))
+                if actual is not None and maximum:
+                    utilization = actual / maximum
         if utilization is not None:
-            yield _new((S.METRIC_BUDGET_UTILIZATION, (target, agent), utilization, trace_id))
+            add(_new((S.METRIC_BUDGET_UTILIZATION, (target, agent), utilization, trace_id)))
         if budget.get("overflow") is True:
-            yield Measurement(
-                S.METRIC_BUDGET_OVERFLOWS,
-                (target, agent, _strategy(budget.get("overflow_strategy"))),
-                1.0,
-            )
+            add(Measurement(S.METRIC_BUDGET_OVERFLOWS,
+                            (target, agent, _strategy(budget.get("overflow_strategy"))), 1.0))
+        records = budget.get("truncation_records")
+        if not records:
+            continue
         truncated_tokens = 0.0
-        for record in budget.get("truncation_records") or []:
+        for record in records:
             strategy = record.get("strategy") or budget.get("overflow_strategy")
-            yield Measurement(S.METRIC_TRUNCATIONS, (target, agent, _strategy(strategy)), 1.0)
+            add(Measurement(S.METRIC_TRUNCATIONS, (target, agent, _strategy(strategy)), 1.0))
             before = _number(record.get("tokens_before"))
             after = _number(record.get("tokens_after"))
             if before is not None and after is not None and before > after:
                 truncated_tokens += before - after
         if truncated_tokens:
-            yield Measurement(S.METRIC_TRUNCATED_TOKENS, (target, agent), truncated_tokens)
+            add(Measurement(S.METRIC_TRUNCATED_TOKENS, (target, agent), truncated_tokens))
 
+
+def _iter_measurements(bundle: Mapping[str, Any], agent: str, trace_id: str | None
+                       ) -> Iterator[Measurement]:
+    """The measurements after the budgets'."""
     # -- selection and omission ---------------------------------------------------------------
     items = {
         item.get("item_id"): item

@@ -17,6 +17,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from prometheus_client.core import (
@@ -85,6 +87,27 @@ class _Histogram:
             self.exemplars[index] = (trace_id, value, time.time())
         return True
 
+    def observe_run(self, run: Sequence[Measurement], kept: list[Measurement]) -> None:
+        """:meth:`observe` each measurement of ``run`` in order, the ones counted appended
+        to ``kept``; one clock read for their exemplars."""
+        total = self.sum
+        bounds, counts, exemplars = self.bounds, self.counts, self.exemplars
+        now = None
+        for m in run:
+            value = m.value
+            after = total + value
+            if after - after != 0.0:  # inf or nan: as observe
+                continue
+            total = after
+            index = bisect.bisect_left(bounds, value)
+            counts[index] += 1
+            if m.trace_id:
+                if now is None:
+                    now = time.time()
+                exemplars[index] = (m.trace_id, value, now)
+            kept.append(m)
+        self.sum = total
+
     def buckets(self) -> list[tuple[Any, ...]]:
         out: list[tuple[Any, ...]] = []
         total = 0
@@ -112,22 +135,32 @@ class ContractMetrics:
     def record(self, measurements: Iterable[Measurement]) -> list[Measurement]:
         """Add the measurements; the ones added (left out: a value that is not finite, NaN
         or an infinity, or that would make a counter or a histogram's sum infinite)."""
+        return self.record_runs((m.name, m.labels, [m]) for m in measurements)
+
+    def record_runs(self, runs: Iterable[tuple[str, tuple[str, ...], Sequence[Measurement]]]
+                    ) -> list[Measurement]:
+        """:meth:`record` of measurements given as runs sharing a name and labels (see
+        :func:`runs`): one series lookup a run, in the order given."""
         kept: list[Measurement] = []
         with self._lock:
-            for m in measurements:
-                series = self._histograms.get(m.name)
+            for name, labels, run in runs:
+                series = self._histograms.get(name)
                 if series is None:
-                    counters = self._counters[m.name]
-                    total = counters.get(m.labels, 0.0) + m.value
-                    if total - total == 0.0:  # neither inf nor nan
-                        counters[m.labels] = total
-                        kept.append(m)
+                    counters = self._counters[name]
+                    total = counters.get(labels, 0.0)
+                    before = len(kept)
+                    for m in run:
+                        after = total + m.value
+                        if after - after == 0.0:  # neither inf nor nan
+                            total = after
+                            kept.append(m)
+                    if len(kept) > before:
+                        counters[labels] = total
                 else:
-                    histogram = series.get(m.labels)
+                    histogram = series.get(labels)
                     if histogram is None:
-                        histogram = series[m.labels] = _Histogram(BUCKETS[m.name])
-                    if histogram.observe(m.value, m.trace_id):
-                        kept.append(m)
+                        histogram = series[labels] = _Histogram(BUCKETS[name])
+                    histogram.observe_run(run, kept)
         return kept
 
     def value(self, name: str, labels: tuple[str, ...]) -> float:
@@ -334,9 +367,12 @@ class SelfMetrics:
 
         self._gauges[name] = series
 
-    def observe_latency(self, seconds: float) -> None:
+    def observe_latencies(self, seconds: Iterable[float]) -> None:
+        """Envelope latencies (a written batch's: one lock)."""
         with self._lock:
-            self._latency.observe(seconds, None)
+            observe = self._latency.observe
+            for value in seconds:
+                observe(value, None)
 
     def latency_quantile(self, q: float) -> float | None:
         """Upper bucket bound at quantile ``q`` (coarse; for the demo and benchmarks)."""
@@ -411,37 +447,35 @@ class _LabelLimit:
         self._known: dict[str, set[tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
-    def apply(self, measurements: Sequence[Measurement]
-              ) -> tuple[list[Measurement], dict[tuple[str, str], int],
-                         dict[tuple[str, str], int]]:
-        """The measurements with over-long values shortened and over-limit values as
-        ``other``; (metric, label) -> how many values were replaced, and how many
-        shortened."""
-        out = []
+    def apply(self, runs: Iterable[Run]
+              ) -> tuple[list[Run], dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """The runs (see :func:`runs`) with over-long values shortened and over-limit values
+        as ``other``; (metric, label) -> how many measurements had a value replaced, and
+        how many shortened. A run's labels are looked at once."""
+        out: list[Run] = []
         overflow: dict[tuple[str, str], int] = {}
         shortened: dict[tuple[str, str], int] = {}
         with self._lock:
             known = self._known
-            for m in measurements:
-                labels = m.labels
-                if labels in known.get(m.name, ()):  # only tuples of short values are known
-                    out.append(m)
+            for name, labels, run in runs:
+                if labels in known.get(name, ()):  # only tuples of short values are known
+                    out.append((name, labels, run))
                     continue
+                given = labels
                 if any(len(value) > MAX_LABEL_LENGTH for value in labels):
                     cut = list(labels)
                     for index, value in enumerate(labels):
                         if len(value) > MAX_LABEL_LENGTH:
                             cut[index] = _shortened(value)
-                            key = (S.PROMETHEUS_NAMES.get(m.name, m.name),
-                                   S.METRIC_LABELS[m.name][index])
-                            shortened[key] = shortened.get(key, 0) + 1
+                            key = (S.PROMETHEUS_NAMES.get(name, name),
+                                   S.METRIC_LABELS[name][index])
+                            shortened[key] = shortened.get(key, 0) + len(run)
                     labels = tuple(cut)
-                    m = m._replace(labels=labels)
                 capped: list[str] | None = None
                 for index, value in enumerate(labels):
-                    seen = self._seen.get((m.name, index))
+                    seen = self._seen.get((name, index))
                     if seen is None:
-                        seen = self._seen[(m.name, index)] = set()
+                        seen = self._seen[(name, index)] = set()
                     if value in seen:
                         continue
                     if len(seen) < self.limit:
@@ -450,16 +484,30 @@ class _LabelLimit:
                     if capped is None:
                         capped = list(labels)
                     capped[index] = OTHER
-                    key = (S.PROMETHEUS_NAMES.get(m.name, m.name), S.METRIC_LABELS[m.name][index])
-                    overflow[key] = overflow.get(key, 0) + 1
+                    key = (S.PROMETHEUS_NAMES.get(name, name), S.METRIC_LABELS[name][index])
+                    overflow[key] = overflow.get(key, 0) + len(run)
                 if capped is None:
-                    whole = known.setdefault(m.name, set())
+                    whole = known.setdefault(name, set())
                     if len(whole) < _MAX_KNOWN:
                         whole.add(labels)
-                    out.append(m)
                 else:
-                    out.append(m._replace(labels=tuple(capped)))
+                    labels = tuple(capped)
+                if labels is not given:
+                    run = [m._replace(labels=labels) for m in run]
+                out.append((name, labels, run))
         return out, overflow, shortened
+
+
+#: Measurements that follow each other with the same name and labels: (name, labels, them)
+Run = tuple[str, tuple[str, ...], Sequence[Measurement]]
+_NAME_LABELS = itemgetter(0, 1)
+
+
+def runs(measurements: Iterable[Measurement]) -> Iterator[Run]:
+    """``measurements`` as runs of the same name and labels, in order (an envelope's
+    budgets give one run): the label limit and the series lookup are done once a run."""
+    for (name, labels), run in groupby(measurements, _NAME_LABELS):
+        yield name, labels, list(run)
 
 
 class MetricsRegistry:
@@ -475,13 +523,14 @@ class MetricsRegistry:
         self.push: OtlpMetricsPush | None = None
 
     def record(self, measurements: Sequence[Measurement]) -> None:
-        measurements, overflow, shortened = self.labels.apply(measurements)
+        """Count the measurements (of one envelope, or of a batch of them in order)."""
+        limited, overflow, shortened = self.labels.apply(runs(measurements))
         for (metric, label), count in overflow.items():
             self.self.inc("context_processor_metric_label_overflow_total", (metric, label), count)
         for (metric, label), count in shortened.items():
             self.self.inc("context_processor_metric_label_truncated_total", (metric, label),
                           count)
-        kept = self.contract.record(measurements)
+        kept = self.contract.record_runs(limited)
         if len(kept) < len(measurements):
             self.self.inc("context_processor_measurements_dropped_total", (),
                           len(measurements) - len(kept))

@@ -244,8 +244,10 @@ class EventStore:
     def on_span(self, key: Key, view: SpanView) -> tuple[int, Iterable[int], int]:
         """A span entered the buffer: its held events go on it. (count, their segments,
         their bytes)."""
-        keys = self._envelopes.setdefault(view.trace_id, [])
-        if key not in keys:
+        keys = self._envelopes.get(view.trace_id)
+        if keys is None:  # no list made for the spans of a trace already known
+            self._envelopes[view.trace_id] = [key]
+        elif key not in keys:
             keys.append(key)
         if not self._held:
             return 0, (), 0

@@ -692,7 +692,8 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     unique: dict[tuple[str, str], SpanView] = {}
     duplicates: list[Repair] = []
     for span in spans:
-        seen = unique.setdefault((span.trace_id, span.span_id), normalize_view(span))
+        seen = unique.setdefault((span.trace_id, span.span_id),
+                                 span if span.checked else normalize_view(span))
         if seen is not span and not same_span(seen, normalize_view(span)) and not any(
                 r.span_id == span.span_id for r in duplicates):
             duplicates.append(duplicate_span(span))
@@ -719,7 +720,7 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     # through any number of context.items levels.
     items_parts: dict[str, list[SpanView]] = {}
     items_parent = {s.span_id: s.parent_span_id for s in ordered if s.name == S.SPAN_ITEMS}
-    for span in ordered:
+    for span in ordered if items_parent else ():
         if span.name == S.SPAN_ITEMS and span.parent_span_id is not None:
             stage = span.parent_span_id
             for _ in range(len(items_parent)):  # bounded: a parent cycle cannot loop

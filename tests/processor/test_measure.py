@@ -104,3 +104,28 @@ def test_labels_and_names_match_the_contract_on_demo_bundles() -> None:
             assert not any(v.startswith(("ctx_", "conv-", "kb:", "msg:")) for v in m.labels)
     assert {prometheus_name(n) for n in names} <= set(S.PROMETHEUS_NAMES.values())
     assert S.METRIC_ITEMS_OMITTED in names and S.METRIC_BUDGET_UTILIZATION in names
+
+
+def test_budget_utilization_and_target_of_every_shape() -> None:
+    # A float ratio is taken as it is; anything else (an int, NaN, an infinity, a bool, text,
+    # absent) goes the long way: a finite number, else actual / max tokens, else nothing.
+    nan, inf = float("nan"), float("inf")
+    budgets = [
+        {"target": "model", "utilization": 0.25},
+        {"target": "tool", "utilization": 1},
+        {"target": "MODEL", "utilization": nan, "actual_tokens": 30, "max_tokens": 60},
+        {"target": "", "utilization": inf, "actual_tokens": 1, "max_tokens": 4},
+        {"utilization": True, "actual_tokens": 1, "max_tokens": 0},
+        {"target": None, "utilization": "0.5", "actual_tokens": 3.0, "max_tokens": 4},
+        {"target": "user"},
+    ]
+    bundle = {"context_envelope": {"metadata": {S.GEN_AI_AGENT_NAME: "a"}},
+              "context_budgets": budgets}
+    got = [(m.labels, m.value, type(m.value)) for m in measure(bundle)
+           if m.name == S.METRIC_BUDGET_UTILIZATION]
+    assert got == [(("model", "a"), 0.25, float), (("tool", "a"), 1.0, float),
+                   (("unknown", "a"), 0.5, float), (("unknown", "a"), 0.25, float),
+                   (("unknown", "a"), 0.75, float)]
+    # only budgets: the envelope and its utilizations, nothing else
+    assert [m.name for m in measure(bundle)] == [S.METRIC_ENVELOPES] + [
+        S.METRIC_BUDGET_UTILIZATION] * 5

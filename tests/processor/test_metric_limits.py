@@ -204,3 +204,56 @@ def test_non_finite_ratios_sent_over_grpc_stay_out_of_the_histograms(start_proce
     assert _histogram(families, "context_budget_utilization_ratio") == (0.25, 1.0)
     assert _histogram(families, "context_compaction_coverage_ratio") == (0.25, 1.0)
     assert processor.metrics.self.get("context_processor_repairs_total", ("non_finite",)) == 6
+
+
+def _exposition(registry: MetricsRegistry) -> str:
+    body, _ = registry.render("application/openmetrics-text; version=1.0.0")
+    # exemplars kept (trace id, value), their time left out
+    return "\n".join(line.rpartition(" ")[0] if " # {" in line else line
+                     for line in body.decode().splitlines() if "envelope_latency" not in line)
+
+
+def test_a_batch_recorded_at_once_counts_as_its_measurements_one_by_one() -> None:
+    # The registry takes a batch as runs of one name and labels (an envelope's budgets):
+    # label limits, drops, sums and exemplars must come out as if each measurement came
+    # alone, in order, whatever the runs.
+    huge = 1.5e308
+    budgets = [Measurement(S.METRIC_BUDGET_UTILIZATION, ("model", "a"), value, f"{i:032x}")
+               for i, value in enumerate((0.5, huge, huge, 0.25, 0.1 + 0.2, 0.3))]
+    batch = [
+        *budgets,
+        # a counter run whose every value overflows on a new series: no series appears
+        Measurement(S.METRIC_TRUNCATED_TOKENS, ("model", "b"), math.inf),
+        Measurement(S.METRIC_TRUNCATED_TOKENS, ("model", "b"), math.inf),
+        # a run that overflows half way
+        Measurement(S.METRIC_OMITTED_TOKENS, ("a", "budget"), huge),
+        Measurement(S.METRIC_OMITTED_TOKENS, ("a", "budget"), huge),
+        Measurement(S.METRIC_OMITTED_TOKENS, ("a", "budget"), 1.0),
+        # runs past the label limit, and with a value cut for length
+        *[Measurement(S.METRIC_ENVELOPES, ("turn", f"agent-{i // 2}", "complete"), 1.0)
+          for i in range(8)],
+        *[Measurement(S.METRIC_ENVELOPES, ("turn", "x" * 300, "complete"), 1.0)] * 3,
+        *budgets[:2],
+    ]
+    one_by_one, at_once = MetricsRegistry(label_values=3), MetricsRegistry(label_values=3)
+    for m in batch:
+        one_by_one.record([m])
+    at_once.record(batch)
+    assert _exposition(at_once) == _exposition(one_by_one)
+    families = _families(at_once)
+    assert "context_truncated_tokens_total" not in {
+        s.name for s in families["context_truncated_tokens"]}
+    (omitted,) = [s for s in families["context_omitted_tokens"] if s.name.endswith("_total")]
+    assert omitted.value == huge + 1.0
+    sums = {s.name: s.value for s in families["context_budget_utilization_ratio"]
+            if not s.name.endswith("_bucket")}
+    assert sums["context_budget_utilization_ratio_count"] == 6  # 8 sent, two past +Inf
+    assert sums["context_budget_utilization_ratio_sum"] == (
+        0.5 + huge + 0.25 + (0.1 + 0.2) + 0.3 + 0.5)
+    dropped = at_once.self.get("context_processor_measurements_dropped_total")
+    assert dropped == one_by_one.self.get("context_processor_measurements_dropped_total") == 5
+    overflow = at_once.self.get("context_processor_metric_label_overflow_total",
+                                ("context_envelopes_total", "agent"))
+    assert overflow == 2 + 3  # agent-3's two, the long one's three
+    assert at_once.self.get("context_processor_metric_label_truncated_total",
+                            ("context_envelopes_total", "agent")) == 3
