@@ -58,18 +58,19 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def _enum_label(attribute: str) -> Any:
-    """A label function for values of an enum attribute: its members, else custom/unknown."""
+def _enum_labels(attribute: str) -> tuple[dict[Any, str], str]:
+    """The labels of an enum attribute's values: its members as themselves, None and ""
+    unknown; and the label of any other value (custom, where the enum has it, else
+    unknown)."""
     spec = ATTRIBUTES[attribute]
-    members = frozenset(spec.members)
-    other = _CUSTOM if spec.has_custom else UNKNOWN
+    table: dict[Any, str] = {None: UNKNOWN, "": UNKNOWN, **{m: m for m in spec.members}}
+    return table, _CUSTOM if spec.has_custom else UNKNOWN
 
-    def label(value: Any) -> str:
-        if value is None or value == "":
-            return UNKNOWN
-        return value if value in members else other  # type: ignore[no-any-return]
 
-    return label
+def _enum_label(attribute: str) -> Any:
+    """A label function for values of an enum attribute (see :func:`_enum_labels`)."""
+    table, other = _enum_labels(attribute)
+    return lambda value: table.get(value, other)
 
 
 _scope = _enum_label(S.CONTEXT_SCOPE)
@@ -126,10 +127,8 @@ _OTHER_RECORDS = frozenset({"context_selections", "context_injections", "context
                             "missing_context"})
 
 
-#: budget target -> its label (None and "" unknown; a value not in the enum: _TARGET_OTHER)
-_TARGET_LABELS: dict[Any, str] = {
-    None: UNKNOWN, "": UNKNOWN, **{m: m for m in ATTRIBUTES[S.BUDGET_TARGET].members}}
-_TARGET_OTHER = _CUSTOM if ATTRIBUTES[S.BUDGET_TARGET].has_custom else UNKNOWN
+#: budget target -> its label, read in line by the budgets' loop (the hot case)
+_TARGET_LABELS, _TARGET_OTHER = _enum_labels(S.BUDGET_TARGET)
 
 
 def _budgets(bundle: Mapping[str, Any], agent: str, trace_id: str | None,
