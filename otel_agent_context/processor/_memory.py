@@ -33,7 +33,8 @@ RESOURCE_EXHAUSTED without RetryInfo, which clients do not retry).
 Sizes are estimates of what Python holds, measured with ``tracemalloc`` (see
 ``SPAN_OVERHEAD``): a span costs its encoded size plus about a kilobyte of objects, and
 about 256 bytes more per event. Not counted: the requests being decoded (bounded by
-``receivers.max_request_bytes`` times the receivers' threads) and the interpreter itself
+``receivers.max_request_bytes`` times the receivers' threads, each held as its body and up
+to two parsed copies while decoded) and the interpreter itself
 (about 50 MB).
 """
 
