@@ -305,6 +305,7 @@ class TraceBuffer:
         """
         view = span.view
         now = self.clock()
+        pending: _Pending | None
         last = self._last
         if last is not None and last[0] == view.trace_id and last[1] == span.context_id:
             key, pending = last[2], last[3]

@@ -137,6 +137,9 @@ def _pick_scalars(attrs: Any, pairs: Pairs, out: dict[str, Any]) -> dict[str, An
 
 _BUDGET_PAIRS = _scalars(_BUDGET_FIELDS)
 _WINDOW_PAIRS = _scalars(_WINDOW_FIELDS)
+#: the window's fields, each the budget record's field of the same attribute and name
+_WINDOW_FROM_BUDGET = tuple(name for _, name in _WINDOW_PAIRS)
+assert set(_WINDOW_PAIRS) <= set(_BUDGET_PAIRS), _WINDOW_PAIRS
 _SIGNAL_PAIRS = _scalars(_SIGNAL_FIELDS)
 _OMITTED_PAIRS = _scalars(_OMITTED_FIELDS)
 _TRUNCATION_PAIRS = _scalars(_TRUNCATION_FIELDS)
@@ -289,11 +292,12 @@ class _Builder:
     def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
               metadata: dict[str, str] | None = None) -> None:
         ev: dict[str, Any]
+        at = _TIMES.get(ns) or _t(ns)  # _t's cache read inline: every event reads it
         if subject is not None:  # one literal: the keys in the order a bundle has them
-            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+            ev = {"event_class": cls, "occurred_at": at, "context_id": self.context_id,
                   "subject_ref": subject, "trace_id": span.trace_id, "span_id": span.span_id}
         else:
-            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+            ev = {"event_class": cls, "occurred_at": at, "context_id": self.context_id,
                   "trace_id": span.trace_id, "span_id": span.span_id}
         if metadata:
             ev["metadata"] = metadata
@@ -409,7 +413,9 @@ class _Builder:
         window_id = a.get(S.WINDOW_ID)
         if window_id is not None:
             window = {"window_id": window_id, "budget_ref": bid}
-            _pick_scalars(a, _WINDOW_PAIRS, window)
+            for name in _WINDOW_FROM_BUDGET:  # read once already, for the budget record
+                if name in rec:
+                    window[name] = rec[name]
             if segments:
                 window["segments"] = [dict(s) for s in segments]
             window["created_at"] = rec["created_at"]
