@@ -969,14 +969,13 @@ def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded,
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
     size = len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events)
+    assert isinstance(context_id, str)  # the boundary made context.id a string
     accepted: Accepted | None
     if _ENVELOPE_MARK in attributes:
         accepted = Accepted.of(view, size)  # an envelope span: its counts read there
-    elif isinstance(context_id, str):  # what Accepted.of makes of a stage span, without its reads
+        assert accepted is not None
+    else:  # what Accepted.of makes of a stage span, without its reads
         accepted = Accepted(view, context_id, False, None, None, size)
-    else:
-        accepted = None
-    assert accepted is not None  # the boundary made context.id a string
     if view.repairs:
         out.repaired(view.repairs, service)
     return accepted

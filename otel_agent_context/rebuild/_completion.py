@@ -138,7 +138,8 @@ class Accepted:
     def of(cls, view: SpanView, size: int = 0) -> Accepted | None:
         """``view`` (after the boundary) as an envelope's span (``size``: what holding it
         costs, 0 for not counted); None without a usable ``context.id`` (a non-empty
-        string)."""
+        string). ``processor._decode._accept`` builds a stage span's directly: keep the two
+        alike."""
         attributes = view.attributes
         context_id = attributes.get(S.CONTEXT_ID)
         if not isinstance(context_id, str) or not context_id:
@@ -244,7 +245,10 @@ class TraceBuffer:
         self.evicted = 0
         #: (trace id, context id, key, pending) of the last span added, while that envelope
         #: is pending and last moved: the next span of the same envelope (most are: a
-        #: request carries an envelope's spans together) skips the key's lookups
+        #: request carries an envelope's spans together) skips the key's lookups. Holds only
+        #: while every other change to ``_waiting``/``_orphans``/``_done`` goes through
+        #: ``_finish``, ``attach`` or ``remember_done``, which forget it: a new method that
+        #: moves or marks a key must forget it too
         self._last: tuple[str, str, Key, _Pending] | None = None
 
     # -- state ---------------------------------------------------------------------------------

@@ -280,7 +280,7 @@ class EventStore:
         if digests:
             masks = []
             for view in finished.spans:
-                joined = digests.pop((view.trace_id, view.span_id), None) if digests else None
+                joined = digests.pop((view.trace_id, view.span_id), None)
                 mask = 0
                 if joined:
                     concerned = True
