@@ -91,6 +91,7 @@ __all__ = [
 _NEEDLES = (b"context.", b"gen_ai.")
 _CONTEXT_PREFIX = "context."
 _GENAI_PREFIX = "gen_ai."
+_ENVELOPE_MARK = S.CONTEXT_SCOPE
 #: At most this many rejections, and as many repairs, are named in the partial-success message.
 _MAX_MESSAGES = 5
 _SERVICE_NAME = "service.name"
@@ -967,8 +968,14 @@ def _accept(raw: bytes, resource: dict[str, Any], service: str, out: Decoded,
     if not context_id:
         out.reject(f"{_describe(span)}: {S.CONTEXT_ID} is empty", service)
         return None
-    accepted = Accepted.of(view, len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events))
-    assert accepted is not None  # the boundary made context.id a string
+    size = len(raw) + SPAN_OVERHEAD + EVENT_COST * len(view.events)
+    assert isinstance(context_id, str)  # the boundary made context.id a string
+    accepted: Accepted | None
+    if _ENVELOPE_MARK in attributes:
+        accepted = Accepted.of(view, size)  # an envelope span: its counts read there
+        assert accepted is not None
+    else:  # what Accepted.of makes of a stage span, without its reads
+        accepted = Accepted(view, context_id, False, None, None, size)
     if view.repairs:
         out.repaired(view.repairs, service)
     return accepted

@@ -52,6 +52,7 @@ from .._measure import Measurement, measure
 from .._version import __version__
 from ..rebuild._boundary import DUPLICATE_ID, DUPLICATE_SPAN, FOREIGN_TRACE
 from ..rebuild._completion import (
+    ADDED,
     CONFLICT,
     DUPLICATE,
     FOREIGN,
@@ -615,6 +616,8 @@ class Pipeline:
                 add = self.buffer.add
                 for accepted in decoded.accepted:
                     outcome = add(accepted, segment, finished)
+                    if outcome is ADDED:
+                        continue
                     if outcome is DUPLICATE or outcome is LATE or outcome is CONFLICT:
                         if outcome is LATE:
                             late += 1

@@ -138,7 +138,8 @@ class Accepted:
     def of(cls, view: SpanView, size: int = 0) -> Accepted | None:
         """``view`` (after the boundary) as an envelope's span (``size``: what holding it
         costs, 0 for not counted); None without a usable ``context.id`` (a non-empty
-        string)."""
+        string). ``processor._decode._accept`` builds a stage span's directly: keep the two
+        alike."""
         attributes = view.attributes
         context_id = attributes.get(S.CONTEXT_ID)
         if not isinstance(context_id, str) or not context_id:
@@ -242,6 +243,13 @@ class TraceBuffer:
         self.finished_envelopes = 0
         self.finished_bytes = 0
         self.evicted = 0
+        #: (trace id, context id, key, pending) of the last span added, while that envelope
+        #: is pending and last moved: the next span of the same envelope (most are: a
+        #: request carries an envelope's spans together) skips the key's lookups. Holds only
+        #: while every other change to ``_waiting``/``_orphans``/``_done`` goes through
+        #: ``_finish``, ``attach`` or ``remember_done``, which forget it: a new method that
+        #: moves or marks a key must forget it too
+        self._last: tuple[str, str, Key, _Pending] | None = None
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -274,6 +282,7 @@ class TraceBuffer:
     def remember_done(self, key: Key, wall_time: float) -> None:
         """Mark a key written (on replay: its bundle was written before the restart)."""
         age = time.time() - wall_time
+        self._last = None
         if age < self.dedupe_window:
             if key not in self._done:
                 self.done_bytes += key_cost(key[1])
@@ -299,31 +308,41 @@ class TraceBuffer:
         the bundle is written.
         """
         view = span.view
-        key = (view.trace_id, span.context_id)
         now = self.clock()
-        done = self._done.get(key)
-        if done is not None:
-            return DUPLICATE if done[1] & _bit(view.span_id) else LATE
-        pending = self._waiting.get(key)
-        if pending is None:
-            pending = self._orphans.get(key)
-            if pending is None:
-                owner = self._owner.get(span.context_id)
-                if owner is not None and owner != view.trace_id:
-                    return self._foreign(span, owner, out)
-                self._owner[span.context_id] = view.trace_id
-                self._make_room(view.trace_id, out)
-                pending = _Pending(key, now)
-                # an envelope whose envelope span comes first waits envelope_timeout
-                (self._waiting if span.is_envelope else self._orphans)[key] = pending
-                self._traces[view.trace_id] = self._traces.get(view.trace_id, 0) + 1
-            elif span.is_envelope:
+        pending: _Pending | None
+        last = self._last
+        if last is not None and last[0] == view.trace_id and last[1] == span.context_id:
+            key, pending = last[2], last[3]
+            # not done (finishing forgets ``_last``), already last in its map
+            if span.is_envelope and key in self._orphans:
                 del self._orphans[key]
                 self._waiting[key] = pending
-            else:
-                self._orphans.move_to_end(key)
         else:
-            self._waiting.move_to_end(key)
+            key = (view.trace_id, span.context_id)
+            done = self._done.get(key)
+            if done is not None:
+                return DUPLICATE if done[1] & _bit(view.span_id) else LATE
+            pending = self._waiting.get(key)
+            if pending is None:
+                pending = self._orphans.get(key)
+                if pending is None:
+                    owner = self._owner.get(span.context_id)
+                    if owner is not None and owner != view.trace_id:
+                        return self._foreign(span, owner, out)
+                    self._owner[span.context_id] = view.trace_id
+                    self._make_room(view.trace_id, out)
+                    pending = _Pending(key, now)
+                    # an envelope whose envelope span comes first waits envelope_timeout
+                    (self._waiting if span.is_envelope else self._orphans)[key] = pending
+                    self._traces[view.trace_id] = self._traces.get(view.trace_id, 0) + 1
+                elif span.is_envelope:
+                    del self._orphans[key]
+                    self._waiting[key] = pending
+                else:
+                    self._orphans.move_to_end(key)
+            else:
+                self._waiting.move_to_end(key)
+            self._last = (view.trace_id, span.context_id, key, pending)
         seen = pending.spans.get(view.span_id)
         if seen is not None:
             if not same_span(seen, view) and not any(
@@ -346,7 +365,8 @@ class TraceBuffer:
             pending.has_envelope = True
             pending.expected = span.span_count
             pending.expected_events = span.event_count
-        if pending.complete():
+        if (pending.has_envelope and len(pending.spans) - 1 >= (pending.expected or 0)
+                and pending.events >= (pending.expected_events or 0)):  # complete(), inline
             out.append(self._finish(pending, ()))
         elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
             self._evict_oldest(out)
@@ -365,6 +385,7 @@ class TraceBuffer:
                out: list[Finished], size: int = 0) -> bool:
         """Count ``events`` log-based events (already put on their span by the event store,
         ``size`` bytes) for the pending envelope ``key``; False when it is not pending."""
+        self._last = None  # another envelope may move last
         pending = self._waiting.get(key)
         if pending is not None:
             self._waiting.move_to_end(key)
@@ -426,6 +447,7 @@ class TraceBuffer:
 
     # -- finishing -------------------------------------------------------------------------------
     def _finish(self, pending: _Pending, reasons: tuple[str, ...]) -> Finished:
+        self._last = None
         key = pending.key
         if self._waiting.pop(key, None) is None:
             self._orphans.pop(key, None)
@@ -447,7 +469,7 @@ class TraceBuffer:
         now = self.clock()
         mask = 0
         for span_id in pending.spans:
-            mask |= _bit(span_id)
+            mask |= 1 << (int(span_id[-2:], 16) & 127)  # _bit(span_id), inline
         if key not in self._done:
             context_id = key[1]
             self.done_bytes += (KEY_COST if len(context_id) <= _SHORT_ID

@@ -277,15 +277,18 @@ class EventStore:
                 del self._envelopes[trace_id]
         digests = self._digests
         concerned = any(S.CONTEXT_EVENT_COUNT in view.attributes for view in finished.spans)
-        masks = []
-        for view in finished.spans:
-            joined = digests.pop((view.trace_id, view.span_id), None) if digests else None
-            mask = 0
-            if joined:
-                concerned = True
-                for digest in joined:
-                    mask |= _bit(digest)
-            masks.append(mask)
+        if digests:
+            masks = []
+            for view in finished.spans:
+                joined = digests.pop((view.trace_id, view.span_id), None)
+                mask = 0
+                if joined:
+                    concerned = True
+                    for digest in joined:
+                        mask |= _bit(digest)
+                masks.append(mask)
+        else:  # no event joined any span: no mask to make, span by span
+            masks = [0] * len(finished.spans)
         if concerned:
             expiry = self.clock() + self.remember_for
             span_keys = [(view.trace_id, view.span_id) for view in finished.spans]

@@ -8,6 +8,7 @@ so the processor can serialise them without building objects first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from .. import _semconv as S
@@ -136,6 +137,9 @@ def _pick_scalars(attrs: Any, pairs: Pairs, out: dict[str, Any]) -> dict[str, An
 
 _BUDGET_PAIRS = _scalars(_BUDGET_FIELDS)
 _WINDOW_PAIRS = _scalars(_WINDOW_FIELDS)
+#: the window's fields, each the budget record's field of the same attribute and name
+_WINDOW_FROM_BUDGET = tuple(name for _, name in _WINDOW_PAIRS)
+assert set(_WINDOW_PAIRS) <= set(_BUDGET_PAIRS), _WINDOW_PAIRS
 _SIGNAL_PAIRS = _scalars(_SIGNAL_FIELDS)
 _OMITTED_PAIRS = _scalars(_OMITTED_FIELDS)
 _TRUNCATION_PAIRS = _scalars(_TRUNCATION_FIELDS)
@@ -288,11 +292,12 @@ class _Builder:
     def event(self, ns: int, cls: str, subject: str | None, span: SpanView,
               metadata: dict[str, str] | None = None) -> None:
         ev: dict[str, Any]
+        at = _TIMES.get(ns) or _t(ns)  # _t's cache read inline: every event reads it
         if subject is not None:  # one literal: the keys in the order a bundle has them
-            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+            ev = {"event_class": cls, "occurred_at": at, "context_id": self.context_id,
                   "subject_ref": subject, "trace_id": span.trace_id, "span_id": span.span_id}
         else:
-            ev = {"event_class": cls, "occurred_at": _t(ns), "context_id": self.context_id,
+            ev = {"event_class": cls, "occurred_at": at, "context_id": self.context_id,
                   "trace_id": span.trace_id, "span_id": span.span_id}
         if metadata:
             ev["metadata"] = metadata
@@ -400,18 +405,22 @@ class _Builder:
             rec["truncation_records"] = truncations
         if segments:
             rec["window_segments"] = segments
-        rec["created_at"] = _t(span.start_time_unix_nano)
-        rec["completed_at"] = _t(span.end_time_unix_nano)
+        start, end = span.start_time_unix_nano, span.end_time_unix_nano
+        # _t's cache read inline (the hot record)
+        rec["created_at"] = _TIMES.get(start) or _t(start)
+        rec["completed_at"] = _TIMES.get(end) or _t(end)
         self.budgets.append(rec)
         window_id = a.get(S.WINDOW_ID)
         if window_id is not None:
             window = {"window_id": window_id, "budget_ref": bid}
-            _pick_scalars(a, _WINDOW_PAIRS, window)
+            for name in _WINDOW_FROM_BUDGET:  # read once already, for the budget record
+                if name in rec:
+                    window[name] = rec[name]
             if segments:
                 window["segments"] = [dict(s) for s in segments]
             window["created_at"] = rec["created_at"]
             self.windows.append(window)
-        self.event(span.end_time_unix_nano, "context.budget.applied", f"budget:{bid}", span)
+        self.event(end, "context.budget.applied", f"budget:{bid}", span)
 
     def assembly(self, span: SpanView, events: Sequence[EventView]) -> None:
         a = span.attributes
@@ -676,6 +685,14 @@ def _one_record_per_id(b: _Builder, spans: Sequence[SpanView]) -> list[Repair]:
     return said
 
 
+_START = attrgetter("start_time_unix_nano")
+
+
+def _order(s: SpanView) -> tuple[int, int, str, str]:
+    return (s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id,
+            s.trace_id)
+
+
 def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str] = (),
                      repairs: Sequence[Repair] = ()) -> dict[str, Any]:
     """One envelope's bundle from the spans that carry its ``context.id``.
@@ -701,9 +718,10 @@ def rebuild_envelope(spans: Sequence[SpanView], *, partial_reasons: Sequence[str
     # lifecycle's order, so records and the event timeline do not depend on random span ids.
     # The trace id last: two traces' spans may share everything else (the envelope's trace
     # is then the first one's, whatever the arrival order).
-    ordered = sorted(unique.values(), key=lambda s: (
-        s.start_time_unix_nano, _STAGE_ORDER.get(s.name, len(_STAGE_ORDER)), s.span_id,
-        s.trace_id))
+    ordered = sorted(unique.values(), key=_START)
+    starts = list(map(_START, ordered))
+    if len(set(starts)) != len(starts):  # a tie: the stable sort by start alone is not it
+        ordered.sort(key=_order)
     if not ordered:
         raise ValueError("rebuild_envelope needs at least one span")
     envelope_span = next((s for s in ordered if S.CONTEXT_SCOPE in s.attributes), None)

@@ -186,3 +186,20 @@ def test_a_key_larger_than_the_byte_cap_still_remembers_itself() -> None:
     assert len(out) == 2
     assert buffer.add(big, None, out) == DUPLICATE and len(out) == 2
     assert buffer.done_bytes > 4096  # the one key kept, over the cap
+
+
+def test_the_envelope_active_last_is_evicted_last_after_events_join_another() -> None:
+    """A span of the envelope that had the previous span still makes it the most recently
+    active, after log-based events joined another envelope in between (which moved that
+    one): the oldest is evicted, whatever the buffer remembers of the last span added."""
+    buffer = make(Clock(), max_spans=3)
+    _, *a = accepted(envelope_spans(1, "a", stages=3))
+    _, *b = accepted(envelope_spans(2, "b", stages=3, base_span=10))
+    out: list = []
+    buffer.add(a[0], None, out)
+    buffer.add(b[0], None, out)
+    buffer.add(a[1], None, out)  # a active last
+    assert buffer.attach((f"{2:032x}", "b"), 0, (), out)  # then b
+    buffer.add(a[2], None, out)  # then a again: b is the oldest, past max_spans
+    assert [(f.key[1], f.reasons) for f in out] == [("b", (REASON_NO_ENVELOPE_SPAN,
+                                                          REASON_EVICTED))]
