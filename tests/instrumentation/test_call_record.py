@@ -158,7 +158,8 @@ def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPat
     ours = [(k, v) for k, v in span.attributes.items() if k.startswith("context.")]
     # context.id and context.scope written again last (span limits drop the oldest first)
     assert [k for k, _ in ours] == [
-        S.CONTEXT_SCHEMA_VERSION, S.CONTEXT_PRODUCER, S.BUDGET_ID, S.BUDGET_TARGET, S.BUDGET_MAX_TOKENS, S.BUDGET_RESERVED_TOKENS,
+        S.CONTEXT_SCHEMA_VERSION, S.CONTEXT_PRODUCER, S.BUDGET_ID, S.BUDGET_TARGET,
+        S.BUDGET_MAX_TOKENS, S.BUDGET_RESERVED_TOKENS,
         S.BUDGET_OVERFLOW_STRATEGY, S.WINDOW_SEGMENT_NAMES, S.WINDOW_SEGMENT_ORDERS,
         S.WINDOW_SEGMENT_RESERVED_TOKENS, S.WINDOW_SEGMENT_USED_TOKENS, S.ASSEMBLY_ID,
         S.ASSEMBLY_TARGET, S.ASSEMBLY_BLOCK_COUNT, S.ASSEMBLY_TOKEN_COUNT, S.ASSEMBLY_HASH,
