@@ -12,6 +12,7 @@ blocks and segments are parallel arrays (element i of each describes block i), w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +23,13 @@ from . import _semconv as S
 from ._digest import assembly_digest
 from ._enums import InjectionPoint, Lifecycle, Scope, Visibility
 from ._envelope import Envelope
+from ._failsafe import is_strict
 from ._fastattrs import set_attributes
 from ._masking import has_masker, mask
 from ._recorder import _describe, _put
 from ._stages import Budget, budget_usage, record_budget
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ._api import AgentContext
@@ -218,7 +222,6 @@ _TURN = Scope.TURN.value
 _INJECTED_STATE = Lifecycle.INJECTED.value
 _DRAFT = Lifecycle.DRAFT.value
 _ENVELOPES = {"scope": _TURN, "agent": "unknown", "status": "complete"}
-_USAGE = {"target": _MODEL, "agent": "unknown"}
 
 
 class CallRecord:
@@ -288,7 +291,13 @@ class CallRecord:
         inst = self._owner._instruments
         if self._begun:
             attrs = budget_usage(self.actual, self._max_tokens, self._reserved)
-            record_budget(inst, attrs, _MODEL, "unknown", self._strategy, {}, 0)
+            try:  # as the budget's own stop: its failure loses its points, not the span's
+                record_budget(inst, attrs, _MODEL, "unknown", self._strategy, {}, 0)
+            except Exception:
+                if is_strict():
+                    raise
+                _log.warning("otel_agent_context: the call's budget metrics failed",
+                             exc_info=True)
         else:  # the records failed: the envelope's attributes were not written
             attrs = self._opening()
         recording = span.is_recording()

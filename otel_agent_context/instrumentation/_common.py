@@ -697,10 +697,15 @@ class Call:
         if self.record is not None and req is not None:
             if not (out.compactions or out.applied_edits
                     or req.overflow_strategy == _TRUNCATE_MIDDLE):
-                if out.input_tokens is not None:  # Budget.actual's
-                    self.record.actual[S.BUDGET_ACTUAL_TOKENS] = out.input_tokens
+                tokens = out.input_tokens
+                if tokens is None:
+                    return
+                if type(tokens) is int and tokens >= 0:  # what Budget.actual accepts
+                    self.record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
                     self.record.actual[S.BUDGET_ACTUAL_ITEMS] = len(req.blocks)
-                return
+                    return
+            # an odd count from the server goes through Budget.actual's check (logged,
+            # raised when strict) as it would without the record
             self._full()
         budget, env = self.budget, self.env
         if out.compactions and not (req is not None and req.compaction_call):

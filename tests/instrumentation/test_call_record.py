@@ -18,8 +18,9 @@ import pytest
 from llm_setup import CAPTURE_ENV, Setup
 from stub_server import StubServer
 
+from otel_agent_context import _instruments
 from otel_agent_context import _semconv as S
-from otel_agent_context.instrumentation import _common
+from otel_agent_context.instrumentation import _common, _stub
 from otel_agent_context.testing import CapturedTelemetry
 
 HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
@@ -177,3 +178,68 @@ def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPat
     assert attrs[S.BUDGET_ACTUAL_TOKENS] == span.attributes[S.GEN_AI_USAGE_INPUT_TOKENS]
     (envelopes,) = tel.metrics()["context.envelopes"]
     assert envelopes == ({"scope": "turn", "agent": "unknown", "status": "complete"}, 1)
+    (injected,) = tel.metrics()["context.injections"]  # the opening write's point
+    assert injected[1] == 1
+
+
+def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False) -> CapturedTelemetry:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    tel = CapturedTelemetry(strict=strict)
+    setup = Setup(tel, "none", False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            _chat(stub)
+    finally:
+        setup.stop()
+    return tel
+
+
+@pytest.mark.parametrize("prompt_tokens", [12.5, -3])
+def test_an_odd_token_count_from_the_server_is_checked_as_a_budget_checks_it(
+        prompt_tokens: float, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An OpenAI-compatible server answering a usage the contract cannot carry (a fraction,
+    a negative count: the client passes both through): no ``actual_tokens``, no utilization
+    point, a warning, as ``Budget.actual`` does; the application's call is untouched."""
+    answer = _stub._Handler._json
+
+    def odd_usage(self: Any, status: int, body: dict[str, Any],
+                  headers: dict[str, str] | None = None) -> None:
+        if isinstance(body.get("usage"), dict):
+            body = {**body, "usage": {**body["usage"], "prompt_tokens": prompt_tokens}}
+        answer(self, status, body, headers)
+
+    monkeypatch.setattr(_stub._Handler, "_json", odd_usage)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.attributes.get(S.BUDGET_ACTUAL_TOKENS) is None
+    assert span.attributes.get(S.BUDGET_UTILIZATION) is None
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert "context.budget.utilization" not in tel.metrics()
+    assert any("Budget.actual" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_budget_metric_keeps_the_calls_closing_attributes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The budget's points failing at the call's end loses those points only: the span's
+    usage and closing attributes and the envelope's point stay (the bundle complete)."""
+    record = _instruments._Instruments.__init__
+
+    class Failing:
+        def record(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("injected")
+
+    def failing_utilization(self: Any, *args: Any, **kwargs: Any) -> None:
+        record(self, *args, **kwargs)
+        self.utilization = Failing()
+
+    monkeypatch.setattr(_instruments._Instruments, "__init__", failing_utilization)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert span.attributes[S.BUDGET_ACTUAL_TOKENS] == span.attributes[
+        S.GEN_AI_USAGE_INPUT_TOKENS]
+    assert tel.metrics()["context.envelopes"]
+    assert [b["rebuild"]["status"] for b in tel.bundles()] == ["complete"]
+    assert any("budget metrics failed" in r.getMessage() for r in caplog.records)
