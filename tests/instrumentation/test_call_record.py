@@ -142,12 +142,9 @@ def test_the_record_writes_what_the_envelope_objects_write(
     assert len(closed) == 2 and all(
         (S.CONTEXT_EVENT_COUNT in attrs) == (events_as == "logs") for attrs in closed)
 
-
-def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The call's records are written at its start, in the contract's order, with the
-    envelope's own attributes first; its usage and closing attributes at its end."""
+def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False) -> CapturedTelemetry:
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    tel = CapturedTelemetry()
+    tel = CapturedTelemetry(strict=strict)
     setup = Setup(tel, "none", False)
     setup.start()
     try:
@@ -155,6 +152,13 @@ def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPat
             _chat(stub)
     finally:
         setup.stop()
+    return tel
+
+
+def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call's records are written at its start, in the contract's order, with the
+    envelope's own attributes first; its usage and closing attributes at its end."""
+    tel = _plain_call(monkeypatch)
     (span,) = tel.spans()
     ours = [(k, v) for k, v in span.attributes.items() if k.startswith("context.")]
     # context.id and context.scope written again last (span limits drop the oldest first)
@@ -181,18 +185,6 @@ def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPat
     (injected,) = tel.metrics()["context.injections"]  # the opening write's point
     assert injected[1] == 1
 
-
-def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False) -> CapturedTelemetry:
-    monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    tel = CapturedTelemetry(strict=strict)
-    setup = Setup(tel, "none", False)
-    setup.start()
-    try:
-        with StubServer() as stub:
-            _chat(stub)
-    finally:
-        setup.stop()
-    return tel
 
 
 @pytest.mark.parametrize("prompt_tokens", [12.5, -3])
