@@ -12,21 +12,29 @@ blocks and segments are parallel arrays (element i of each describes block i), w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import Span
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span, Status, StatusCode
 
 from . import _semconv as S
 from ._digest import assembly_digest
-from ._enums import InjectionPoint, Visibility
+from ._enums import InjectionPoint, Lifecycle, Scope, Visibility
+from ._envelope import Envelope
+from ._failsafe import is_strict
+from ._fastattrs import set_attributes
 from ._masking import has_masker, mask
-from ._stages import Budget
+from ._recorder import _describe, _put
+from ._stages import Budget, budget_usage, record_budget
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ._envelope import Envelope
+    from ._api import AgentContext
 
-__all__ = ["FoldedBudget", "Segment", "block_columns", "fold_call"]
+__all__ = ["CallRecord", "FoldedBudget", "Segment", "block_columns", "fold_call"]
 
 #: (name, order or None, reserved tokens or None, used tokens or None)
 Segment = tuple[str, "int | None", "int | None", "int | None"]
@@ -106,18 +114,44 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     ``block_columns(blocks)`` when the caller has them. Returns the budget, to record what
     the response says and to stop with the call."""
     owner = env._owner
-    ids = owner._ids
+    attrs: dict[str, Any] = {}
+    budget_id, checked = _fill(attrs, owner._ids, max_tokens, reserved_tokens,
+                               overflow_strategy, segments, blocks, sources, capture,
+                               columns, env._named)
+    budget = FoldedBudget(env, span, budget_id, attrs)
+    if span is not env._span:  # an inference span inside the application's envelope joins it
+        env._target_span(span)
+        attrs[S.CONTEXT_ID] = env.context_id
+    env._set(span, attrs, now=True, checked=checked)  # on the span from the call's start
+    env._stages.update(_STAGES)
+    env._assembled = True
+    owner._instruments.injections.add(1, _INJECTED)
+    return budget
+
+
+_STAGES = ("budget", "assembly", "injection")
+_INJECTED = {"target": _MODEL, "injection_point": _HISTORY}
+
+
+def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
+          reserved_tokens: int | None, overflow_strategy: str | None,
+          segments: Sequence[Segment], blocks: Sequence[Any],
+          sources: Sequence[Sequence[str]] | None, capture: bool,
+          columns: list[tuple[Any, ...]] | None, named: set[str]) -> tuple[str, bool]:
+    """Add a call's budget, window, assembly and injection attributes to ``attrs``, in the
+    contract's order, and the ids its blocks name to ``named``. Returns the budget's id and
+    whether every value was built by our own code (``_fastattrs``)."""
     budget_id = ids.new("bud")
     # the table's ContextBudget fields on the budget span, written out (the generic
     # fields_to_attributes cost a tenth of the fold; tests/test_folded_budget.py compares)
-    attrs: dict[str, Any] = {S.BUDGET_ID: budget_id, S.BUDGET_TARGET: _MODEL}
+    attrs[S.BUDGET_ID] = budget_id
+    attrs[S.BUDGET_TARGET] = _MODEL
     if max_tokens is not None:
         attrs[S.BUDGET_MAX_TOKENS] = max_tokens
     if reserved_tokens is not None:
         attrs[S.BUDGET_RESERVED_TOKENS] = reserved_tokens
     if overflow_strategy is not None:
         attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
-    budget = FoldedBudget(env, span, budget_id, attrs)
     if segments:  # arrays as tuples: what the span stores (see _fastattrs)
         names, orders, reserved, used = zip(*segments, strict=True)
         attrs[S.WINDOW_SEGMENT_NAMES] = names
@@ -130,7 +164,6 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
     item_ids = list(ids_col)  # lists: what the assembly hash's memo compares
     digests = list(digests_col)
     total = sum(tokens)
-    named = env._named
     named.update(item_ids)
     counts: list[int] = []
     refs: list[str] = []
@@ -142,8 +175,7 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
             counts.append(len(mine))
     plain = all(plains)
     assembly_hash = assembly_digest(item_ids, digests)
-    assembly_id = ids.new("asm")
-    attrs[S.ASSEMBLY_ID] = assembly_id
+    attrs[S.ASSEMBLY_ID] = ids.new("asm")
     attrs[S.ASSEMBLY_TARGET] = _MODEL
     attrs[S.ASSEMBLY_BLOCK_COUNT] = len(item_ids)
     attrs[S.ASSEMBLY_TOKEN_COUNT] = total
@@ -179,17 +211,119 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
         attrs[S.ASSEMBLY_BLOCK_CONTENTS] = [
             ((mask(b.content) or "") if masking else b.content) if b.content else ""
             for b in blocks]
-    injection_id = ids.new("inj")
-    attrs[S.INJECTION_ID] = injection_id
+    attrs[S.INJECTION_ID] = ids.new("inj")
     attrs[S.INJECTION_TARGET] = _MODEL
     attrs[S.INJECTION_POINT] = _HISTORY
     attrs[S.INJECTION_HASH] = assembly_hash
+    return budget_id, checked
 
-    if span is not env._span:  # an inference span inside the application's envelope joins it
-        env._target_span(span)
-        attrs[S.CONTEXT_ID] = env.context_id
-    env._set(span, attrs, now=True, checked=checked)  # on the span from the call's start
-    env._stages.update(("budget", "assembly", "injection"))
-    env._assembled = True
-    owner._instruments.injections.add(1, {"target": _MODEL, "injection_point": _HISTORY})
-    return budget
+
+_TURN = Scope.TURN.value
+_INJECTED_STATE = Lifecycle.INJECTED.value
+_DRAFT = Lifecycle.DRAFT.value
+_ENVELOPES = {"scope": _TURN, "agent": "unknown", "status": "complete"}
+
+
+class CallRecord:
+    """An auto-instrumented call's records outside any application envelope, without the
+    :class:`Envelope` and :class:`FoldedBudget` objects ``fold_call`` works through: the
+    same ids, attributes (in the same two writes, in the same order) and metric points as
+    that envelope and budget, for about half what building and stopping them costs. The
+    call's envelope is never current (no code of the application sees it): the objects are
+    made (:meth:`full`) only when the call records more than its usage (a compaction, a
+    truncation, an overflow)."""
+
+    __slots__ = ("_owner", "span", "context_id", "_budget_id", "_logger", "_made_in",
+                 "_max_tokens", "_reserved", "_strategy", "_item_ids", "actual", "_begun")
+
+    def __init__(self, owner: AgentContext, span: Span) -> None:
+        """The call's envelope (``AgentContext._call_envelope``)."""
+        self._owner = owner
+        self.span = span
+        self.context_id = owner._ids.new("ctx")
+        self._logger = owner._events.logger()
+        self._made_in = otel_context.get_current()
+        self._begun = False
+        #: what the budget's ``actual`` was told (``Budget._actual``)
+        self.actual: dict[str, Any] = {}
+
+    def begin(self, max_tokens: int | None, reserved_tokens: int | None,
+              overflow_strategy: str | None, segments: Sequence[Segment],
+              blocks: Sequence[Any], capture: bool,
+              columns: list[tuple[Any, ...]] | None) -> None:
+        """The call's records (``fold_call``), written on its span."""
+        owner = self._owner
+        self._max_tokens = max_tokens
+        self._reserved = reserved_tokens
+        self._strategy = overflow_strategy
+        attrs = self._opening()
+        named: set[str] = set()
+        self._budget_id, checked = _fill(attrs, owner._ids, max_tokens, reserved_tokens,
+                                         overflow_strategy, segments, blocks, None, capture,
+                                         columns, named)
+        self._item_ids = named
+        set_attributes(self.span, attrs, checked and isinstance(owner.producer, str))
+        self._begun = True
+        owner._instruments.injections.add(1, _INJECTED)
+
+    def _opening(self) -> dict[str, Any]:
+        """The envelope's attributes, written with the call's records."""
+        return {S.CONTEXT_ID: self.context_id, S.CONTEXT_SCOPE: _TURN,
+                S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
+                S.CONTEXT_PRODUCER: self._owner.producer}
+
+    def _final(self) -> dict[str, Any]:
+        """``Envelope._final_attributes`` of the call's envelope."""
+        final: dict[str, Any] = {S.CONTEXT_LIFECYCLE: _INJECTED_STATE if self._begun else _DRAFT,
+                                 S.CONTEXT_SCOPE: _TURN,
+                                 S.CONTEXT_SPAN_COUNT: 0, S.CONTEXT_ID: self.context_id}
+        if self._logger is not None:
+            final[S.CONTEXT_EVENT_COUNT] = 0
+        return final
+
+    def write_final_early(self) -> None:
+        """``Envelope._write_final_early``."""
+        set_attributes(self.span, self._final(), True)
+
+    def stop(self, exc: BaseException | None) -> None:
+        """The budget's and the envelope's stop (or fail, with ``exc``)."""
+        span = self.span
+        inst = self._owner._instruments
+        if self._begun:
+            attrs = budget_usage(self.actual, self._max_tokens, self._reserved)
+            try:  # as the budget's own stop: its failure loses its points, not the span's
+                record_budget(inst, attrs, _MODEL, "unknown", self._strategy, {}, 0)
+            except Exception:
+                if is_strict():
+                    raise
+                _log.warning("otel_agent_context: the call's budget metrics failed",
+                             exc_info=True)
+        else:  # the records failed: the envelope's attributes were not written
+            attrs = self._opening()
+        recording = span.is_recording()
+        if exc is not None and recording:
+            span.set_status(Status(StatusCode.ERROR, _describe(exc)))
+            span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
+        attrs.update(self._final())
+        if recording:
+            set_attributes(span, attrs)
+        inst.envelopes.add(1, _ENVELOPES)
+
+    def full(self) -> tuple[Envelope, FoldedBudget]:
+        """The envelope and budget ``fold_call`` would have left, in the same state."""
+        span = self.span
+        env = Envelope(self._owner, span, False, self.context_id, None, "unknown", _TURN,
+                       self._logger)
+        env._made_in = self._made_in
+        env._pending = {}  # the call's records written: the rest waits for the stop
+        env._pending_checked = True
+        env._named = self._item_ids
+        env._stages.update(_STAGES)
+        env._assembled = True
+        attrs: dict[str, Any] = {S.BUDGET_TARGET: _MODEL}
+        _put(attrs, S.BUDGET_MAX_TOKENS, self._max_tokens)
+        _put(attrs, S.BUDGET_RESERVED_TOKENS, self._reserved)
+        _put(attrs, S.BUDGET_OVERFLOW_STRATEGY, self._strategy)
+        budget = FoldedBudget(env, span, self._budget_id, attrs)
+        budget._actual = self.actual
+        return env, budget

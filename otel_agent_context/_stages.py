@@ -279,27 +279,41 @@ class Budget(_Stage):
             self._actual[S.BUDGET_OVERFLOW_STRATEGY] = strat
 
     def _finish(self, end_time: int | str | None) -> None:
-        attrs = self._actual
-        actual = attrs.get(S.BUDGET_ACTUAL_TOKENS)
-        if actual is not None and self._max_tokens:
-            attrs.setdefault(S.BUDGET_UTILIZATION, actual / self._max_tokens)
-            over = actual + (self._reserved or 0) - self._max_tokens
-            if S.BUDGET_OVERFLOW not in attrs:
-                attrs[S.BUDGET_OVERFLOW] = over > 0
-            if over > 0:
-                attrs.setdefault(S.BUDGET_OVERFLOW_TOKENS, over)
+        attrs = budget_usage(self._actual, self._max_tokens, self._reserved)
         self._end(attrs, end_time)
-        inst, agent, target = self._env._owner._instruments, self._env._agent, self._target
-        if S.BUDGET_UTILIZATION in attrs:
-            inst.utilization.record(attrs[S.BUDGET_UTILIZATION],
-                                    {"target": target, "agent": agent})
-        if attrs.get(S.BUDGET_OVERFLOW):
-            inst.overflows.add(1, {"target": target, "agent": agent,
-                                   "overflow_strategy": self._strategy or "unknown"})
-        for strat, n in self._truncations.items():
-            inst.truncations.add(n, {"target": target, "agent": agent, "strategy": strat})
-        if self._truncated_tokens:
-            inst.truncated_tokens.add(self._truncated_tokens, {"target": target, "agent": agent})
+        record_budget(self._env._owner._instruments, attrs, self._target, self._env._agent,
+                      self._strategy, self._truncations, self._truncated_tokens)
+
+
+def budget_usage(attrs: dict[str, Any], max_tokens: int | None,
+                 reserved: int | None) -> dict[str, Any]:
+    """A budget's closing attributes (``attrs``: what was reported, completed in place):
+    the utilization and overflow derived from the actual tokens."""
+    actual = attrs.get(S.BUDGET_ACTUAL_TOKENS)
+    if actual is not None and max_tokens:
+        attrs.setdefault(S.BUDGET_UTILIZATION, actual / max_tokens)
+        over = actual + (reserved or 0) - max_tokens
+        if S.BUDGET_OVERFLOW not in attrs:
+            attrs[S.BUDGET_OVERFLOW] = over > 0
+        if over > 0:
+            attrs.setdefault(S.BUDGET_OVERFLOW_TOKENS, over)
+    return attrs
+
+
+def record_budget(inst: Any, attrs: dict[str, Any], target: str, agent: str,
+                  strategy: str | None, truncations: dict[str, int],
+                  truncated_tokens: int) -> None:
+    """A stopped budget's metric points (``attrs``: its closing attributes)."""
+    if S.BUDGET_UTILIZATION in attrs:
+        inst.utilization.record(attrs[S.BUDGET_UTILIZATION],
+                                {"target": target, "agent": agent})
+    if attrs.get(S.BUDGET_OVERFLOW):
+        inst.overflows.add(1, {"target": target, "agent": agent,
+                               "overflow_strategy": strategy or "unknown"})
+    for strat, n in truncations.items():
+        inst.truncations.add(n, {"target": target, "agent": agent, "strategy": strat})
+    if truncated_tokens:
+        inst.truncated_tokens.add(truncated_tokens, {"target": target, "agent": agent})
 
 
 class Assembly(_Stage):

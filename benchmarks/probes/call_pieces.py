@@ -13,8 +13,10 @@ instrumentor: ours outermost, through util-genai or the light invocation publish
 other, suppressed, inside; or the other outermost and ours inside, util-genai's suppressed
 invocation or ``LightSuppressed``), ``bare`` (an SDK span with the same
 attributes), ``request`` / ``response`` (reading them), ``materialize``, ``segments``,
-``fold`` (a span, the call envelope and ``fold_call``), ``envelope`` (a span and the call
-envelope started and stopped); ``stream*`` an OpenAI chat stream of the benchmark's 15
+``fold`` (a span, the call envelope and ``fold_call``), ``fold_stop`` (and the usage, the
+budget's and envelope's stops: a call's records with those objects), ``record`` (the same
+records through ``CallRecord``, what a call outside any envelope does), ``envelope`` (a span
+and the call envelope started and stopped); ``stream*`` an OpenAI chat stream of the benchmark's 15
 chunks from a list (our ``Call`` and stream wrapper, the light path or ``_util``;
 ``stream_official`` the official instrumentor's wrapper alone, ``stream_ours_outer`` /
 ``stream_ours_inner`` the two composed, ours outermost or inside; ``stream_accumulate``
@@ -43,7 +45,7 @@ def _child(calls: int, which: str, only: list[str] | None) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.util.genai.handler import TelemetryHandler
 
-    from otel_agent_context._folded import fold_call
+    from otel_agent_context._folded import CallRecord, fold_call
     from otel_agent_context.instrumentation import _common as C
     from otel_agent_context.instrumentation._inference import (
         LightInference,
@@ -156,6 +158,26 @@ def _child(calls: int, which: str, only: list[str] | None) -> None:
                   sources=None, capture=False)
         span.end()
 
+    def fold_stop() -> None:  # what a call's records cost with the envelope objects
+        span = tracer.start_span("chat claude-sonnet-4-6")
+        env = tel.ctx._call_envelope(span)
+        budget = fold_call(env, span, max_tokens=200_000, reserved_tokens=300,
+                           overflow_strategy="reject", segments=segments, blocks=req.blocks,
+                           sources=None, capture=False)
+        budget.actual(tokens=900, items=len(req.blocks))
+        budget.stop()
+        env.stop()
+        span.end()
+
+    def record() -> None:  # the same records through CallRecord (a call outside envelopes)
+        span = tracer.start_span("chat claude-sonnet-4-6")
+        rec = CallRecord(tel.ctx, span)
+        rec.begin(200_000, 300, "reject", segments, req.blocks, False, None)
+        rec.actual.update({"context.budget.actual_tokens": 900,
+                           "context.budget.actual_items": len(req.blocks)})
+        rec.stop(None)
+        span.end()
+
     def envelope() -> None:
         span = tracer.start_span("chat claude-sonnet-4-6")
         tel.ctx._call_envelope(span).stop()
@@ -265,6 +287,8 @@ def _child(calls: int, which: str, only: list[str] | None) -> None:
         "materialize": lambda: C._materialize(kwargs()),
         "segments": lambda: (C._segments(req), C.distinct_ids(req.blocks)),
         "fold": fold,
+        "fold_stop": fold_stop,
+        "record": record,
         "envelope": envelope,
     }
     for name, fn in pieces.items():

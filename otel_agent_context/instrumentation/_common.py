@@ -40,7 +40,7 @@ import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, compress
+from itertools import accumulate, compress
 from timeit import default_timer
 from typing import Any
 
@@ -52,6 +52,7 @@ from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, Telem
 from opentelemetry.util.genai.stream import AsyncStreamWrapper, SyncStreamWrapper
 
 from .. import _digest
+from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._digest import recall, remember
@@ -61,7 +62,7 @@ from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _run_envelope_parent
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
-from .._folded import Row, Segment, block_columns, fold_call
+from .._folded import CallRecord, Row, Segment, block_columns, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
@@ -94,6 +95,7 @@ __all__ = [
     "make_block",
     "make_item",
     "plain_block",
+    "remembered",
     "overflow_tokens_from",
     "short_digest",
     "sync_wrapper",
@@ -180,6 +182,9 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
 
 _PLAIN_BLOCK = "plain block"
 _memo_get = _digest._MEMO.get  # the memo is cleared, never replaced
+#: what :func:`remember` kept under a key, without :func:`recall`'s check that the digest
+#: key is still the one the value was made with (the caller checks ``_digest._resolved``)
+remembered = _memo_get
 
 
 def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Block:
@@ -465,6 +470,9 @@ class Call:
         self.done = False
         self.env: Envelope | None = None
         self.budget: Budget | None = None
+        #: the call's records without envelope objects (see CallRecord), in place of
+        #: ``env`` and ``budget`` until something needs them (``_full``)
+        self.record: CallRecord | None = None
         self.own_env = False
         self.target: Any = None
         model = kwargs.get("model")
@@ -531,7 +539,7 @@ class Call:
             except Exception:
                 _log.warning("otel_agent_context: could not end the call's stages",
                              exc_info=True)
-            self.env = self.budget = None
+            self.env = self.budget = self.record = None
             self.own_env = False
             if _strict_now():
                 self.done = True
@@ -550,15 +558,27 @@ class Call:
         self.window = context_window(req.model)
         env = current_envelope()
         self.own_env = env is None
-        if env is None:
-            env = tel.ctx._call_envelope(span) if tel.fold and span.is_recording() else \
-                tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
         self.target = span
-        self.env = env
+        record = None
+        if env is None:
+            if tel.fold and span.is_recording():
+                # the call's own envelope, never current: its records without its objects
+                record = self.record = CallRecord(tel.ctx, span)
+            else:
+                env = tel.ctx.envelope(scope=Scope.TURN, model=req.model, span=span)
         columns = block_columns(req.blocks)  # read once: for the ids, segments and fold
         if distinct_ids(req.blocks, columns[0]):
             columns = block_columns(req.blocks)
         segments = _segments(req, columns)
+        if record is not None:
+            record.begin(self.window, req.reserved_output, req.overflow_strategy, segments,
+                         req.blocks, tel.capture, columns)
+            if req.compacted:
+                self._full().mark_compacted(span)
+                inv.conversation_compacted = True
+            return
+        assert env is not None  # not light: the application's envelope, or a new one
+        self.env = env
         # the items selected or surfaced in the envelope that each block's text carries
         # (None: nothing to compare, the usual case)
         found = env._block_sources([(b.item_id, b.digest, b.text) for b in req.blocks]
@@ -574,6 +594,16 @@ class Call:
         if req.compacted:
             env.mark_compacted(span)
             inv.conversation_compacted = True
+
+    def _full(self) -> Envelope:
+        """The call's envelope and budget as objects, from its record (a call recording
+        more than its usage: compaction, truncation, overflow)."""
+        record = self.record
+        if record is not None:
+            self.record = None
+            self.env, self.budget = record.full()
+        assert self.env is not None
+        return self.env
 
     def _stage_spans(self, env: Envelope, span: Any, req: Request,
                      segments: list[Segment], found: list[tuple[str, ...]] | None) -> None:
@@ -663,7 +693,21 @@ class Call:
             # the API's values (the response's): checked in bulk, the SDK's way when any is
             # not a plain scalar or a limit applies (``_fastattrs``)
             set_attributes(span, out.attributes)
-        budget, env, req = self.budget, self.env, self.req
+        req = self.req
+        if self.record is not None and req is not None:
+            if not (out.compactions or out.applied_edits
+                    or req.overflow_strategy == _TRUNCATE_MIDDLE):
+                tokens = out.input_tokens
+                if tokens is None:
+                    return
+                if type(tokens) is int and tokens >= 0:  # what Budget.actual accepts
+                    self.record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
+                    self.record.actual[S.BUDGET_ACTUAL_ITEMS] = len(req.blocks)
+                    return
+            # an odd count from the server goes through Budget.actual's check (logged,
+            # raised when strict) as it would without the record
+            self._full()
+        budget, env = self.budget, self.env
         if out.compactions and not (req is not None and req.compaction_call):
             # the provider compacted the conversation in this very call
             inv.conversation_compacted = True
@@ -741,6 +785,13 @@ class Call:
 
     @guarded
     def _end_stages(self, exc: BaseException | None) -> None:
+        record = self.record
+        if record is not None:
+            if exc is None or not is_context_length_error(exc):
+                self.record = None
+                record.stop(exc)
+                return
+            self._full()
         budget, env = self.budget, self.env
         if budget is not None and exc is not None and is_context_length_error(exc):
             # the provider's stated limit wins over our table's (the API knows its model)
@@ -1120,15 +1171,19 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
     return value
 
 
-_DICT_ONLY = frozenset({dict})
-_dict_values = dict.values
 
 
 def _plain_messages(value: list[Any]) -> bool:
-    """Whether every element is a dict holding only plain values (strings, numbers, None):
-    checked in C loops, not one message at a time."""
-    return (set(map(type, value)) <= _DICT_ONLY
-            and set(map(type, chain.from_iterable(map(_dict_values, value)))) <= _PLAIN_TYPES)
+    """Whether every element is a dict holding only plain values (strings, numbers, None).
+    A plain loop: on this interpreter cheaper than C passes over ``map``/``chain`` (a
+    view and an iterator made per message)."""
+    for message in value:
+        if type(message) is not dict:
+            return False
+        for item in message.values():
+            if type(item) not in _PLAIN_TYPES:
+                return False
+    return True
 
 
 def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
@@ -1209,10 +1264,13 @@ def _follow_stream(call: Call, api: Api, stream: Any, is_async: bool) -> Any:
         acc = api.accumulator(call.tel.capture)
         wrapped = (OurAsyncStream if is_async else OurSyncStream)(stream, call, acc)
         env = call.env
-        if env is not None and call.own_env and isinstance(call.invocation, _SUPPRESSED):
+        if call.own_env and isinstance(call.invocation, _SUPPRESSED):
             # the official instrumentor's wrapper, outside ours, ends the span: dropped
             # unread, it is collected (and ends it) before ours, whose end comes too late
-            env._write_final_early()
+            if call.record is not None:
+                call.record.write_final_early()
+            elif env is not None:
+                env._write_final_early()
         return wrapped
     except Exception:
         if _strict_now():

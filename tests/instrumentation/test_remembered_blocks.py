@@ -180,3 +180,49 @@ def test_the_folded_write_is_the_checked_ones(name: str,
     assert all(not isinstance(v, list) for _, v in fast)
     assert fast_writes == [REQUESTS[name][2]]
     assert checked_writes == [False]
+
+
+@pytest.fixture()
+def _estimator() -> Iterator[None]:
+    yield
+    C._tokens.set_token_estimator(None)
+
+
+@pytest.mark.usefixtures("_estimator")
+def test_a_remembered_block_follows_the_token_estimator() -> None:
+    """Blocks looked up inline (chat, Anthropic messages and system) are remembered under
+    the estimator too: one set later counts the same texts its way."""
+    chat = {"model": "m", "messages": _fresh(HISTORY)}
+    anthropic = {"model": "m", "max_tokens": 10, "messages": _fresh(HISTORY[2:]),
+                 "system": [{"type": "text", "text": "Be brief.",
+                             "cache_control": {"type": "ephemeral"}}]}
+    before = (OX.chat_request((), dict(chat), False).blocks
+              + AX.messages_request((), dict(anthropic), False).blocks)
+    C._tokens.set_token_estimator(lambda text: 1000 + len(text))
+    after = (OX.chat_request((), dict(chat), False).blocks
+             + AX.messages_request((), dict(anthropic), False).blocks)
+    assert [b.tokens for b in after] == [1000 + len(b.text) if b.text else 0 for b in before]
+    assert [b.digest for b in after] == [b.digest for b in before]
+
+
+def test_an_anthropic_system_block_is_as_before() -> None:
+    """The system prompt's block, remembered without capture: the fields make_block gives,
+    its cache breakpoint its own (the same text with and without one), its content only
+    under capture."""
+    def system(block: Any, capture: bool) -> Block:
+        req = AX.messages_request((), {"model": "m", "max_tokens": 10, "system": block,
+                                       "messages": [{"role": "user", "content": "hi"}]},
+                                  capture)
+        return req.blocks[0]
+
+    text = "You are ACME's support agent."
+    marked = {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+    for block, breakpoint_ in ((marked, True), ({"type": "text", "text": text}, False),
+                               (text, False), (marked, True)):
+        for capture in (False, True):
+            expected = C.make_block(f"system:{C.short_digest(text)}", "system_prompt", text,
+                                    capture, "system_prompt", "system_prompt",
+                                    cache_breakpoint=breakpoint_)
+            assert system([block] if isinstance(block, dict) else block, capture) == expected
+    assert system([marked], False) is system([marked], False)  # remembered
+    assert system([marked], False).content is None

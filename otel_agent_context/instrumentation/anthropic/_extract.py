@@ -13,8 +13,12 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
+from ... import _digest
+from ..._digest import remember
 from ..._enums import ContextKind, InjectionPoint
+from .. import _tokens
 from .._common import (
+    _PLAIN_BLOCK,
     KNOWN_MESSAGES,
     SEG_HISTORY,
     SEG_SYSTEM,
@@ -26,6 +30,7 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
+    remembered,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
@@ -74,15 +79,22 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                          "stop_sequences": list(stop) if stop else None})
     system = given(kwargs.get("system"))
     sys_parts: list[Any] = []
+    estimator = _tokens._estimator
     for block in [system] if isinstance(system, str) else list(system or ()):
         text = _block_text(block)
-        req.blocks.append(make_block(
-            f"system:{short_digest(text)}", _K_SYSTEM_PROMPT, text, capture,
-            _P_SYSTEM, SEG_SYSTEM,
-            cache_breakpoint=bool(given(_get(block, "cache_control")))
-            if not isinstance(block, str) else False))
+        breakpoint_ = (bool(given(_get(block, "cache_control")))
+                       if not isinstance(block, str) else False)
         if capture:
+            req.blocks.append(_system_block(text, breakpoint_, True))
             sys_parts.append(TextPart(content=text))
+            continue
+        # without capture the same block every call: remembered as plain_block's are
+        key = (_SYSTEM_BLOCK, text, breakpoint_, estimator)
+        found = remembered(key)
+        if found is None or not _digest._resolved:
+            found = _system_block(text, breakpoint_, False)
+            remember(key, 0, found)  # the text is counted with its digest's entry
+        req.blocks.append(found)
     messages = list(given(kwargs.get("messages")) or ())
     last_user = -1  # the latest user message that is not only tool results
     for i in range(len(messages) - 1, -1, -1):
@@ -93,22 +105,31 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
+    estimator = _tokens._estimator
     for i, m in enumerate(messages):
         if type(m) is dict:
-            role, content = m.get("role"), m.get("content")
+            try:  # subscripts, not two calls of get: once a message, every call
+                role = m["role"]
+                content = m["content"]
+            except KeyError:
+                role, content = m.get("role"), m.get("content")
         else:
             role, content = _get(m, "role"), _get(m, "content")
         if type(content) is str and type(role) is str and not capture:
             # the usual message, a role and a string, read without the general path's
             # lookups: what every call repeats for the whole history
-            kind = _K_USER_MESSAGE if role == "user" and i == last_user else _K_SESSION_HISTORY
+            kind = _K_USER_MESSAGE if i == last_user and role == "user" else _K_SESSION_HISTORY
             if known:
                 item_id, tokens, digest = message_facts(role, content)
                 item_id = known_message_id(role, content) or item_id
                 append(Block(item_id, kind, _HISTORY, SEG_HISTORY, tokens, digest, None,
                              "inline", None, None, None, False, None, content or None))
-            else:
-                append(plain_block(role, content, kind, _HISTORY, SEG_HISTORY))
+                continue
+            # its remembered block, looked up here (plain_block's lookup without its call)
+            found = remembered((_PLAIN_BLOCK, role, content, kind, estimator))
+            if found is None or not _digest._resolved:
+                found = plain_block(role, content, kind, _HISTORY, SEG_HISTORY)
+            append(found)
             continue
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
@@ -126,6 +147,14 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = sys_parts
     return req
+
+
+_SYSTEM_BLOCK = "system block"
+
+
+def _system_block(text: str, breakpoint_: bool, capture: bool) -> Block:
+    return make_block(f"system:{short_digest(text)}", _K_SYSTEM_PROMPT, text, capture,
+                      _P_SYSTEM, SEG_SYSTEM, cache_breakpoint=breakpoint_)
 
 
 def _only_tool_results(content: Any) -> bool:

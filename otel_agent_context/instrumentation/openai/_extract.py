@@ -13,8 +13,11 @@ from opentelemetry.util.genai.types import (
     ToolCallResponsePart,
 )
 
+from ... import _digest
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
+from .. import _tokens
 from .._common import (
+    _PLAIN_BLOCK,
     KNOWN_MESSAGES,
     SEG_DEVELOPER,
     SEG_HISTORY,
@@ -27,6 +30,7 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
+    remembered,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -47,12 +51,20 @@ _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _PROMPTS = {"system": _SYSTEM, "developer": _DEVELOPER}
 _LATEST_USER = (_K_USER_MESSAGE, _HISTORY_POINT, SEG_HISTORY)
 _IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY_POINT, SEG_HISTORY)
+#: the same by the roles of chat_request's short path, the latest user message aside
+_PLAIN_SPECS = {**_PROMPTS, "user": _IN_HISTORY, "assistant": _IN_HISTORY}
 _FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+#: types a request value usually has: never a sentinel (a builtin type's ``__name__`` is
+#: a new string each read)
+_VALUE_TYPES = frozenset({str, int, float, bool, list, dict, tuple})
 
 
 def given(value: Any) -> Any:
     """``None`` for the SDK's NOT_GIVEN / omit sentinels."""
-    if value is None or type(value).__name__ in ("NotGiven", "Omit"):
+    if value is None or (type(value) not in _VALUE_TYPES
+                         and type(value).__name__ in ("NotGiven", "Omit")):
         return None
     return value
 
@@ -96,21 +108,29 @@ def text_of(content: Any) -> str:
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int or value is None:  # the usual values, without given's call
+        return value  # type: ignore[no-any-return]
     value = given(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: the sampling parameters recorded as they are given (in the record's order)
+_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+
+
 def _common_genai(kwargs: dict[str, Any], reserved: int | None) -> dict[str, Any]:
-    stop = given(kwargs.get("stop"))
-    return {
-        "max_tokens": reserved,
-        "temperature": given(kwargs.get("temperature")),
-        "top_p": given(kwargs.get("top_p")),
-        "frequency_penalty": given(kwargs.get("frequency_penalty")),
-        "presence_penalty": given(kwargs.get("presence_penalty")),
-        "seed": _int(kwargs.get("seed")),
-        "stop_sequences": [stop] if isinstance(stop, str) else (list(stop) if stop else None),
-    }
+    get = kwargs.get
+    stop = get("stop")
+    if stop is not None:
+        stop = given(stop)
+    genai: dict[str, Any] = {"max_tokens": reserved}
+    for key in _SAMPLING:  # mostly absent: given's call only for a value
+        value = get(key)
+        genai[key] = None if value is None else given(value)
+    genai["seed"] = _int(get("seed"))
+    genai["stop_sequences"] = ([stop] if isinstance(stop, str)
+                               else (list(stop) if stop else None))
+    return genai
 
 
 def _tool_tokens(tools: Any) -> int:
@@ -152,7 +172,27 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     system: list[Any] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
+    lookup = not capture and not known
+    estimator = _tokens._estimator
     for i, m in enumerate(messages):
+        if lookup and type(m) is dict and len(m) == 2:
+            # a role and a string alone (the usual history): its remembered block, looked
+            # up here (subscripts, no call: a history is read again with every call)
+            try:
+                role = m["role"]
+                text = m["content"]
+            except KeyError:
+                pass
+            else:
+                if (type(text) is str and type(role) is str
+                        and (spec := _PLAIN_SPECS.get(role)) is not None):
+                    if i == last_user:
+                        spec = _LATEST_USER
+                    block = remembered((_PLAIN_BLOCK, role, text, spec[0], estimator))
+                    if block is None or not _digest._resolved:
+                        block = plain_block(role, text, *spec)
+                    append(block)
+                    continue
         if (not capture and type(m) is dict and type(text := m.get("content")) is str
                 and type(role := m.get("role")) is str and role in _PLAIN_ROLES
                 and not m.get("tool_calls")):

@@ -1,0 +1,237 @@
+"""A call outside any application envelope records through ``CallRecord`` (no ``Envelope``
+and ``FoldedBudget`` objects): what it records must equal, to the attribute's position, what
+those objects record. Each shape runs twice on fresh telemetry (deterministic ids), against
+a fresh stub: as shipped, and with every call's record turned into the objects right after
+its start (``Call._full``), so the rest of the call (its usage, overflow, stop, a dropped
+stream's early closing attributes) goes through them; spans, events, statuses, metric
+points and rebuilt bundles are compared. The call's opening write is pinned exactly."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from llm_setup import CAPTURE_ENV, Setup
+from stub_server import StubServer
+
+from otel_agent_context import _instruments
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation import _common, _stub
+from otel_agent_context.testing import CapturedTelemetry
+
+HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
+           {"role": "user", "content": "Where is my order?"},
+           {"role": "assistant", "content": "It shipped yesterday."},
+           {"role": "user", "content": "When does it arrive?"}]
+
+
+def _chat(stub: StubServer) -> None:
+    openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0
+                  ).chat.completions.create(model="gpt-4o-mini", messages=HISTORY,
+                                            max_completion_tokens=50)
+
+
+def _stream(stub: StubServer) -> None:
+    for _ in openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0
+                           ).chat.completions.create(model="gpt-4o-mini", messages=HISTORY,
+                                                     stream=True,
+                                                     stream_options={"include_usage": True}):
+        pass
+
+
+def _dropped(stub: StubServer) -> None:
+    stream = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k", max_retries=0
+                                 ).messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                                   messages=HISTORY[1:], stream=True)
+    next(iter(stream))
+    del stream
+    gc.collect()
+
+
+def _messages(stub: StubServer) -> None:
+    anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k", max_retries=0
+                        ).messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                          system=HISTORY[0]["content"], messages=HISTORY[1:])
+
+
+def _too_long(stub: StubServer) -> None:
+    with pytest.raises(openai.BadRequestError):
+        openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0
+                      ).chat.completions.create(model="gpt-4", messages=[
+                          {"role": "user", "content": "word " * 40_000}])
+
+
+def _rejected(stub: StubServer) -> None:
+    with pytest.raises(openai.APIStatusError):
+        openai.OpenAI(base_url=f"{stub.url}/nowhere", api_key="k", max_retries=0
+                      ).chat.completions.create(model="gpt-4o-mini", messages=HISTORY)
+
+
+def _truncated(stub: StubServer) -> None:
+    openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0).responses.create(
+        model="gpt-4", input=[{"role": "user", "content": "word " * 2500} for _ in range(4)],
+        truncation="auto", max_output_tokens=500)
+
+
+SHAPES = {"chat": _chat, "stream": _stream, "dropped_stream": _dropped,
+          "messages": _messages, "too_long": _too_long, "rejected": _rejected,
+          "truncated": _truncated}
+
+
+def _record(official: str, events_as: str, shape: Callable[[StubServer], None],
+            objects: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    if objects:
+        begin = _common.Call._begin
+
+        def begin_then_objects(self: Any, inv: Any, req: Any) -> None:
+            begin(self, inv, req)
+            assert self.record is not None and self.env is None
+            self._full()
+
+        monkeypatch.setattr(_common.Call, "_begin", begin_then_objects)
+    tel = CapturedTelemetry(events_as=events_as)
+    setup = Setup(tel, official, False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            shape(stub)
+            shape(stub)
+    finally:
+        setup.stop()
+        monkeypatch.undo()
+    spans = [(s.name, s.status.status_code, s.status.description,
+              [(k, None if k in _TIMES else v) for k, v in s.attributes.items()],
+              [(e.name, dict(e.attributes)) for e in s.events]) for s in tel.spans()]
+    metrics = {name: sorted((sorted(labels.items()), getattr(v, "sum", v))
+                            for labels, v in points)
+               for name, points in tel.metrics().items() if name.startswith("context.")}
+    return {"spans": spans, "metrics": metrics, "bundles": _untimed(tel.bundles()),
+            "logs": [dict(r.log_record.attributes or {}) for r in tel.logs()]}
+
+
+_TIMES = frozenset(("server.port", "gen_ai.response.time_to_first_chunk"))
+
+
+def _untimed(value: Any) -> Any:
+    """``value`` without its times (the two runs' clocks differ)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items()
+                if not k.endswith(("_at", "_time", "_unix_nano", "timestamp"))}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_record_writes_what_the_envelope_objects_write(
+        shape: str, official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    # context events as log records (``context.event_count`` closes the envelope) in one
+    events_as = "logs" if official == "outer" else "span_events"
+    record = _record(official, events_as, SHAPES[shape], False, monkeypatch)
+    objects = _record(official, events_as, SHAPES[shape], True, monkeypatch)
+    assert record == objects
+    assert record["metrics"]["context.envelopes"]  # the call envelopes' points are there
+    assert all(b["rebuild"]["status"] == "complete" for b in record["bundles"])
+    closed = [dict(s[3]) for s in record["spans"] if S.CONTEXT_LIFECYCLE in dict(s[3])]
+    assert len(closed) == 2 and all(
+        (S.CONTEXT_EVENT_COUNT in attrs) == (events_as == "logs") for attrs in closed)
+
+def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False) -> CapturedTelemetry:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    tel = CapturedTelemetry(strict=strict)
+    setup = Setup(tel, "none", False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            _chat(stub)
+    finally:
+        setup.stop()
+    return tel
+
+
+def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call's records are written at its start, in the contract's order, with the
+    envelope's own attributes first; its usage and closing attributes at its end."""
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    ours = [(k, v) for k, v in span.attributes.items() if k.startswith("context.")]
+    # context.id and context.scope written again last (span limits drop the oldest first)
+    assert [k for k, _ in ours] == [
+        S.CONTEXT_SCHEMA_VERSION, S.CONTEXT_PRODUCER, S.BUDGET_ID, S.BUDGET_TARGET,
+        S.BUDGET_MAX_TOKENS, S.BUDGET_RESERVED_TOKENS,
+        S.BUDGET_OVERFLOW_STRATEGY, S.WINDOW_SEGMENT_NAMES, S.WINDOW_SEGMENT_ORDERS,
+        S.WINDOW_SEGMENT_RESERVED_TOKENS, S.WINDOW_SEGMENT_USED_TOKENS, S.ASSEMBLY_ID,
+        S.ASSEMBLY_TARGET, S.ASSEMBLY_BLOCK_COUNT, S.ASSEMBLY_TOKEN_COUNT, S.ASSEMBLY_HASH,
+        S.ASSEMBLY_BLOCK_ITEM_IDS, S.ASSEMBLY_BLOCK_KINDS, S.ASSEMBLY_BLOCK_TOKENS,
+        S.ASSEMBLY_BLOCK_INJECTION_POINTS, S.ASSEMBLY_BLOCK_DIGESTS, S.INJECTION_ID,
+        S.INJECTION_TARGET, S.INJECTION_POINT, S.INJECTION_HASH, S.BUDGET_ACTUAL_TOKENS,
+        S.BUDGET_ACTUAL_ITEMS, S.BUDGET_UTILIZATION, S.BUDGET_OVERFLOW, S.CONTEXT_LIFECYCLE,
+        S.CONTEXT_SCOPE, S.CONTEXT_SPAN_COUNT, S.CONTEXT_ID]
+    attrs = dict(ours)
+    assert (attrs[S.CONTEXT_ID], attrs[S.BUDGET_ID], attrs[S.ASSEMBLY_ID],
+            attrs[S.INJECTION_ID]) == ("ctx_1", "bud_1", "asm_1", "inj_1")
+    assert (attrs[S.CONTEXT_SCOPE], attrs[S.CONTEXT_LIFECYCLE],
+            attrs[S.CONTEXT_SPAN_COUNT]) == ("turn", "injected", 0)
+    assert attrs[S.BUDGET_ACTUAL_ITEMS] == attrs[S.ASSEMBLY_BLOCK_COUNT] == 4
+    assert attrs[S.BUDGET_ACTUAL_TOKENS] == span.attributes[S.GEN_AI_USAGE_INPUT_TOKENS]
+    (envelopes,) = tel.metrics()["context.envelopes"]
+    assert envelopes == ({"scope": "turn", "agent": "unknown", "status": "complete"}, 1)
+    (injected,) = tel.metrics()["context.injections"]  # the opening write's point
+    assert injected[1] == 1
+
+
+
+@pytest.mark.parametrize("prompt_tokens", [12.5, -3])
+def test_an_odd_token_count_from_the_server_is_checked_as_a_budget_checks_it(
+        prompt_tokens: float, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An OpenAI-compatible server answering a usage the contract cannot carry (a fraction,
+    a negative count: the client passes both through): no ``actual_tokens``, no utilization
+    point, a warning, as ``Budget.actual`` does; the application's call is untouched."""
+    answer = _stub._Handler._json
+
+    def odd_usage(self: Any, status: int, body: dict[str, Any],
+                  headers: dict[str, str] | None = None) -> None:
+        if isinstance(body.get("usage"), dict):
+            body = {**body, "usage": {**body["usage"], "prompt_tokens": prompt_tokens}}
+        answer(self, status, body, headers)
+
+    monkeypatch.setattr(_stub._Handler, "_json", odd_usage)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.attributes.get(S.BUDGET_ACTUAL_TOKENS) is None
+    assert span.attributes.get(S.BUDGET_UTILIZATION) is None
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert "context.budget.utilization" not in tel.metrics()
+    assert any("Budget.actual" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_budget_metric_keeps_the_calls_closing_attributes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The budget's points failing at the call's end loses those points only: the span's
+    usage and closing attributes and the envelope's point stay (the bundle complete)."""
+    record = _instruments._Instruments.__init__
+
+    class Failing:
+        def record(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("injected")
+
+    def failing_utilization(self: Any, *args: Any, **kwargs: Any) -> None:
+        record(self, *args, **kwargs)
+        self.utilization = Failing()
+
+    monkeypatch.setattr(_instruments._Instruments, "__init__", failing_utilization)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert span.attributes[S.BUDGET_ACTUAL_TOKENS] == span.attributes[
+        S.GEN_AI_USAGE_INPUT_TOKENS]
+    assert tel.metrics()["context.envelopes"]
+    assert [b["rebuild"]["status"] for b in tel.bundles()] == ["complete"]
+    assert any("budget metrics failed" in r.getMessage() for r in caplog.records)
