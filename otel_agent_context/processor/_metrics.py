@@ -17,8 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import groupby
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from prometheus_client.core import (
@@ -94,17 +92,18 @@ class _Histogram:
         bounds, counts, exemplars = self.bounds, self.counts, self.exemplars
         now = None
         for m in run:
-            value = m.value
+            value = m[2]  # by index: a field read by name is a descriptor call
             after = total + value
             if after - after != 0.0:  # inf or nan: as observe
                 continue
             total = after
             index = bisect.bisect_left(bounds, value)
             counts[index] += 1
-            if m.trace_id:
+            trace_id = m[3]
+            if trace_id:
                 if now is None:
                     now = time.time()
-                exemplars[index] = (m.trace_id, value, now)
+                exemplars[index] = (trace_id, value, now)
             kept.append(m)
         self.sum = total
 
@@ -150,7 +149,7 @@ class ContractMetrics:
                     total = counters.get(labels, 0.0)
                     before = len(kept)
                     for m in run:
-                        after = total + m.value
+                        after = total + m[2]  # m.value
                         if after - after == 0.0:  # neither inf nor nan
                             total = after
                             kept.append(m)
@@ -500,14 +499,21 @@ class _LabelLimit:
 
 #: Measurements that follow each other with the same name and labels: (name, labels, them)
 Run = tuple[str, tuple[str, ...], Sequence[Measurement]]
-_NAME_LABELS = itemgetter(0, 1)
 
 
-def runs(measurements: Iterable[Measurement]) -> Iterator[Run]:
+def runs(measurements: Iterable[Measurement]) -> list[Run]:
     """``measurements`` as runs of the same name and labels, in order (an envelope's
     budgets give one run): the label limit and the series lookup are done once a run."""
-    for (name, labels), run in groupby(measurements, _NAME_LABELS):
-        yield name, labels, list(run)
+    out: list[Run] = []
+    run: list[Measurement] = []
+    name = labels = None
+    for m in measurements:  # a loop, not groupby: no key tuple nor group object a run
+        if m[0] == name and m[1] == labels:
+            run.append(m)
+        else:
+            name, labels, run = m[0], m[1], [m]
+            out.append((name, labels, run))
+    return out
 
 
 class MetricsRegistry:

@@ -19,7 +19,8 @@ from ._boundary import REPAIRED, TEXT, Repair, repair_json, shown_value
 
 __all__ = ["encode_bundle", "encode_record"]
 
-_OPTIONS = orjson.OPT_NON_STR_KEYS
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+_LINE = orjson.OPT_APPEND_NEWLINE  # the line's end written by orjson: no copy to add it
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: bundle fields that hold content: a repair of theirs never shows their text
@@ -31,11 +32,11 @@ def encode_bundle(bundle: dict[str, Any]) -> bytes:
     """``bundle`` as one JSON line (``\\n`` included); values JSON cannot carry are repaired
     in place first, and listed in ``bundle["rebuild"]["repairs"]``."""
     try:  # the rebuild's keys are all text: orjson's own path, a third faster than with
-        return orjson.dumps(bundle) + b"\n"  # OPT_NON_STR_KEYS (which gives the same bytes)
+        return orjson.dumps(bundle, option=_LINE)  # OPT_NON_STR_KEYS (the same bytes)
     except orjson.JSONEncodeError:
         pass
     try:
-        return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
+        return orjson.dumps(bundle, option=_OPTIONS)
     except orjson.JSONEncodeError:
         pass
     repairs: list[Repair] = []
@@ -48,16 +49,16 @@ def encode_bundle(bundle: dict[str, Any]) -> bytes:
         if REPAIRED not in reasons:
             reasons.append(REPAIRED)
         rebuild.setdefault("repairs", []).extend(repair_json(r) for r in repairs)
-    return orjson.dumps(bundle, option=_OPTIONS) + b"\n"
+    return orjson.dumps(bundle, option=_OPTIONS)
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
     """Any other record (a dead letter) as one JSON line, made writable the same way; it
     never raises for a value: what cannot be written becomes text."""
     try:
-        return orjson.dumps(record, option=_OPTIONS) + b"\n"
+        return orjson.dumps(record, option=_OPTIONS)
     except orjson.JSONEncodeError:
-        return orjson.dumps(_clean(record, "", []), option=_OPTIONS) + b"\n"
+        return orjson.dumps(_clean(record, "", []), option=_OPTIONS)
 
 
 def _text(value: str, path: str, repairs: list[Repair]) -> str:

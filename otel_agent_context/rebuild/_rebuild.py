@@ -388,21 +388,27 @@ class _Builder:
     def budget(self, span: SpanView, events: Sequence[EventView],
                segments: list[dict[str, Any]] | None = None) -> None:
         a = span.attributes
-        bid = a.get(S.BUDGET_ID, span.span_id)
-        rec = _pick_scalars(a, _BUDGET_PAIRS, {"budget_id": bid})
-        truncations = []
-        if segments is None:
-            segments = []
-        for ev in events:
-            ea = ev.attributes
-            if ev.name == S.EVENT_BUDGET_TRUNCATED:
-                if ea.get(S.ITEM_ID):
-                    self.item(ea)
-                truncations.append(_pick_scalars(ea, _TRUNCATION_PAIRS, {}))
-            elif ev.name == S.EVENT_WINDOW_SEGMENT:
-                segments.append(_pick_scalars(ea, _SEGMENT_PAIRS, {}))
-        if truncations:
-            rec["truncation_records"] = truncations
+        get = a.get
+        bid = get(S.BUDGET_ID, span.span_id)
+        rec = {"budget_id": bid}
+        for attr, name in _BUDGET_PAIRS:  # _pick_scalars inline (the hot record)
+            value = get(attr)
+            if value is not None:
+                rec[name] = value
+        if events:  # most budgets have none: no lists made
+            truncations = []
+            if segments is None:
+                segments = []
+            for ev in events:
+                ea = ev.attributes
+                if ev.name == S.EVENT_BUDGET_TRUNCATED:
+                    if ea.get(S.ITEM_ID):
+                        self.item(ea)
+                    truncations.append(_pick_scalars(ea, _TRUNCATION_PAIRS, {}))
+                elif ev.name == S.EVENT_WINDOW_SEGMENT:
+                    segments.append(_pick_scalars(ea, _SEGMENT_PAIRS, {}))
+            if truncations:
+                rec["truncation_records"] = truncations
         if segments:
             rec["window_segments"] = segments
         start, end = span.start_time_unix_nano, span.end_time_unix_nano
@@ -410,7 +416,7 @@ class _Builder:
         rec["created_at"] = _TIMES.get(start) or _t(start)
         rec["completed_at"] = _TIMES.get(end) or _t(end)
         self.budgets.append(rec)
-        window_id = a.get(S.WINDOW_ID)
+        window_id = get(S.WINDOW_ID)
         if window_id is not None:
             window = {"window_id": window_id, "budget_ref": bid}
             for name in _WINDOW_FROM_BUDGET:  # read once already, for the budget record

@@ -13,12 +13,32 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from otel_agent_context import _semconv as S
 from otel_agent_context._measure import Measurement
-from otel_agent_context.processor._metrics import MetricsRegistry
+from otel_agent_context.processor._metrics import MetricsRegistry, runs
 
 
 def _families(registry: MetricsRegistry) -> dict[str, list]:
     body, _ = registry.render(None)
     return {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+
+
+def test_runs_join_only_neighbours_of_equal_name_and_labels() -> None:
+    """Runs are what the label limit and the series lookup see once: neighbours with equal
+    (not necessarily the same) name and labels, in order; a later repeat is a run again."""
+    util, envelopes = S.METRIC_BUDGET_UTILIZATION, S.METRIC_ENVELOPES
+    a = Measurement(util, ("model", "agent"), 0.5, "t1")
+    b = Measurement(util, tuple(["model", "agent"]), 0.6, "t2")  # equal labels, another tuple
+    c = Measurement(envelopes, ("turn", "agent", "complete"), 1.0)
+    d = Measurement(util, ("model", "other"), 0.7)
+    e = Measurement(envelopes, ("model", "agent"), 1.0)  # a's labels under another name
+    assert runs([a, b, c, a, d, e]) == [(util, a.labels, [a, b]), (envelopes, c.labels, [c]),
+                                        (util, a.labels, [a]), (util, d.labels, [d]),
+                                        (envelopes, e.labels, [e])]
+    assert runs([]) == []
+    registry = MetricsRegistry()
+    registry.record([a, b, c, a, d, e])
+    budget = {(s.labels["target"], s.labels["agent"]): s.value for s in _families(registry)[
+        "context_budget_utilization_ratio"] if s.name.endswith("_count")}
+    assert budget == {("model", "agent"): 3.0, ("model", "other"): 1.0}
 
 
 def test_a_label_past_its_limit_counts_as_other_and_says_so() -> None:
