@@ -30,6 +30,7 @@ __all__ = [
     "LiteRequest",
     "LiteResource",
     "LiteSpan",
+    "LiteSpanProbe",
     "LiteSpansRequest",
     "LiteStatus",
     "LiteTooDeep",
@@ -129,7 +130,8 @@ def _build() -> dict[str, Any]:
     pool.Add(file)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
         f"{_PACKAGE}.{name}")) for name in ("Request", "SpansRequest", "Resource", "Span", "Status",
-                                            "LogsRequest", "LogRecord", "TooDeep")}
+                                            "LogsRequest", "LogRecord", "TooDeep",
+                                            "SpanProbe")}
 
 
 _CLASSES = _build()
@@ -138,6 +140,8 @@ LiteSpansRequest: Any = _CLASSES["SpansRequest"]
 LiteResource: Any = _CLASSES["Resource"]
 LiteSpan: Any = _CLASSES["Span"]
 LiteStatus: Any = _CLASSES["Status"]
+#: a span of ``LiteSpansRequest`` (the class its spans are)
+LiteSpanProbe: Any = _CLASSES["SpanProbe"]
 LiteLogsRequest: Any = _CLASSES["LogsRequest"]
 LiteLogRecord: Any = _CLASSES["LogRecord"]
 LiteTooDeep: Any = _CLASSES["TooDeep"]

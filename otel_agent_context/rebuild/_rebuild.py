@@ -426,7 +426,12 @@ class _Builder:
                 window["segments"] = [dict(s) for s in segments]
             window["created_at"] = rec["created_at"]
             self.windows.append(window)
-        self.event(end, "context.budget.applied", f"budget:{bid}", span)
+        # self.event(end, ...) inline (the hot record): its time is completed_at's text
+        timeline = self.events
+        timeline.append((end, len(timeline), {
+            "event_class": "context.budget.applied", "occurred_at": rec["completed_at"],
+            "context_id": self.context_id, "subject_ref": f"budget:{bid}",
+            "trace_id": span.trace_id, "span_id": span.span_id}))
 
     def assembly(self, span: SpanView, events: Sequence[EventView]) -> None:
         a = span.attributes
