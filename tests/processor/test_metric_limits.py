@@ -30,10 +30,10 @@ def test_runs_join_only_neighbours_of_equal_name_and_labels() -> None:
     c = Measurement(envelopes, ("turn", "agent", "complete"), 1.0)
     d = Measurement(util, ("model", "other"), 0.7)
     e = Measurement(envelopes, ("model", "agent"), 1.0)  # a's labels under another name
-    assert runs([a, b, c, a, d, e]) == [(util, a.labels, [a, b]), (envelopes, c.labels, [c]),
-                                        (util, a.labels, [a]), (util, d.labels, [d]),
-                                        (envelopes, e.labels, [e])]
-    assert runs([]) == []
+    assert list(runs([a, b, c, a, d, e])) == [
+        (util, a.labels, [a, b]), (envelopes, c.labels, [c]), (util, a.labels, [a]),
+        (util, d.labels, [d]), (envelopes, e.labels, [e])]
+    assert list(runs([])) == []
     registry = MetricsRegistry()
     registry.record([a, b, c, a, d, e])
     budget = {(s.labels["target"], s.labels["agent"]): s.value for s in _families(registry)[
