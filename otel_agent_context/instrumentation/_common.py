@@ -55,7 +55,7 @@ from .. import _digest
 from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
-from .._digest import recall, remember
+from .._digest import recall, remember_beside
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -171,12 +171,12 @@ _FACTS = "message facts"
 def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     """A string message's item id (``role:<short digest>``), token estimate and digest,
     remembered beside the digests (a history is sent again with every call)."""
-    key = (_FACTS, role, text, _tokens._estimator)
+    key = (_FACTS, role, text, _tokens._estimator_key)
     facts = recall(key)
     if facts is None:
         facts = (f"{role}:{_short_digest(role, text)}", estimate_tokens(text),
                  digest_text(text) if text else None)
-        remember(key, 0, facts)  # the text is counted with its digest's entry
+        remember_beside(key, text, facts)
     return facts  # type: ignore[no-any-return]
 
 
@@ -193,13 +193,13 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
     history is sent again with every call; a remembered block is shared by the calls that
     send it, so it is never changed: :func:`distinct_ids` renames a copy). The same fields
     as ``make_block`` with :func:`message_facts`' id."""
-    key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator)
+    key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator_key)
     block = _memo_get(key)  # recall() without its call: once a message, every call
     if block is None or not _digest._resolved:
         item_id, tokens, digest = message_facts(role, text)
         block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
                       None, None, False, None, text or None)
-        remember(key, 0, block)  # the text is counted with its digest's entry
+        remember_beside(key, text, block)
     return block  # type: ignore[no-any-return]
 
 

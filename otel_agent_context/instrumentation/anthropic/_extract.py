@@ -14,7 +14,7 @@ from opentelemetry.util.genai.types import (
 )
 
 from ... import _digest
-from ..._digest import remember
+from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint
 from .. import _tokens
 from .._common import (
@@ -79,7 +79,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                          "stop_sequences": list(stop) if stop else None})
     system = given(kwargs.get("system"))
     sys_parts: list[Any] = []
-    estimator = _tokens._estimator
+    estimator = _tokens._estimator_key
     for block in [system] if isinstance(system, str) else list(system or ()):
         text = _block_text(block)
         breakpoint_ = (bool(given(_get(block, "cache_control")))
@@ -88,12 +88,15 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             req.blocks.append(_system_block(text, breakpoint_, True))
             sys_parts.append(TextPart(content=text))
             continue
+        if type(text) is not str:  # a str subclass: its block keeps the text as given
+            req.blocks.append(_system_block(text, breakpoint_, False))
+            continue
         # without capture the same block every call: remembered as plain_block's are
         key = (_SYSTEM_BLOCK, text, breakpoint_, estimator)
         found = remembered(key)
         if found is None or not _digest._resolved:
             found = _system_block(text, breakpoint_, False)
-            remember(key, 0, found)  # the text is counted with its digest's entry
+            remember_beside(key, text, found)
         req.blocks.append(found)
     messages = list(given(kwargs.get("messages")) or ())
     last_user = -1  # the latest user message that is not only tool results
@@ -105,7 +108,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
-    estimator = _tokens._estimator
+    estimator = _tokens._estimator_key
     for i, m in enumerate(messages):
         if type(m) is dict:
             try:  # subscripts, not two calls of get: once a message, every call

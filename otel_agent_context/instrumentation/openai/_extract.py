@@ -173,7 +173,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
     lookup = not capture and not known
-    estimator = _tokens._estimator
+    estimator = _tokens._estimator_key
     for i, m in enumerate(messages):
         if lookup and type(m) is dict and len(m) == 2:
             # a role and a string alone (the usual history): its remembered block, looked
