@@ -37,7 +37,8 @@ from typing import Any
 from . import _env
 
 __all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_digest", "digest_bytes", "digest_chunks",
-           "digest_str", "ordered_digest", "recall", "remember", "short_digest"]
+           "digest_str", "ordered_digest", "recall", "remember", "remember_beside",
+           "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -184,6 +185,14 @@ def remember(key: Any, chars: int, value: Any) -> None:
     """Keep ``value``, derived from texts of ``chars`` characters and from the digest key,
     under ``key`` beside the digests (same bounds; forgotten with them)."""
     _remember(key, chars, value)
+
+
+def remember_beside(key: Any, text: str, value: Any) -> None:
+    """:func:`remember` a value derived from ``text`` whose characters are counted with
+    the text's digest entry: nothing for a text past the cap's share, whose digest is not
+    kept either (the key would hold it uncounted)."""
+    if len(text) <= _MEMO_MAX_CHARS // 8:
+        _remember(key, 0, value)
 
 
 def _keyed(inner: Any) -> str:

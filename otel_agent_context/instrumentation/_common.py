@@ -55,7 +55,7 @@ from .. import _digest
 from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
-from .._digest import recall, remember
+from .._digest import recall, remember_beside
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -122,6 +122,8 @@ SEG_OUTPUT = "output"
 _SEGMENT_ORDER = (SEG_SYSTEM, SEG_DEVELOPER, SEG_TOOLS, SEG_HISTORY)
 #: plain strings: an enum member's ``.value`` is a Python-level property read
 _TRUNCATE_MIDDLE = OverflowStrategy.TRUNCATE_MIDDLE.value
+_REJECT = OverflowStrategy.REJECT.value
+_NOTHING_KEPT: frozenset[int] = frozenset()
 
 # "maximum context length is 128000 tokens ... resulted in 130000 tokens" /
 # "prompt is too long: 210000 tokens > 200000 maximum"
@@ -171,12 +173,12 @@ _FACTS = "message facts"
 def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     """A string message's item id (``role:<short digest>``), token estimate and digest,
     remembered beside the digests (a history is sent again with every call)."""
-    key = (_FACTS, role, text, _tokens._estimator)
+    key = (_FACTS, role, text, _tokens._estimator_key)
     facts = recall(key)
     if facts is None:
         facts = (f"{role}:{_short_digest(role, text)}", estimate_tokens(text),
                  digest_text(text) if text else None)
-        remember(key, 0, facts)  # the text is counted with its digest's entry
+        remember_beside(key, text, facts)
     return facts  # type: ignore[no-any-return]
 
 
@@ -193,13 +195,13 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
     history is sent again with every call; a remembered block is shared by the calls that
     send it, so it is never changed: :func:`distinct_ids` renames a copy). The same fields
     as ``make_block`` with :func:`message_facts`' id."""
-    key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator)
+    key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator_key)
     block = _memo_get(key)  # recall() without its call: once a message, every call
     if block is None or not _digest._resolved:
         item_id, tokens, digest = message_facts(role, text)
         block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
                       None, None, False, None, text or None)
-        remember(key, 0, block)  # the text is counted with its digest's entry
+        remember_beside(key, text, block)
     return block  # type: ignore[no-any-return]
 
 
@@ -303,29 +305,50 @@ def make_block(item_id: str, kind: str, text: str | None, capture: bool, point: 
                  cache_breakpoint, None, text or None)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Request:
     """A model call's input, provider-neutral."""
 
     provider: str
     model: str | None
-    blocks: list[Block] = field(default_factory=list)
-    reserved_output: int | None = None
-    overflow_strategy: str = OverflowStrategy.REJECT.value
-    tool_tokens: int = 0
-    compacted: bool = False
-    stream: bool = False
-    operation: str = "chat"
+    blocks: list[Block]
+    reserved_output: int | None
+    overflow_strategy: str
+    tool_tokens: int
+    compacted: bool
+    stream: bool
+    operation: str
     #: InferenceInvocation properties to set (temperature, top_p, max_tokens, ...).
-    genai: dict[str, Any] = field(default_factory=dict)
+    genai: dict[str, Any]
     #: Provider context-editing configuration (Anthropic ``context_management.edits``).
-    edits: list[dict[str, Any]] = field(default_factory=list)
+    edits: list[dict[str, Any]]
     #: Tool names by tool call id (which tool uses an edit may clear).
-    tool_names: dict[str, str] = field(default_factory=dict)
+    tool_names: dict[str, str]
     #: A call whose whole purpose is to compact its input (OpenAI ``responses.compact``):
     #: the blocks at these positions come back as they are; the others are replaced.
-    compaction_call: bool = False
-    kept: frozenset[int] = frozenset()
+    compaction_call: bool
+    kept: frozenset[int]
+
+    # written out, not the dataclass's: its keyword defaults and factories were ~half the
+    # cost of a request's fixed reading; the other fields are set after, when they apply
+    def __init__(self, provider: str, model: str | None, reserved_output: int | None = None,
+                 stream: bool = False, tool_tokens: int = 0,
+                 genai: dict[str, Any] | None = None,
+                 overflow_strategy: str = _REJECT) -> None:
+        self.provider = provider
+        self.model = model
+        self.blocks = []
+        self.reserved_output = reserved_output
+        self.overflow_strategy = overflow_strategy
+        self.tool_tokens = tool_tokens
+        self.compacted = False
+        self.stream = stream
+        self.operation = "chat"
+        self.genai = {} if genai is None else genai
+        self.edits = []
+        self.tool_names = {}
+        self.compaction_call = False
+        self.kept = _NOTHING_KEPT
 
     @property
     def estimated_input(self) -> int:
@@ -1174,15 +1197,29 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
 
 
 def _plain_messages(value: list[Any]) -> bool:
-    """Whether every element is a dict holding only plain values (strings, numbers, None).
-    A plain loop: on this interpreter cheaper than C passes over ``map``/``chain`` (a
-    view and an iterator made per message)."""
+    """Whether every element is a dict holding only plain values (strings, numbers, None)
+    or dicts of them (a cache breakpoint): nothing in it to settle. A plain loop: on this
+    interpreter cheaper than C passes over ``map``/``chain`` (a view and an iterator made
+    per message); a role and a string alone (the usual message) by subscripts, without
+    the view."""
     for message in value:
         if type(message) is not dict:
             return False
+        try:
+            if (len(message) == 2 and type(message["content"]) is str
+                    and type(message["role"]) is str):
+                continue
+        except KeyError:
+            pass
         for item in message.values():
-            if type(item) not in _PLAIN_TYPES:
+            kind = type(item)
+            if kind in _PLAIN_TYPES:
+                continue
+            if kind is not dict:
                 return False
+            for inner in item.values():
+                if type(inner) not in _PLAIN_TYPES:
+                    return False
     return True
 
 

@@ -8,12 +8,20 @@ from collections.abc import Callable
 __all__ = ["estimate_tokens", "set_token_estimator"]
 
 _estimator: Callable[[str], int] | None = None
+#: What remembered token counts are keyed by: the estimator, or a token of this setting for
+#: one that is not hashable (a key holding it would fail every lookup)
+_estimator_key: object = None
 
 
 def set_token_estimator(estimator: Callable[[str], int] | None) -> None:
     """Use ``estimator(text) -> tokens`` instead of the heuristic (``None`` restores it)."""
-    global _estimator
-    _estimator = estimator
+    global _estimator, _estimator_key
+    try:
+        hash(estimator)
+        key: object = estimator
+    except TypeError:
+        key = object()
+    _estimator, _estimator_key = estimator, key
 
 
 def _heuristic(text: str) -> int:

@@ -226,3 +226,85 @@ def test_an_anthropic_system_block_is_as_before() -> None:
             assert system([block] if isinstance(block, dict) else block, capture) == expected
     assert system([marked], False) is system([marked], False)  # remembered
     assert system([marked], False).content is None
+
+
+class _Unhashable:
+    """A token estimator that is not hashable (it defines equality only)."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __call__(self, text: str) -> int:
+        return 7 * len(text)
+
+
+@pytest.mark.usefixtures("_estimator")
+def test_an_estimator_that_is_not_hashable_still_counts() -> None:
+    """Blocks are remembered under a token of the estimator's setting, not the estimator:
+    one that is not hashable counts every block its way instead of failing the reading."""
+    C._tokens.set_token_estimator(_Unhashable())
+    anthropic = {"model": "m", "max_tokens": 10, "system": "Be brief.",
+                 "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    for _ in range(2):
+        blocks = (AX.messages_request((), dict(anthropic), False).blocks
+                  + OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)},
+                                    False).blocks)
+        assert [b.tokens for b in blocks] == [7 * len(b.text) if b.text else 0
+                                              for b in blocks]
+
+
+@pytest.mark.usefixtures("_estimator")
+def test_an_anthropic_call_with_an_unhashable_estimator_is_recorded(alone: Any, stub: Any,
+                                                                     caplog: Any) -> None:
+    import anthropic
+
+    C._tokens.set_token_estimator(_Unhashable())
+    client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-ant-test",
+                                 max_retries=0)
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=50, system="Be brief.",
+                           messages=[{"role": "user",
+                                      "content": [{"type": "text", "text": "hello"}]}])
+    (span,) = alone.tel.spans()
+    assert "failed" not in caplog.text
+    assert span.attributes["context.assembly.block_tokens"] == (7 * len("Be brief."),
+                                                                7 * len("hello"))
+
+
+def test_a_text_past_the_memo_cap_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system prompt or history message longer than the memo's share for one text is
+    counted and recorded, never kept (its digest is not kept either)."""
+    monkeypatch.setattr(_digest, "_MEMO_MAX_CHARS", 8 * 100)
+    long_text = "x" * 101
+    anthropic = {"model": "m", "max_tokens": 10, "system": long_text,
+                 "messages": [{"role": "user", "content": long_text + "y"}]}
+    chat = {"model": "m", "messages": [{"role": "system", "content": long_text + "z"},
+                                       {"role": "user", "content": long_text + "w"}]}
+    blocks = (AX.messages_request((), dict(anthropic), False).blocks
+              + OX.chat_request((), dict(chat), False).blocks)
+    assert [b.tokens for b in blocks] == [(len(b.text) + 3) // 4 for b in blocks]
+    assert all(b.digest == C.digest_text(b.text) for b in blocks)
+    kept = [k for k in _digest._MEMO
+            if k == long_text or (isinstance(k, tuple) and any(
+                isinstance(p, str) and p.startswith(long_text) for p in k))]
+    assert kept == []
+    short = {"model": "m", "messages": [{"role": "user", "content": "x" * 100}]}
+    OX.chat_request((), dict(short), False)
+    assert any(isinstance(k, tuple) and "x" * 100 in k for k in _digest._MEMO)
+
+
+class _Text(str):
+    pass
+
+
+def test_a_str_subclass_system_prompt_keeps_its_type() -> None:
+    """A system prompt of a ``str`` subclass equal to one seen before gets a block with the
+    text as given, as the general path builds it (the same ids, digest and tokens)."""
+    def system(text: str) -> Block:
+        return AX.messages_request((), {"model": "m", "max_tokens": 10, "system": text,
+                                        "messages": [{"role": "user", "content": "hi"}]},
+                                   False).blocks[0]
+
+    plain = system("Be brief.")
+    given = system(_Text("Be brief."))
+    assert type(given.text) is _Text
+    assert given == plain

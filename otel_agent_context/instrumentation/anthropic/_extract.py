@@ -14,7 +14,7 @@ from opentelemetry.util.genai.types import (
 )
 
 from ... import _digest
-from ..._digest import remember
+from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint
 from .. import _tokens
 from .._common import (
@@ -69,31 +69,47 @@ def _block_text(block: Any) -> str:
 
 
 def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
-    reserved = _int(kwargs.get("max_tokens"))
-    stop = given(kwargs.get("stop_sequences"))
-    req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
-                  stream=bool(given(kwargs.get("stream"))),
-                  tool_tokens=_tool_tokens(kwargs.get("tools")),
-                  genai={"max_tokens": reserved, "temperature": given(kwargs.get("temperature")),
-                         "top_p": given(kwargs.get("top_p")), "top_k": _int(kwargs.get("top_k")),
-                         "stop_sequences": list(stop) if stop else None})
-    system = given(kwargs.get("system"))
+    get = kwargs.get
+    reserved = _int(get("max_tokens"))
+    model, stream, tools, temperature, top_p, stop = (
+        get("model"), get("stream"), get("tools"), get("temperature"), get("top_p"),
+        get("stop_sequences"))
+    if stop is not None:
+        stop = given(stop)
+    # given's call only for a value (mostly absent)
+    req = Request(PROVIDER, model if type(model) is str else given(model), reserved,
+                  stream is not None and bool(given(stream)),
+                  0 if tools is None else _tool_tokens(tools),
+                  {"max_tokens": reserved,
+                   "temperature": None if temperature is None else given(temperature),
+                   "top_p": None if top_p is None else given(top_p),
+                   "top_k": _int(get("top_k")),
+                   "stop_sequences": list(stop) if stop else None})
+    system = given(get("system"))
     sys_parts: list[Any] = []
-    estimator = _tokens._estimator
+    estimator = _tokens._estimator_key
     for block in [system] if isinstance(system, str) else list(system or ()):
-        text = _block_text(block)
-        breakpoint_ = (bool(given(_get(block, "cache_control")))
-                       if not isinstance(block, str) else False)
+        if (type(block) is dict and block.get("type") == "text"
+                and type(text := block.get("text")) is str):
+            # a text block as a dict (the usual one), without _block_text's and _get's calls
+            breakpoint_ = bool(given(block.get("cache_control")))
+        else:
+            text = _block_text(block)
+            breakpoint_ = (bool(given(_get(block, "cache_control")))
+                           if not isinstance(block, str) else False)
         if capture:
             req.blocks.append(_system_block(text, breakpoint_, True))
             sys_parts.append(TextPart(content=text))
+            continue
+        if type(text) is not str:  # a str subclass: its block keeps the text as given
+            req.blocks.append(_system_block(text, breakpoint_, False))
             continue
         # without capture the same block every call: remembered as plain_block's are
         key = (_SYSTEM_BLOCK, text, breakpoint_, estimator)
         found = remembered(key)
         if found is None or not _digest._resolved:
             found = _system_block(text, breakpoint_, False)
-            remember(key, 0, found)  # the text is counted with its digest's entry
+            remember_beside(key, text, found)
         req.blocks.append(found)
     messages = list(given(kwargs.get("messages")) or ())
     last_user = -1  # the latest user message that is not only tool results
@@ -105,8 +121,11 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
-    estimator = _tokens._estimator
-    for i, m in enumerate(messages):
+    estimator = _tokens._estimator_key
+    resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
+    i = -1  # a counter, not enumerate's tuple a message
+    for m in messages:
+        i += 1
         if type(m) is dict:
             try:  # subscripts, not two calls of get: once a message, every call
                 role = m["role"]
@@ -127,7 +146,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                 continue
             # its remembered block, looked up here (plain_block's lookup without its call)
             found = remembered((_PLAIN_BLOCK, role, content, kind, estimator))
-            if found is None or not _digest._resolved:
+            if found is None or not resolved:
                 found = plain_block(role, content, kind, _HISTORY, SEG_HISTORY)
             append(found)
             continue

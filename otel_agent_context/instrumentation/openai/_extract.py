@@ -53,6 +53,7 @@ _LATEST_USER = (_K_USER_MESSAGE, _HISTORY_POINT, SEG_HISTORY)
 _IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY_POINT, SEG_HISTORY)
 #: the same by the roles of chat_request's short path, the latest user message aside
 _PLAIN_SPECS = {**_PROMPTS, "user": _IN_HISTORY, "assistant": _IN_HISTORY}
+_PLAIN_KINDS = {role: spec[0] for role, spec in _PLAIN_SPECS.items()}
 _FINISH = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -78,7 +79,8 @@ def _get(obj: Any, key: str) -> Any:
 def _last_user(messages: list[Any]) -> int:
     """The index of the latest user message (-1: none), scanned from the end."""
     for i in range(len(messages) - 1, -1, -1):
-        if _get(messages[i], "role") == "user":
+        m = messages[i]
+        if (m.get("role") if type(m) is dict else _get(m, "role")) == "user":
             return i
     return -1
 
@@ -114,23 +116,35 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: the sampling parameters recorded as they are given (in the record's order)
-_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+#: the sampling parameters recorded (in the record's order), when none is given
+_NO_SAMPLING = {"temperature": None, "top_p": None, "frequency_penalty": None,
+                "presence_penalty": None, "seed": None, "stop_sequences": None}
+_SAMPLING_KEYS = frozenset({"temperature", "top_p", "frequency_penalty", "presence_penalty",
+                            "seed", "stop"})
 
 
 def _common_genai(kwargs: dict[str, Any], reserved: int | None) -> dict[str, Any]:
+    if kwargs.keys().isdisjoint(_SAMPLING_KEYS):  # none given (the usual request)
+        return {"max_tokens": reserved, **_NO_SAMPLING}
+    # one literal, each parameter read once: given's call only for a value
     get = kwargs.get
-    stop = get("stop")
+    temperature, top_p, frequency, presence, seed, stop = (
+        get("temperature"), get("top_p"), get("frequency_penalty"), get("presence_penalty"),
+        get("seed"), get("stop"))
+    if temperature is not None:
+        temperature = given(temperature)
+    if top_p is not None:
+        top_p = given(top_p)
+    if frequency is not None:
+        frequency = given(frequency)
+    if presence is not None:
+        presence = given(presence)
     if stop is not None:
         stop = given(stop)
-    genai: dict[str, Any] = {"max_tokens": reserved}
-    for key in _SAMPLING:  # mostly absent: given's call only for a value
-        value = get(key)
-        genai[key] = None if value is None else given(value)
-    genai["seed"] = _int(get("seed"))
-    genai["stop_sequences"] = ([stop] if isinstance(stop, str)
-                               else (list(stop) if stop else None))
-    return genai
+        stop = [stop] if isinstance(stop, str) else (list(stop) if stop else None)
+    return {"max_tokens": reserved, "temperature": temperature, "top_p": top_p,
+            "frequency_penalty": frequency, "presence_penalty": presence,
+            "seed": _int(seed), "stop_sequences": stop}
 
 
 def _tool_tokens(tools: Any) -> int:
@@ -158,23 +172,30 @@ def _history_kind(role: str | None, is_latest_user: bool) -> str:
 
 
 def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
-    messages = list(given(kwargs.get("messages")) or ())
-    reserved = _int(kwargs.get("max_completion_tokens")) or _int(kwargs.get("max_tokens"))
-    req = Request(provider=PROVIDER, model=given(kwargs.get("model")), reserved_output=reserved,
-                  stream=bool(given(kwargs.get("stream"))),
-                  tool_tokens=_tool_tokens(kwargs.get("tools")),
-                  genai=_common_genai(kwargs, reserved))
-    n = _int(kwargs.get("n"))
-    if n and n != 1:
-        req.genai["request_choice_count"] = n
+    get = kwargs.get
+    messages = get("messages")
+    messages = list(messages) if type(messages) is list else list(given(messages) or ())
+    reserved = _int(get("max_completion_tokens")) or _int(get("max_tokens"))
+    model, stream, tools = get("model"), get("stream"), get("tools")
+    req = Request(PROVIDER, model if type(model) is str else given(model), reserved,
+                  stream is not None and bool(given(stream)),
+                  0 if tools is None else _tool_tokens(tools), _common_genai(kwargs, reserved))
+    n = get("n")
+    if n is not None:
+        n = _int(n)
+        if n and n != 1:
+            req.genai["request_choice_count"] = n
     last_user = _last_user(messages)
     inputs: list[InputMessage] = []
     system: list[Any] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
     lookup = not capture and not known
-    estimator = _tokens._estimator
-    for i, m in enumerate(messages):
+    estimator = _tokens._estimator_key
+    resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
+    i = -1  # a counter, not enumerate's tuple a message
+    for m in messages:
+        i += 1
         if lookup and type(m) is dict and len(m) == 2:
             # a role and a string alone (the usual history): its remembered block, looked
             # up here (subscripts, no call: a history is read again with every call)
@@ -185,12 +206,13 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                 pass
             else:
                 if (type(text) is str and type(role) is str
-                        and (spec := _PLAIN_SPECS.get(role)) is not None):
+                        and (kind := _PLAIN_KINDS.get(role)) is not None):
                     if i == last_user:
-                        spec = _LATEST_USER
-                    block = remembered((_PLAIN_BLOCK, role, text, spec[0], estimator))
-                    if block is None or not _digest._resolved:
-                        block = plain_block(role, text, *spec)
+                        kind = _K_USER_MESSAGE
+                    block = remembered((_PLAIN_BLOCK, role, text, kind, estimator))
+                    if block is None or not resolved:
+                        block = plain_block(role, text, *(
+                            _LATEST_USER if i == last_user else _PLAIN_SPECS[role]))
                     append(block)
                     continue
         if (not capture and type(m) is dict and type(text := m.get("content")) is str
