@@ -477,16 +477,17 @@ _RUN_ENVELOPE: contextvars.ContextVar[Envelope | None] = contextvars.ContextVar(
     "otel_agent_context.run_envelope", default=None)
 
 
-def _run_envelope_parent() -> Context | None:
+def _run_envelope_parent(current: Context | None = None) -> Context | None:
     """The context to parent a span to when the current envelope is a framework run's (set
     through ``_RUN_ENVELOPE``, so its span is not the current one): its span. None when the
-    current context already parents spans where they belong."""
-    if isinstance(otel_context.get_value(_ENVELOPE_KEY), Envelope):
+    current context already parents spans where they belong. ``current``: the current
+    context, when the caller has read it."""
+    if isinstance(otel_context.get_value(_ENVELOPE_KEY, current), Envelope):
         return None
     env = _RUN_ENVELOPE.get()
     if env is None or env._ended:
         return None
-    return trace.set_span_in_context(env._span)
+    return trace.set_span_in_context(env._span, current)
 
 
 def current_envelope() -> Envelope | None:

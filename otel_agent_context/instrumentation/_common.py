@@ -71,7 +71,7 @@ from ._inference import (
     COMPOSABLE,
     LightInference,
     LightSuppressed,
-    light_mode,
+    light_mode_of,
     light_supported,
 )
 from ._models import context_window
@@ -470,17 +470,27 @@ def _parent_context() -> Context | None:
     instrumentor's call into it: one span for the call, carrying our records. In another
     trace (an envelope that could not be placed there), the call gets its own inference span,
     a child of the envelope, so its records stay in the envelope's trace."""
-    parent = _run_envelope_parent()
-    ctx = parent if parent is not None else otel_context.get_current()
-    if otel_context.get_value(CLIENT_INFERENCE_CONTEXT_KEY, ctx) is None:
-        return parent  # no outer inference: the common case
+    return _start_context()[0]
+
+
+def _start_context() -> tuple[Context | None, Context, Any]:
+    """:func:`_parent_context`, the current context and the value of util-genai's inference
+    key in the parent (the outer inference's data, or None), the current context read once
+    (each read is a few Python calls; a call's start made ten)."""
+    current = otel_context.get_current()
+    parent = _run_envelope_parent(current)
+    ctx = parent if parent is not None else current
+    data = ctx.get(CLIENT_INFERENCE_CONTEXT_KEY)
+    if data is None:
+        return parent, current, None  # no outer inference: the common case
     env = current_envelope()
     if env is None or trace.get_current_span(ctx) is not env.span:
-        return parent  # the outer inference is current: one span for both, as intended
+        return parent, current, data  # the outer inference is current: one span for both
     outer = trace.get_current_span().get_span_context()
     if parent is not None and outer.trace_id == env.span.get_span_context().trace_id:
-        return None  # the framework's inference in the envelope's trace: join it
-    return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx)
+        # the framework's inference in the envelope's trace: join it
+        return None, current, current.get(CLIENT_INFERENCE_CONTEXT_KEY)
+    return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx), current, None
 
 
 class Call:
@@ -499,9 +509,9 @@ class Call:
         self.own_env = False
         self.target: Any = None
         model = kwargs.get("model")
-        parent = _parent_context()
+        parent, current, data = _start_context()
         inv: Any = None
-        mode = light_mode(parent) if light else False
+        mode = light_mode_of(data) if light else False
         if mode is True and wrapped_inside and not COMPOSABLE:
             mode = False  # the official one inside: util-genai's outer invocation merges it
         if mode is True:
@@ -510,11 +520,12 @@ class Call:
             inv = LightInference(tel.handler, api.provider,
                                  request_model=model if isinstance(model, str) else None,
                                  server_address=address, server_port=port, context=parent,
-                                 publish=wrapped_inside)
+                                 publish=wrapped_inside, current=current)
         elif mode is not False:  # an inference under way (the official one outside ours)
             inv = LightSuppressed(mode, api.provider,
                                   request_model=model if isinstance(model, str) else None,
-                                  server_address=address, server_port=port, context=parent)
+                                  server_address=address, server_port=port,
+                                  context=parent if parent is not None else current)
         if inv is None:
             inv = tel.handler.inference(api.provider,
                                         request_model=model if isinstance(model, str) else None,
@@ -836,10 +847,22 @@ def _segments(req: Request, columns: list[tuple[Any, ...]] | None = None) -> lis
     ``columns``: ``block_columns(req.blocks)`` when the caller has them."""
     if columns is None:
         columns = block_columns(req.blocks)
-    tokens, breakpoints = columns[2], columns[6]
+    tokens, segs, breakpoints = columns[2], columns[5], columns[6]
     used: dict[str, int] = {}
-    for seg, n in zip(columns[5], tokens, strict=True):
-        used[seg] = used.get(seg, 0) + n
+    n_blocks = len(segs)
+    first = segs[0] if n_blocks else None
+    k = segs.count(first) if n_blocks else 0
+    if k == n_blocks:  # one segment (or none): the sums below, in C
+        if n_blocks:
+            used[first] = sum(tokens)  # type: ignore[index]
+    elif segs[-1] != first and segs[k:].count(segs[-1]) == n_blocks - k:
+        # a run of one segment, then a run of another (the usual layout: the system prompt,
+        # then the history): the first k blocks are the first segment's
+        used[first] = sum(tokens[:k])  # type: ignore[index]
+        used[segs[-1]] = sum(tokens[k:])
+    else:
+        for seg, n in zip(segs, tokens, strict=True):
+            used[seg] = used.get(seg, 0) + n
     # the tokens up to each cache breakpoint: running totals, in C
     prefixes = list(compress(accumulate(tokens), breakpoints)) if any(breakpoints) else []
     if req.tool_tokens:

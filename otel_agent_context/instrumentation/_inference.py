@@ -77,7 +77,7 @@ except ImportError:  # pragma: no cover - depends on the installed util-genai
     CONVERSATION_ID_KEY = _NoOpCompletionHook = None  # type: ignore[assignment,misc]
 
 __all__ = ["COMPOSABLE", "LightInference", "LightSuppressed", "light_allowed", "light_mode",
-           "light_supported"]
+           "light_mode_of", "light_supported"]
 
 _EMIT_EVENT = "OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT"
 
@@ -275,7 +275,12 @@ def light_mode(parent: Context | None) -> InferenceData | bool:
     (:class:`LightInference`; util-genai would emit no event); the outer inference's data when
     one is under way whose data util-genai's suppressed invocation would receive without
     content or an upload (:class:`LightSuppressed`); False, through util-genai."""
-    data = get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent)
+    return light_mode_of(get_value(CLIENT_INFERENCE_CONTEXT_KEY, parent))
+
+
+def light_mode_of(data: Any) -> InferenceData | bool:
+    """:func:`light_mode` of a call whose parent context holds ``data`` under util-genai's
+    inference key."""
     if data is None:
         return env_text(_EMIT_EVENT).strip().lower() != "true"
     if COMPOSABLE and type(data) is InferenceData and not data.capture_content and \
@@ -318,7 +323,7 @@ class LightInference(_Streamed):
     def __init__(self, handler: TelemetryHandler, provider: str, *,
                  request_model: str | None, server_address: str | None,
                  server_port: int | None, context: Context | None,
-                 publish: bool = False) -> None:
+                 publish: bool = False, current: Context | None = None) -> None:
         for name in _FIELDS:
             setattr(self, name, None)
         self._error_type: str | None = None
@@ -339,14 +344,16 @@ class LightInference(_Streamed):
         if server_port is not None:
             start[_SERVER_PORT] = server_port
         self._start_attributes = start
-        conversation_id = get_value(CONVERSATION_ID_KEY, context)
+        # what context None means, when the caller read it (``current``): read once
+        base = context if context is not None else current
+        conversation_id = get_value(CONVERSATION_ID_KEY, base)
         self.conversation_id = conversation_id if isinstance(conversation_id, str) else None
         if self.conversation_id:
-            context = set_value(CONVERSATION_ID_KEY, self.conversation_id, context)
+            context = base = set_value(CONVERSATION_ID_KEY, self.conversation_id, base)
         self.span = handler._tracer.start_span(
             name=f"chat {request_model}" if request_model else "chat", kind=SpanKind.CLIENT,
             attributes=start, context=context)
-        self._span_context = set_span_in_context(self.span, context)
+        self._span_context = set_span_in_context(self.span, base)
         if self._data is not None:
             self._span_context = set_value(CLIENT_INFERENCE_CONTEXT_KEY, self._data,
                                            self._span_context)
