@@ -19,7 +19,7 @@ def set_token_estimator(estimator: Callable[[str], int] | None) -> None:
     try:
         hash(estimator)
         key: object = estimator
-    except TypeError:
+    except Exception:  # noqa: BLE001 - not hashable, or a __hash__ that fails: not remembered
         key = object()
     _estimator, _estimator_key = estimator, key
 

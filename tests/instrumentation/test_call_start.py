@@ -54,9 +54,10 @@ def _request(segments: list[str], rng: random.Random) -> Request:
     blocks = [Block(f"m:{i}", "message", "message_history", seg, rng.randrange(0, 500),
                     cache_breakpoint=rng.random() < 0.2)
               for i, seg in enumerate(segments)]
-    return Request("openai", "gpt-4o-mini", blocks,
-                   reserved_output=rng.choice([None, 0, 300]),
-                   tool_tokens=rng.choice([0, 0, 42]))
+    req = Request("openai", "gpt-4o-mini", reserved_output=rng.choice([None, 0, 300]),
+                  tool_tokens=rng.choice([0, 0, 42]))
+    req.blocks = blocks
+    return req
 
 
 SHAPES = [

@@ -253,6 +253,19 @@ def test_an_estimator_that_is_not_hashable_still_counts() -> None:
                                               for b in blocks]
 
 
+class _HashFails(_Unhashable):
+    def __hash__(self) -> int:
+        raise ValueError("no hash")
+
+
+@pytest.mark.usefixtures("_estimator")
+def test_an_estimator_whose_hash_fails_is_set_and_counts() -> None:
+    """Setting such an estimator is the application's call: it must not raise there."""
+    C._tokens.set_token_estimator(_HashFails())
+    block = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks[0]
+    assert block.tokens == 7 * len(block.text)
+
+
 @pytest.mark.usefixtures("_estimator")
 def test_an_anthropic_call_with_an_unhashable_estimator_is_recorded(alone: Any, stub: Any,
                                                                      caplog: Any) -> None:
