@@ -121,7 +121,6 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     inputs: list[InputMessage] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
-    estimator = _tokens._estimator_key
     resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
     i = -1  # a counter, not enumerate's tuple a message
     for m in messages:
