@@ -177,3 +177,35 @@ def test_a_history_of_plain_messages_is_checked_at_once_and_an_iterator_still_se
             *history, {"role": "user", "content": iter([part]) if one_shot else [part]}])
     bodies = [body for _, body in stub.requests]
     assert len(bodies) == 2 and bodies[0] == bodies[1]
+
+
+def test_a_raising_iterator_inside_a_listed_message_reaches_the_application(
+        alone, stub, caplog) -> None:
+    # The chat reader settles a listed history itself, message by message: an iterator that
+    # raises there (after plain messages were read) must leave the request unread, every
+    # later message settled as before, and the SDK meet the application's own error.
+    error = ValueError("the application's part generator failed")
+
+    def parts():
+        yield {"type": "text", "text": "first part"}
+        raise error
+
+    later = iter([{"type": "text", "text": "later"}])
+    history = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "question"},
+               {"role": "user", "name": "ann", "content": parts()},
+               {"role": "user", "content": later}]
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    set_strict(False)
+    try:
+        with pytest.raises(ValueError) as raised:
+            oc.chat.completions.create(model="gpt-4o", messages=history)
+    finally:
+        set_strict(True)
+    assert raised.value is error
+    assert stub.requests == []
+    assert type(history[3]["content"]) is list and history[3]["content"][0]["text"] == "later"
+    assert not [r for r in caplog.records if r.name.startswith("otel_agent_context")]
+    chat = [s for s in alone.tel.spans() if s.name.startswith("chat ")]
+    assert len(chat) == 1 and not any(
+        k.startswith("context.assembly") for k in chat[0].attributes or {})
