@@ -242,6 +242,7 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     only when the previous call's ids and digests equal the start of these, position by
     position. The result is the same bytes hashed the same way: streaming the parts in two
     updates gives the digest of one."""
+    keyed = bool(_current_key())
     n = len(item_ids)
     key = (_ASSEMBLY, tuple(item_ids[:2]), tuple(digests[:2]))
     found = _MEMO.get(key) if _resolved else None
@@ -249,14 +250,11 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     h: Any = None
     old_chars = 0
     if found is not None:
-        old_ids, old_digests, state, old_chars, done = found
+        old_ids, old_digests, state, old_chars = found
         m = len(old_ids)
-        if m == n and item_ids == old_ids and digests == old_digests:
-            return done  # the same blocks again (a call retried, a probe): its hash kept
         if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
             h = state.copy()
             start = m
-    keyed = bool(_current_key())
     if h is None:
         h = _inner.copy() if keyed else hashlib.sha256()
     if start < n:
@@ -267,12 +265,11 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
             chars = sum(map(len, item_ids)) + sum(map(len, digests))
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
-    done = HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
-    if start < n and chars >= 0:
-        # a replaced entry's characters were counted already: only the growth is new
-        _remember(key, max(chars - old_chars, 0) if start else chars,
-                  (list(item_ids), list(digests), h, chars, done))  # never updated: copied
-    return done
+        if chars >= 0:
+            # a replaced entry's characters were counted already: only the growth is new
+            _remember(key, max(chars - old_chars, 0) if start else chars,
+                      (list(item_ids), list(digests), h, chars))  # never updated: copied
+    return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 
 def digest_str(text: str) -> str:
