@@ -559,6 +559,11 @@ class Call:
         except Unsettled:
             return  # as above, met by the reader
         except Exception:
+            # a reader that settles its messages stopped before the rest: settle them as
+            # before, so the SDK (and an instrumentor inside ours) reads lists, and the
+            # application's own error comes first
+            if api.settles is not None and not _materialize(kwargs):
+                return
             if _strict_now():
                 self.done = True
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
@@ -1152,6 +1157,8 @@ def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled
+    if failed and own is not None and type(value := kwargs.get(own)) is list:
+        _settle(value, 0, failed)  # the reader will not run: settled here, as the others
     return not failed
 
 

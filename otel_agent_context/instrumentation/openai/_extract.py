@@ -195,6 +195,12 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     system: list[Any] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
+    if known and source is not None:
+        # a framework's ids are taken as messages are read: all settled first, so a read
+        # that an iterator stops takes none (as before the reader settled them itself)
+        for j in range(len(source)):
+            settle_message(source, j, failed)
+        messages, source = list(source), None
     lookup = not capture and not known
     estimator = _tokens._estimator_key
     resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
