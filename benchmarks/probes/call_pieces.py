@@ -73,8 +73,10 @@ def _child(calls: int, which: str, only: list[str] | None) -> None:
                              "messages": bench.ANTHROPIC_MESSAGES}
     parse_request, parse_response = X.messages_request, X.messages_response
     if which == "openai":
+        # as the instrumentor builds it (a tree before ``Api.settles``: without it)
         api = C.Api(OX.chat_request, OX.chat_response, OX.ChatAccumulator, OX.chat_is_stream,
-                    OX.PROVIDER)
+                    OX.PROVIDER, *(("messages",) if "settles" in C.Api.__dataclass_fields__
+                                   else ()))
         msg = ChatCompletion.model_validate({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
             "model": "gpt-4o-mini", "system_fingerprint": "fp_1",
@@ -285,6 +287,9 @@ def _child(calls: int, which: str, only: list[str] | None) -> None:
         "request": lambda: parse_request((), kwargs(), False),
         "response": lambda: parse_response(msg, False),
         "materialize": lambda: C._materialize(kwargs()),
+        # both, as a call reads its request (the reader settling its messages, if it does)
+        "read": lambda: C._materialize(k := kwargs(), *(
+            (api.settles,) if hasattr(api, "settles") else ())) and parse_request((), k, False),
         "segments": lambda: (C._segments(req), C.distinct_ids(req.blocks)),
         "fold": fold,
         "fold_stop": fold_stop,

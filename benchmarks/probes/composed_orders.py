@@ -58,8 +58,10 @@ def _child(calls: int, which: str) -> None:
     tel = C.ClientTelemetry("probe", tracer_provider=provider)
     other = TelemetryHandler(tracer_provider=provider, instrumentation_scope_name="other")
     if which == "openai":
+        # as the instrumentor builds it (a tree before ``Api.settles``: without it)
         api = C.Api(OX.chat_request, OX.chat_response, OX.ChatAccumulator, OX.chat_is_stream,
-                    OX.PROVIDER)
+                    OX.PROVIDER, *(("messages",) if "settles" in C.Api.__dataclass_fields__
+                                   else ()))
         model = "gpt-4o-mini"
         msg: Any = ChatCompletion.model_validate({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,

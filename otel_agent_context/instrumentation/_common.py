@@ -552,11 +552,18 @@ class Call:
         # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
-        if not _materialize(kwargs):
+        if not _materialize(kwargs, api.settles):
             return  # the application's iterable raised: the SDK will raise it, unchanged
         try:
             self.req = api.parse_request(args, kwargs, tel.capture)
+        except Unsettled:
+            return  # as above, met by the reader
         except Exception:
+            # a reader that settles its messages stopped before the rest: settle them as
+            # before, so the SDK (and an instrumentor inside ours) reads lists, and the
+            # application's own error comes first
+            if api.settles is not None and not _materialize(kwargs):
+                return
             if _strict_now():
                 self.done = True
                 inv.fail(RuntimeError("otel_agent_context instrumentation error"))
@@ -1117,6 +1124,9 @@ class Api:
     accumulator: Callable[[bool], Accumulator]
     is_stream_call: Callable[[dict[str, Any]], bool]
     provider: str
+    #: the request key whose list ``parse_request`` settles itself, message by message, as
+    #: it reads it (see ``settle_message``): not walked twice
+    settles: str | None = None
 
 
 def _server(instance: Any) -> tuple[str | None, int | None]:
@@ -1127,7 +1137,7 @@ def _server(instance: Any) -> tuple[str | None, int | None]:
         return None, None
 
 
-def _materialize(kwargs: dict[str, Any]) -> bool:
+def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
     """Turn one-shot iterators in the request into lists, in place, before we read it;
     False if one of them raised (then the request must not be read).
 
@@ -1136,14 +1146,19 @@ def _materialize(kwargs: dict[str, Any]) -> bool:
     valid anywhere in there: reading it first would send the provider an empty request. The
     lists are written back into the request the SDK receives, so both see the same data. An
     iterator that raises is handed on as one that yields what it yielded and then raises the
-    same exception, so the SDK meets the application's error where it would have."""
+    same exception, so the SDK meets the application's error where it would have.
+    ``own``: a key whose list the reader settles as it reads it (``settle_message``)."""
     failed: list[BaseException] = []
     for key, value in kwargs.items():
         if type(value) in _PLAIN_TYPES:
             continue  # the model, the sizes: no call for them
+        if key == own and type(value) is list:
+            continue
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled
+    if failed and own is not None and type(value := kwargs.get(own)) is list:
+        _settle(value, 0, failed)  # the reader will not run: settled here, as the others
     return not failed
 
 
@@ -1217,6 +1232,30 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
     return value
 
 
+
+
+class Unsettled(Exception):
+    """Raised by a reader when an iterator in a message it settles raised (see
+    ``settle_message``): the request is not read, as when ``_materialize`` fails."""
+
+
+def settle_message(messages: list[Any], i: int, failed: list[BaseException]) -> Any:
+    """``_materialize`` for ``messages[i]`` (the request's own list, written back), for a
+    reader that settles its messages as it reads them: a message its loop has seen to be a
+    role and a string alone needs no call. When an iterator raised, the rest of the list is
+    settled (as ``_materialize`` does) and ``Unsettled`` raised."""
+    m = messages[i]
+    settled = _settle(m, 1, failed)
+    if settled is not m:
+        messages[i] = settled
+    if failed:
+        for j in range(i + 1, len(messages)):
+            item = messages[j]
+            settled = _settle(item, 1, failed)
+            if settled is not item:
+                messages[j] = settled
+        raise Unsettled
+    return settled
 
 
 def _plain_messages(value: list[Any]) -> bool:

@@ -177,3 +177,119 @@ def test_a_history_of_plain_messages_is_checked_at_once_and_an_iterator_still_se
             *history, {"role": "user", "content": iter([part]) if one_shot else [part]}])
     bodies = [body for _, body in stub.requests]
     assert len(bodies) == 2 and bodies[0] == bodies[1]
+
+
+def test_a_raising_iterator_inside_a_listed_message_reaches_the_application(
+        alone, stub, caplog) -> None:
+    # The chat reader settles a listed history itself, message by message: an iterator that
+    # raises there (after plain messages were read) must leave the request unread, every
+    # later message settled as before, and the SDK meet the application's own error.
+    error = ValueError("the application's part generator failed")
+
+    def parts():
+        yield {"type": "text", "text": "first part"}
+        raise error
+
+    later = iter([{"type": "text", "text": "later"}])
+    history = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "question"},
+               {"role": "user", "name": "ann", "content": parts()},
+               {"role": "user", "content": later}]
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    set_strict(False)
+    try:
+        with pytest.raises(ValueError) as raised:
+            oc.chat.completions.create(model="gpt-4o", messages=history)
+    finally:
+        set_strict(True)
+    assert raised.value is error
+    assert stub.requests == []
+    assert type(history[3]["content"]) is list and history[3]["content"][0]["text"] == "later"
+    assert not [r for r in caplog.records if r.name.startswith("otel_agent_context")]
+    chat = [s for s in alone.tel.spans() if s.name.startswith("chat ")]
+    assert len(chat) == 1 and not any(
+        k.startswith("context.assembly") for k in chat[0].attributes or {})
+
+
+def _tool_call_history(calls, bad: dict) -> list[dict]:
+    return [{"role": "user", "content": "q"}, bad,
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c1", "content": "shipped"},
+            {"role": "user", "content": "and?"}]
+
+
+_CALL = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+
+
+def test_a_message_the_reader_fails_on_still_leaves_later_iterators_settled(
+        alone, stub) -> None:
+    # Our reader raises on a malformed message (tool_calls a number) before it reaches a
+    # later message's iterator: that iterator is still made a list before the SDK (or an
+    # instrumentor inside ours, which would drain it) reads it, as when nothing raised.
+    history = _tool_call_history(iter([_CALL]), {"role": "user", "content": "x",
+                                                 "tool_calls": 5})
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    set_strict(False)
+    try:
+        oc.chat.completions.create(model="gpt-4o", messages=history)
+    finally:
+        set_strict(True)
+    assert history[2]["tool_calls"] == [_CALL]
+    assert stub.requests[0][1]["messages"][2]["tool_calls"] == [_CALL]
+
+
+def test_the_applications_iterator_error_comes_before_a_message_the_reader_fails_on(
+        alone, stub) -> None:
+    # strict mode raises our own reading errors, but the application's error wins, as it
+    # did when every iterator was settled before the request was read
+    error = ValueError("the application's tool-call generator failed")
+
+    def calls():
+        yield _CALL
+        raise error
+
+    history = _tool_call_history(calls(), {"role": "user", "content": "x", "tool_calls": 5})
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with pytest.raises(ValueError) as raised:
+        oc.chat.completions.create(model="gpt-4o", messages=history)
+    assert raised.value is error and stub.requests == []
+    chat = [s for s in alone.tel.spans() if s.name.startswith("chat ")]
+    assert len(chat) == 1 and chat[0].attributes["error.type"] == "ValueError"
+
+
+def test_a_raising_tools_iterator_still_settles_the_messages(alone, stub) -> None:
+    error = ValueError("the application's tool generator failed")
+
+    def tools():
+        yield {"type": "function", "function": {"name": "lookup", "parameters": {}}}
+        raise error
+
+    parts = iter([{"type": "text", "text": "hello"}])
+    history = [{"role": "user", "content": parts}]
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with pytest.raises(ValueError) as raised:
+        oc.chat.completions.create(model="gpt-4o", messages=history, tools=tools())
+    assert raised.value is error and stub.requests == []
+    assert history[0]["content"] == [{"type": "text", "text": "hello"}]
+
+
+def test_a_read_an_iterator_stops_takes_no_framework_ids(alone, stub) -> None:
+    # A framework (llama_index) hands the ids of the messages it sends; a read stopped by the
+    # application's iterator must leave them all for the SDK's retry or the next read.
+    from otel_agent_context.instrumentation._common import KNOWN_MESSAGES
+
+    def parts():
+        yield {"type": "text", "text": "part"}
+        raise ValueError("the application's part generator failed")
+
+    known = {("system", "Be brief."): ["id-s"], ("user", "hi"): ["id-a", "id-b"]}
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+               {"role": "user", "content": parts()}]
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    token = KNOWN_MESSAGES.set(known)
+    try:
+        with pytest.raises(ValueError):
+            oc.chat.completions.create(model="gpt-4o", messages=history)
+    finally:
+        KNOWN_MESSAGES.reset(token)
+    assert known == {("system", "Be brief."): ["id-s"], ("user", "hi"): ["id-a", "id-b"]}

@@ -18,6 +18,7 @@ from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
 from .. import _tokens
 from .._common import (
     _PLAIN_BLOCK,
+    _PLAIN_TYPES,
     KNOWN_MESSAGES,
     SEG_DEVELOPER,
     SEG_HISTORY,
@@ -31,6 +32,7 @@ from .._common import (
     message_facts,
     plain_block,
     remembered,
+    settle_message,
     short_digest,
 )
 from .._tokens import estimate_tokens
@@ -174,7 +176,10 @@ def _history_kind(role: str | None, is_latest_user: bool) -> str:
 def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
     get = kwargs.get
     messages = get("messages")
-    messages = list(messages) if type(messages) is list else list(given(messages) or ())
+    # a list is settled here, as it is read (the Api's ``settles``); a copy is read
+    source: list[Any] | None = messages if type(messages) is list else None
+    messages = list(source) if source is not None else list(given(messages) or ())
+    failed: list[BaseException] = []
     reserved = _int(get("max_completion_tokens")) or _int(get("max_tokens"))
     model, stream, tools = get("model"), get("stream"), get("tools")
     req = Request(PROVIDER, model if type(model) is str else given(model), reserved,
@@ -190,6 +195,12 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     system: list[Any] = []
     append = req.blocks.append
     known = KNOWN_MESSAGES.get()
+    if known and source is not None:
+        # a framework's ids are taken as messages are read: all settled first, so a read
+        # that an iterator stops takes none (as before the reader settled them itself)
+        for j in range(len(source)):
+            settle_message(source, j, failed)
+        messages, source = list(source), None
     lookup = not capture and not known
     estimator = _tokens._estimator_key
     resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
@@ -215,6 +226,8 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                             _LATEST_USER if i == last_user else _PLAIN_SPECS[role]))
                     append(block)
                     continue
+        if source is not None and type(m) not in _PLAIN_TYPES:
+            m = settle_message(source, i, failed)
         if (not capture and type(m) is dict and type(text := m.get("content")) is str
                 and type(role := m.get("role")) is str and role in _PLAIN_ROLES
                 and not m.get("tool_calls")):
