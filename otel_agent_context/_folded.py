@@ -234,7 +234,8 @@ class CallRecord:
     truncation, an overflow)."""
 
     __slots__ = ("_owner", "span", "context_id", "_budget_id", "_logger", "_made_in",
-                 "_max_tokens", "_reserved", "_strategy", "_item_ids", "actual", "_begun")
+                 "_max_tokens", "_reserved", "_strategy", "_item_ids", "actual", "_begun",
+                 "_checked")
 
     def __init__(self, owner: AgentContext, span: Span) -> None:
         """The call's envelope (``AgentContext._call_envelope``)."""
@@ -262,7 +263,8 @@ class CallRecord:
                                          overflow_strategy, segments, blocks, None, capture,
                                          columns, named)
         self._item_ids = named
-        set_attributes(self.span, attrs, checked and isinstance(owner.producer, str))
+        self._checked = checked = checked and isinstance(owner.producer, str)
+        set_attributes(self.span, attrs, checked)
         self._begun = True
         owner._instruments.injections.add(1, _INJECTED)
 
@@ -306,7 +308,9 @@ class CallRecord:
             span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         attrs.update(self._final())
         if recording:
-            set_attributes(span, attrs)
+            # begun with values of ours (checked): the usage is made of them and of the
+            # int the response reported (``actual``), the rest our ids and constants
+            set_attributes(span, attrs, self._begun and self._checked)
         inst.envelopes.add(1, _ENVELOPES)
 
     def full(self) -> tuple[Envelope, FoldedBudget]:

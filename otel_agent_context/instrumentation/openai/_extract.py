@@ -118,16 +118,13 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: the sampling parameters recorded (in the record's order), when none is given
-_NO_SAMPLING = {"temperature": None, "top_p": None, "frequency_penalty": None,
-                "presence_penalty": None, "seed": None, "stop_sequences": None}
 _SAMPLING_KEYS = frozenset({"temperature", "top_p", "frequency_penalty", "presence_penalty",
                             "seed", "stop"})
 
 
 def _common_genai(kwargs: dict[str, Any], reserved: int | None) -> dict[str, Any]:
     if kwargs.keys().isdisjoint(_SAMPLING_KEYS):  # none given (the usual request)
-        return {"max_tokens": reserved, **_NO_SAMPLING}
+        return {"max_tokens": reserved}  # a None is not set: no entry for the others
     # one literal, each parameter read once: given's call only for a value
     get = kwargs.get
     temperature, top_p, frequency, presence, seed, stop = (
