@@ -60,8 +60,15 @@ class FoldedBudget(Budget):
             self._env._set(self._span, attrs)
 
 
+_NONE_AS: Any = {None: -1}.get
+
+
 def _ints(values: Sequence[int | None]) -> tuple[int, ...]:
-    return tuple([-1 if v is None else v for v in values])
+    """The values, None as -1."""
+    try:  # in C: ``get(v, v)`` is v but for None
+        return tuple(map(_NONE_AS, values, values))
+    except TypeError:  # a value that is not hashable
+        return tuple([-1 if v is None else v for v in values])
 
 
 _TEXT = frozenset((str,))
