@@ -22,8 +22,8 @@ A caller that built every value itself (``checked=True``: the folded call's reco
 ids, digests, kinds and token counts are ours by construction) skips even the bulk check:
 for an instance of ``str``, ``int``, ``float`` or ``bool``, or a list or tuple of them, the
 SDK's check returns the value unchanged (a list as a tuple), so there is nothing for it to
-find. Such a write whose keys are all new to the span and whose arrays are tuples already is
-one ``dict.update``.
+find. Such a write whose arrays are tuples already is one ``dict.update`` (after dropping
+the keys it rewrites, which the SDK moves to the end).
 """
 
 from __future__ import annotations
@@ -67,9 +67,12 @@ def set_attributes(span: Any, attrs: Mapping[str, Any], checked: bool = False) -
                         stored = bounded._dict
                         maxlen = bounded.maxlen
                         if maxlen is None or len(stored) + len(attrs) <= maxlen:
-                            if checked and stored.keys().isdisjoint(attrs) and \
-                                    _LIST not in set(map(type, attrs.values())):
-                                stored.update(attrs)  # new keys, tuples: as the loop stores
+                            if checked and _LIST not in set(map(type, attrs.values())):
+                                # tuples: as the loop stores, a rewritten key moved to the
+                                # end (dropped first, then added in the write's order)
+                                for key in stored.keys() & attrs.keys():
+                                    del stored[key]
+                                stored.update(attrs)
                                 attrs = {}
                             for key, value in attrs.items():
                                 if key in stored:

@@ -60,8 +60,15 @@ class FoldedBudget(Budget):
             self._env._set(self._span, attrs)
 
 
+_NONE_AS: Any = {None: -1}.get
+
+
 def _ints(values: Sequence[int | None]) -> tuple[int, ...]:
-    return tuple([-1 if v is None else v for v in values])
+    """The values, None as -1."""
+    try:  # in C: ``get(v, v)`` is v but for None
+        return tuple(map(_NONE_AS, values, values))
+    except TypeError:  # a value that is not hashable
+        return tuple([-1 if v is None else v for v in values])
 
 
 _TEXT = frozenset((str,))
@@ -87,7 +94,8 @@ def block_columns(blocks: Sequence[Any]) -> list[tuple[Any, ...]]:
     again) is read once, and the columns are one comprehension and a ``zip`` in C instead
     of a comprehension per field and reader (ids, segments, the fold's arrays)."""
     rows = [b._row or _block_row(b) for b in blocks]
-    return list(zip(*rows, strict=True)) if rows else _NO_ROWS
+    # not strict: every row is ``_block_row``'s tuple of 8 (the check cost ~2K a call)
+    return list(zip(*rows, strict=False)) if rows else _NO_ROWS
 
 
 def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
@@ -234,7 +242,8 @@ class CallRecord:
     truncation, an overflow)."""
 
     __slots__ = ("_owner", "span", "context_id", "_budget_id", "_logger", "_made_in",
-                 "_max_tokens", "_reserved", "_strategy", "_item_ids", "actual", "_begun")
+                 "_max_tokens", "_reserved", "_strategy", "_item_ids", "actual", "_begun",
+                 "_checked")
 
     def __init__(self, owner: AgentContext, span: Span) -> None:
         """The call's envelope (``AgentContext._call_envelope``)."""
@@ -262,7 +271,8 @@ class CallRecord:
                                          overflow_strategy, segments, blocks, None, capture,
                                          columns, named)
         self._item_ids = named
-        set_attributes(self.span, attrs, checked and isinstance(owner.producer, str))
+        self._checked = checked = checked and isinstance(owner.producer, str)
+        set_attributes(self.span, attrs, checked)
         self._begun = True
         owner._instruments.injections.add(1, _INJECTED)
 
@@ -306,7 +316,9 @@ class CallRecord:
             span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         attrs.update(self._final())
         if recording:
-            set_attributes(span, attrs)
+            # begun with values of ours (checked): the usage is made of them and of the
+            # int the response reported (``actual``), the rest our ids and constants
+            set_attributes(span, attrs, self._begun and self._checked)
         inst.envelopes.add(1, _ENVELOPES)
 
     def full(self) -> tuple[Envelope, FoldedBudget]:

@@ -355,7 +355,7 @@ class Request:
         return sum(b.tokens for b in self.blocks) + self.tool_tokens
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Outcome:
     """What the response (or the finished stream) said."""
 
@@ -376,6 +376,29 @@ class Outcome:
     #: Provider attributes of the response the GenAI instrumentor records too (e.g.
     #: ``openai.response.system_fingerprint``), so ours alone loses nothing.
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    # written out, not the dataclass's (the same parameters): its four factory calls and
+    # keyword defaults were a third of reading a response
+    def __init__(self, response_id: str | None = None, response_model: str | None = None,
+                 finish_reasons: list[str] | None = None, input_tokens: int | None = None,
+                 output_tokens: int | None = None, cache_read: int | None = None,
+                 cache_write: int | None = None, reasoning_tokens: int | None = None,
+                 compactions: list[str] | None = None,
+                 applied_edits: list[dict[str, Any]] | None = None,
+                 output_messages: list[Any] | None = None,
+                 attributes: dict[str, Any] | None = None) -> None:
+        self.response_id = response_id
+        self.response_model = response_model
+        self.finish_reasons = [] if finish_reasons is None else finish_reasons
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.cache_read = cache_read
+        self.cache_write = cache_write
+        self.reasoning_tokens = reasoning_tokens
+        self.compactions = [] if compactions is None else compactions
+        self.applied_edits = [] if applied_edits is None else applied_edits
+        self.output_messages = output_messages
+        self.attributes = {} if attributes is None else attributes
 
 
 class Accumulator:
@@ -473,24 +496,30 @@ def _parent_context() -> Context | None:
     return _start_context()[0]
 
 
-def _start_context() -> tuple[Context | None, Context, Any]:
-    """:func:`_parent_context`, the current context and the value of util-genai's inference
-    key in the parent (the outer inference's data, or None), the current context read once
-    (each read is a few Python calls; a call's start made ten)."""
+#: :func:`_start_context`'s envelope when it did not read it
+UNREAD: Any = object()
+
+
+def _start_context() -> tuple[Context | None, Context, Any, Any]:
+    """:func:`_parent_context`, the current context, the value of util-genai's inference
+    key in the parent (the outer inference's data, or None) and the current envelope
+    (``UNREAD`` when there is no outer inference), the current context read once (each
+    read is a few Python calls; a call's start made ten)."""
     current = otel_context.get_current()
     parent = _run_envelope_parent(current)
     ctx = parent if parent is not None else current
     data = ctx.get(CLIENT_INFERENCE_CONTEXT_KEY)
     if data is None:
-        return parent, current, None  # no outer inference: the common case
-    env = current_envelope()
+        return parent, current, None, UNREAD  # no outer inference: the common case
+    env = current_envelope(current)
     if env is None or trace.get_current_span(ctx) is not env.span:
-        return parent, current, data  # the outer inference is current: one span for both
+        # the outer inference is current: one span for both
+        return parent, current, data, env
     outer = trace.get_current_span().get_span_context()
     if parent is not None and outer.trace_id == env.span.get_span_context().trace_id:
         # the framework's inference in the envelope's trace: join it
-        return None, current, current.get(CLIENT_INFERENCE_CONTEXT_KEY)
-    return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx), current, None
+        return None, current, current.get(CLIENT_INFERENCE_CONTEXT_KEY), env
+    return otel_context.set_value(CLIENT_INFERENCE_CONTEXT_KEY, None, ctx), current, None, env
 
 
 class Call:
@@ -509,7 +538,7 @@ class Call:
         self.own_env = False
         self.target: Any = None
         model = kwargs.get("model")
-        parent, current, data = _start_context()
+        parent, current, data, env = _start_context()
         inv: Any = None
         mode = light_mode_of(data) if light else False
         if mode is True and wrapped_inside and not COMPOSABLE:
@@ -526,6 +555,8 @@ class Call:
                                   request_model=model if isinstance(model, str) else None,
                                   server_address=address, server_port=port,
                                   context=parent if parent is not None else current)
+        if type(inv) is not LightSuppressed:
+            env = UNREAD  # a new current context (ours): read it again at the stages
         if inv is None:
             inv = tel.handler.inference(api.provider,
                                         request_model=model if isinstance(model, str) else None,
@@ -534,7 +565,7 @@ class Call:
         self.invocation = inv
         self.req: Request | None = None
         try:
-            self._read(tel, api, args, kwargs, inv)
+            self._read(tel, api, args, kwargs, inv, env)
         except BaseException as exc:
             # the invocation is open (its context attached, its data published): an
             # interrupt here (Ctrl-C in the application's message generator, SystemExit)
@@ -545,8 +576,9 @@ class Call:
             raise
 
     def _read(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
-              kwargs: dict[str, Any], inv: Any) -> None:
-        """Read the request and begin the call's stages."""
+              kwargs: dict[str, Any], inv: Any, env: Any = UNREAD) -> None:
+        """Read the request and begin the call's stages (``env``: the current envelope,
+        when the start read it and nothing was made current since)."""
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
         # unless content capture sends the messages elsewhere (util-genai's log events).
         # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
@@ -571,7 +603,7 @@ class Call:
             _log.warning("otel_agent_context: could not read the request", exc_info=True)
             return
         try:
-            self._begin(inv, self.req)
+            self._begin(inv, self.req, env)
         except Exception:
             # our stages failed: end what _begin started (not as failed: the error is ours,
             # not the call's), in strict test mode too, before the error surfaces
@@ -588,7 +620,7 @@ class Call:
                 raise
             _log.warning("otel_agent_context: context stages failed", exc_info=True)
 
-    def _begin(self, inv: Any, req: Request) -> None:
+    def _begin(self, inv: Any, req: Request, env: Any = UNREAD) -> None:
         tel = self.tel
         for name, value in req.genai.items():
             if value is not None:
@@ -597,7 +629,8 @@ class Call:
             inv.request_stream = True
         span = inv.span
         self.window = context_window(req.model)
-        env = current_envelope()
+        if env is UNREAD:
+            env = current_envelope()
         self.own_env = env is None
         self.target = span
         record = None

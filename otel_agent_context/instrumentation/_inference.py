@@ -56,7 +56,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry.context import Context, attach, detach, get_value, set_value
+from opentelemetry.context import Context, attach, detach, get_current, get_value, set_value
 from opentelemetry.trace import SpanKind, get_current_span, set_span_in_context
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.genai.handler import CLIENT_INFERENCE_CONTEXT_KEY, TelemetryHandler
@@ -64,7 +64,7 @@ from opentelemetry.util.genai.types import Error
 from opentelemetry.util.genai.utils import fq_exception_type
 
 from .._env import env_text
-from .._fastattrs import set_attributes
+from .._fastattrs import _PublicSpan, _SdkSpan, set_attributes
 
 try:  # the data util-genai's composed invocations share: a version without it never composes
     from opentelemetry.util.genai.invocation import InferenceData
@@ -75,6 +75,10 @@ try:  # util-genai's private names: a version without them never takes the light
     from opentelemetry.util.genai.completion_hook import _NoOpCompletionHook
 except ImportError:  # pragma: no cover - depends on the installed util-genai
     CONVERSATION_ID_KEY = _NoOpCompletionHook = None  # type: ignore[assignment,misc]
+try:  # the API's key of the current span: without it, read through get_current_span
+    from opentelemetry.trace.propagation import _SPAN_KEY
+except ImportError:  # pragma: no cover - depends on the installed API
+    _SPAN_KEY = None  # type: ignore[assignment]
 
 __all__ = ["COMPOSABLE", "LightInference", "LightSuppressed", "light_allowed", "light_mode",
            "light_mode_of", "light_supported"]
@@ -555,12 +559,19 @@ class LightSuppressed(_Streamed):
                  context: Context | None) -> None:
         self._data = data
         self._finished = False
-        conversation_id = get_value(CONVERSATION_ID_KEY, context)
+        if context is None:
+            context = get_current()
+        # the context's values by subscript (``get_value`` and ``get_current_span`` without
+        # their calls): a Context is a dict
+        conversation_id = context.get(CONVERSATION_ID_KEY)
         if isinstance(conversation_id, str):
             self.conversation_id = conversation_id
         # util-genai's data of the suppressed invocation, before its fields are set
         self._where = (provider, request_model, server_address, server_port)
-        self.span = get_current_span(context)
+        span = context.get(_SPAN_KEY) if _SPAN_KEY is not None else None
+        # an SDK span is a Span: get_current_span's check (an ABC's) only for another one
+        self.span = span if type(span) is _SdkSpan or type(span) is _PublicSpan else \
+            get_current_span(context)
         self._start = timeit.default_timer()
 
     def suspend(self) -> None:

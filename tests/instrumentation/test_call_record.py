@@ -87,8 +87,8 @@ def _record(official: str, events_as: str, shape: Callable[[StubServer], None],
     if objects:
         begin = _common.Call._begin
 
-        def begin_then_objects(self: Any, inv: Any, req: Any) -> None:
-            begin(self, inv, req)
+        def begin_then_objects(self: Any, inv: Any, req: Any, *env: Any) -> None:
+            begin(self, inv, req, *env)
             assert self.record is not None and self.env is None
             self._full()
 

@@ -116,10 +116,12 @@ def _old_parent_and_mode() -> tuple[Any, Any]:
 
 
 def _check() -> None:
-    parent, current, data = _common._start_context()
+    parent, current, data, env = _common._start_context()
     old_parent, old_mode = _old_parent_and_mode()
     assert parent == old_parent and (parent is None) == (old_parent is None)
     assert current is otel_context.get_current()
+    # the envelope, read only under an inference (then the call's stages take it)
+    assert env is _common.UNREAD or env is _envelope.current_envelope()
     assert _inference.light_mode_of(data) is old_mode or \
         _inference.light_mode_of(data) == old_mode is not None
     assert _common._parent_context() == old_parent

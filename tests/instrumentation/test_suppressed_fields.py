@@ -46,6 +46,28 @@ def test_unset_fields_read_none_and_a_set_one_is_the_instances_own() -> None:
     assert data.request_max_tokens is None and data.response_finish_reasons is None
 
 
+def test_the_span_is_the_one_get_current_span_gives() -> None:
+    """The outer span read from the context by subscript: an SDK span as it is, anything
+    else (no span, a non-recording one, a value that is not a span) as the API's
+    ``get_current_span`` gives it."""
+    from opentelemetry import trace
+
+    sdk_span = TracerProvider().get_tracer("t").start_span("outer")
+    others = [None, trace.NonRecordingSpan(sdk_span.get_span_context()), "not a span"]
+    for value in [sdk_span, *others]:
+        ctx = otel_context.Context() if value is None else \
+            otel_context.set_value(trace.propagation._SPAN_KEY, value)
+        inv = _inference.LightSuppressed(InferenceData(), "openai", context=ctx, **WHERE)
+        assert inv.span is trace.get_current_span(ctx)
+        token = otel_context.attach(ctx)  # context None: the current one
+        try:
+            inv = _inference.LightSuppressed(InferenceData(), "openai", context=None, **WHERE)
+            assert inv.span is trace.get_current_span()
+        finally:
+            otel_context.detach(token)
+    assert trace.get_current_span(otel_context.Context()) is trace.INVALID_SPAN
+
+
 def test_published_like_setting_each_field(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one update stores what setting each field stores (the fields set, lists copied,
     a field set back to None not published, the start's where-fields)."""

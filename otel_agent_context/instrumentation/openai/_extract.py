@@ -118,16 +118,13 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-#: the sampling parameters recorded (in the record's order), when none is given
-_NO_SAMPLING = {"temperature": None, "top_p": None, "frequency_penalty": None,
-                "presence_penalty": None, "seed": None, "stop_sequences": None}
 _SAMPLING_KEYS = frozenset({"temperature", "top_p", "frequency_penalty", "presence_penalty",
                             "seed", "stop"})
 
 
 def _common_genai(kwargs: dict[str, Any], reserved: int | None) -> dict[str, Any]:
     if kwargs.keys().isdisjoint(_SAMPLING_KEYS):  # none given (the usual request)
-        return {"max_tokens": reserved, **_NO_SAMPLING}
+        return {"max_tokens": reserved}  # a None is not set: no entry for the others
     # one literal, each parameter read once: given's call only for a value
     get = kwargs.get
     temperature, top_p, frequency, presence, seed, stop = (
@@ -296,7 +293,7 @@ def chat_response(result: Any, capture: bool) -> Outcome:
         rid, model, choices, usage, fingerprint = (
             _get(result, "id"), _get(result, "model"), _get(result, "choices"),
             _get(result, "usage"), _get(result, "system_fingerprint"))
-    out = Outcome(response_id=rid, response_model=model)
+    out = Outcome(rid, model)
     choices = choices or ()
     out.finish_reasons = [str(_get(c, "finish_reason") or "error") for c in choices]
     _chat_usage(out, usage)
@@ -314,17 +311,24 @@ def chat_response(result: Any, capture: bool) -> Outcome:
 def _chat_usage(out: Outcome, usage: Any) -> None:
     if usage is None:
         return
-    out.input_tokens = _get(usage, "prompt_tokens")
-    out.output_tokens = _get(usage, "completion_tokens")
+    try:  # an SDK CompletionUsage: its fields as attributes, without a _get each
+        if isinstance(usage, dict):
+            raise AttributeError
+        out.input_tokens, out.output_tokens, details, completion = (
+            usage.prompt_tokens, usage.completion_tokens, usage.prompt_tokens_details,
+            usage.completion_tokens_details)
+    except AttributeError:  # a dict, or another object: a missing field is None
+        out.input_tokens = _get(usage, "prompt_tokens")
+        out.output_tokens = _get(usage, "completion_tokens")
+        details = _get(usage, "prompt_tokens_details")
+        completion = _get(usage, "completion_tokens_details")
     # each read sets all three: a stream's later usage chunk replaces an earlier one's
-    details = _get(usage, "prompt_tokens_details")
     if details is None:  # without a _get of None for each
         out.cache_read = out.cache_write = None
     else:
         out.cache_read = _get(details, "cached_tokens")
         out.cache_write = _get(details, "cache_write_tokens")
-    details = _get(usage, "completion_tokens_details")
-    out.reasoning_tokens = None if details is None else _get(details, "reasoning_tokens")
+    out.reasoning_tokens = None if completion is None else _get(completion, "reasoning_tokens")
 
 
 class ChatAccumulator(Accumulator):
