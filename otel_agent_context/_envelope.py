@@ -490,10 +490,15 @@ def _run_envelope_parent(current: Context | None = None) -> Context | None:
     return trace.set_span_in_context(env._span, current)
 
 
-def current_envelope(current: Context | None = None) -> Envelope | None:
+def current_envelope() -> Envelope | None:
     """The envelope made current by ``with ctx.envelope(...)`` (or by an instrumented
-    framework run), if any. ``current``: the current context, when the caller has read it."""
-    env = (current if current is not None else otel_context.get_current()).get(_ENVELOPE_KEY)
+    framework run), if any."""
+    return _envelope_in(otel_context.get_current())
+
+
+def _envelope_in(current: Context) -> Envelope | None:
+    """:func:`current_envelope` for a caller that has read the current context."""
+    env = current.get(_ENVELOPE_KEY)
     if isinstance(env, Envelope) and not env._ended:
         return env
     env = _RUN_ENVELOPE.get()
