@@ -565,7 +565,7 @@ class Call:
         self.invocation = inv
         self.req: Request | None = None
         try:
-            self._read(tel, api, args, kwargs, inv, env)
+            self._read(tel, api, args, kwargs, inv, env, current)
         except BaseException as exc:
             # the invocation is open (its context attached, its data published): an
             # interrupt here (Ctrl-C in the application's message generator, SystemExit)
@@ -576,7 +576,8 @@ class Call:
             raise
 
     def _read(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
-              kwargs: dict[str, Any], inv: Any, env: Any = UNREAD) -> None:
+              kwargs: dict[str, Any], inv: Any, env: Any = UNREAD,
+              current: Context | None = None) -> None:
         """Read the request and begin the call's stages (``env``: the current envelope,
         when the start read it and nothing was made current since)."""
         # A span that does not record (sampled out, no SDK) gets nothing from the request,
@@ -603,6 +604,8 @@ class Call:
             _log.warning("otel_agent_context: could not read the request", exc_info=True)
             return
         try:
+            if env is not UNREAD and otel_context.get_current() is not current:
+                env = UNREAD  # the application's code in the request changed the context
             self._begin(inv, self.req, env)
         except Exception:
             # our stages failed: end what _begin started (not as failed: the error is ours,

@@ -172,3 +172,44 @@ def test_the_start_context_reads_what_the_separate_reads_did() -> None:
         run.__exit__(None, None, None)
     assert env is not None
     outer.end()
+
+
+@pytest.mark.parametrize("official", ["none", "outer"])
+def test_an_envelope_left_inside_a_message_generator_is_not_the_calls(
+        official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The call's start reads the current envelope; the application's generator in the
+    # request, run after it, leaves that envelope: the call makes its own (as it does when
+    # the start's read is not reused: ours alone, or the official instrumentor inside).
+    import openai
+    from llm_setup import make_setup
+    from stub_server import StubServer
+
+    for setup in make_setup(official, False, monkeypatch):
+        cm = setup.tel.agent_context.envelope(agent_name="app")
+        cm.__enter__()
+        left: list[int] = []
+
+        def parts(cm: Any = cm, left: list[int] = left) -> Any:
+            if not left:
+                left.append(1)
+                cm.__exit__(None, None, None)
+            yield {"type": "text", "text": "q"}
+
+        with StubServer() as stub:
+            client = openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
+            try:
+                client.chat.completions.create(model="gpt-4o-mini", messages=[
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": parts()}])
+            finally:
+                if not left:
+                    cm.__exit__(None, None, None)
+        chat = [s for s in setup.tel.spans() if s.name.startswith("chat ")]
+        app = [s for s in setup.tel.spans() if s.name.startswith("invoke_agent")
+               or (s.attributes or {}).get("context.scope") == "agent"]
+        assert len(chat) == 1
+        attributes = chat[0].attributes or {}
+        # its own envelope: the scope and id on the chat span, not the ended one's
+        assert "context.scope" in attributes
+        assert all(attributes.get("context.id") != (s.attributes or {}).get("context.id")
+                   for s in app if s is not chat[0])
