@@ -27,6 +27,11 @@ against the queue and memory caps, so a stalled sink ends in backpressure, never
 Lines past the last recorded position at a crash are recovered from the file and handed to
 the other sinks at the next start (``_catch_up``).
 
+The envelopes a request finishes are queued before its fsync, so the emitter rebuilds them
+while the disk syncs; nothing of them leaves the process (no line, no store part, no
+metric) until that fsync has answered, and a request whose fsync fails takes them back
+(``_hold``, ``_release``, ``_await_sync``): the bundles and the ack wait for the same sync.
+
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
 until it comes; replay reads span and event records in the order they were written.
@@ -387,6 +392,10 @@ class Pipeline:
         )
         self._queue: collections.deque[Finished] = collections.deque()
         self._in_batch = 0
+        #: ids of queued envelopes whose request's WAL sync has not answered yet, and of
+        #: those taken back (the sync failed) after the emitter had them; under ``_cond``
+        self._unsynced: set[int] = set()
+        self._withdrawn: set[int] = set()
         self._cond = threading.Condition()
         self._stop_sweeper = threading.Event()
         self._emitter_stop = False
@@ -639,9 +648,17 @@ class Pipeline:
                         foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
                                        "lives in another trace: span left out")
                         _problem(decoded.problems, accepted, FOREIGN_TRACE)
-            self._sync(position)
-        if finished:
-            self._enqueue(finished)
+            if not finished:
+                self._sync(position)
+            else:
+                # rebuilt while the disk syncs (the emitter holds them until it answers)
+                self._hold(finished)
+                try:
+                    self._sync(position)
+                except BaseException:
+                    self._release(finished, synced=False)
+                    raise
+                self._release(finished, synced=True)
         self._count(decoded, transport, duplicates, late)
         if late_events:
             self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
@@ -790,6 +807,45 @@ class Pipeline:
             self._queue.extend(finished)
             self._cond.notify()
 
+    def _hold(self, finished: list[Finished]) -> None:
+        """Queue ``finished`` before its request's WAL sync: the emitter may rebuild them,
+        not write them (``_await_sync``)."""
+        with self._cond:
+            self._unsynced.update(map(id, finished))
+            self._queue.extend(finished)
+            self._cond.notify()
+
+    def _release(self, finished: list[Finished], *, synced: bool) -> None:
+        """The sync of the request that queued ``finished`` answered: they may be written,
+        or (it failed: the request is refused and retried) they are taken back, as if
+        never queued."""
+        with self._cond:
+            ids = set(map(id, finished))
+            self._unsynced -= ids
+            if not synced:
+                queued = ids.intersection(map(id, self._queue))
+                if queued:
+                    kept = [f for f in self._queue if id(f) not in queued]
+                    self._queue.clear()
+                    self._queue.extend(kept)
+                self._withdrawn |= ids - queued  # the emitter has them: it drops them
+            self._cond.notify_all()
+
+    def _await_sync(self, batch: list[Finished]) -> set[int]:
+        """Wait until the WAL sync of every envelope of ``batch`` has answered; those taken
+        back leave ``batch`` (in place: a batch retried after an error is without them);
+        their ids."""
+        with self._cond:
+            while self._unsynced and any(id(f) in self._unsynced for f in batch):
+                self._cond.wait(0.5)
+            if not self._withdrawn:
+                return set()
+            gone = self._withdrawn.intersection(map(id, batch))
+            self._withdrawn -= gone
+        if gone:
+            batch[:] = [f for f in batch if id(f) not in gone]
+        return gone
+
     @property
     def queue_size(self) -> int:
         """Finished envelopes not yet recorded written: queued, being rebuilt, or written
@@ -845,7 +901,14 @@ class Pipeline:
         assert self._rebuild is not None
         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
         dead: list[tuple[tuple[str, str], bytes]] = []
-        partial_reasons: list[str] = []
+        # per entry and per dead letter, whose it is (an envelope may be taken back while
+        # rebuilt: _await_sync), and per entry its partial reasons and DUPLICATE_ID repairs
+        owners: list[int] = []
+        dead_owners: list[int] = []
+        reasons: list[Sequence[str]] = []
+        twice: list[int] = []
+        # some of the batch may wait for its request's WAL sync: nothing leaves before
+        held = bool(self._unsynced or self._withdrawn)
         # the store's child decodes only what its rows read: where that is in each line
         members: list[list[int] | None] | None = (
             [] if isinstance(self.store, StoreProcess) else None)
@@ -869,30 +932,47 @@ class Pipeline:
                 key = bundle_key(bundle)
                 rebuild_info = bundle.get("rebuild") or {}
                 repaired = rebuild_info.get("repairs")
-                twice = sum(1 for r in repaired if r.get("kind") == DUPLICATE_ID) if repaired else 0
+                doubled = (sum(1 for r in repaired if r.get("kind") == DUPLICATE_ID)
+                           if repaired else 0)
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
-                self.metrics.self.inc("context_processor_rebuild_errors_total")
                 dead.append((finished.key, _dead_letter(finished, exc)))
+                dead_owners.append(id(finished))
                 continue
             if key != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
                             "could write it twice", key, finished.key)
-            if twice:  # found by the rebuild, not at the receiver: counted here
-                self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), twice)
-            if rebuild_info.get("status") == "partial":
-                partial_reasons.extend(
-                    rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)
-                )
+            reasons.append(
+                (rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",))
+                if rebuild_info.get("status") == "partial" else ())
+            twice.append(doubled)
             entries.append((finished.key, bundle, line))
+            owners.append(id(finished))
             if members is not None:
                 members.append(spans)
                 unsent_bytes += len(line)
                 if unsent_bytes >= _STORE_PART_BYTES:
+                    if held:
+                        held = False
+                        self._drop_withdrawn(batch, entries, owners, reasons, twice, members,
+                                             dead, dead_owners)
                     parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
                                                  last=False))
                     sent, unsent_bytes = len(entries), 0
+        if held:
+            self._drop_withdrawn(batch, entries, owners, reasons, twice, members, dead,
+                                 dead_owners)
+            if not batch:  # every one taken back: nothing to write or record
+                if members is not None:
+                    self._store_batch -= 1
+                return True
+        if dead:  # counted once they may leave
+            self.metrics.self.inc("context_processor_rebuild_errors_total", (), len(dead))
+        doubled = sum(twice)
+        if doubled:  # found by the rebuild, not at the receiver: counted here
+            self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), doubled)
+        partial_reasons = [reason for each in reasons for reason in each]
         if dead:
             self._write_dead_letter(dead)
         # the store is one batch behind at most
@@ -922,6 +1002,24 @@ class Pipeline:
             self._pending = _Pending(batch, entries, partial_reasons, parts, flight, members)
             return True
         return self._landed(flight)
+
+    def _drop_withdrawn(self, batch: list[Finished], entries: list[Any], owners: list[int],
+                        reasons: list[Sequence[str]], twice: list[int],
+                        members: list[list[int] | None] | None,
+                        dead: list[tuple[tuple[str, str], bytes]], dead_owners: list[int]
+                        ) -> None:
+        """Wait for the WAL sync of the batch's envelopes (``_await_sync``); those taken
+        back leave the batch and every list made of them."""
+        gone = self._await_sync(batch)
+        if not gone:
+            return
+        for rows in (entries, reasons, twice, *([members] if members is not None else [])):
+            rows[:] = [row for row, owner in zip(rows, owners, strict=True)
+                       if owner not in gone]
+        owners[:] = [owner for owner in owners if owner not in gone]
+        dead[:] = [row for row, owner in zip(dead, dead_owners, strict=True)
+                   if owner not in gone]
+        dead_owners[:] = [owner for owner in dead_owners if owner not in gone]
 
     def _send_part(self, part: list[tuple[tuple[str, str], dict[str, Any], bytes]],
                    members: list[list[int] | None], number: int, *, last: bool
