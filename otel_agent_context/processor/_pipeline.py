@@ -837,6 +837,10 @@ class Pipeline:
         their ids."""
         with self._cond:
             while self._unsynced and any(id(f) in self._unsynced for f in batch):
+                if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
+                    # stopping, a sync still hanging: left to the WAL's replay (unacked)
+                    self._withdrawn |= self._unsynced.intersection(map(id, batch))
+                    break
                 self._cond.wait(0.5)
             if not self._withdrawn:
                 return set()
