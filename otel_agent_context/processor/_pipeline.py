@@ -820,7 +820,8 @@ class Pipeline:
         or (it failed: the request is refused and retried) they are taken back, as if
         never queued."""
         with self._cond:
-            ids = set(map(id, finished))
+            # those the emitter gave up waiting for (stopping) are no longer in the set
+            ids = self._unsynced.intersection(map(id, finished))
             self._unsynced -= ids
             if not synced:
                 queued = ids.intersection(map(id, self._queue))
@@ -838,8 +839,10 @@ class Pipeline:
         with self._cond:
             while self._unsynced and any(id(f) in self._unsynced for f in batch):
                 if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
-                    # stopping, a sync still hanging: left to the WAL's replay (unacked)
-                    self._withdrawn |= self._unsynced.intersection(map(id, batch))
+                    # stopping, a sync still hanging: left to the WAL's replay
+                    hanging = self._unsynced.intersection(map(id, batch))
+                    self._unsynced -= hanging
+                    self._withdrawn |= hanging
                     break
                 self._cond.wait(0.5)
             if not self._withdrawn:
@@ -913,6 +916,7 @@ class Pipeline:
         twice: list[int] = []
         # some of the batch may wait for its request's WAL sync: nothing leaves before
         held = bool(self._unsynced or self._withdrawn)
+        gated = False
         # the store's child decodes only what its rows read: where that is in each line
         members: list[list[int] | None] | None = (
             [] if isinstance(self.store, StoreProcess) else None)
@@ -957,17 +961,19 @@ class Pipeline:
                 members.append(spans)
                 unsent_bytes += len(line)
                 if unsent_bytes >= _STORE_PART_BYTES:
-                    if held:
-                        held = False
+                    if held and not gated:
+                        gated = True
                         self._drop_withdrawn(batch, entries, owners, reasons, twice, members,
                                              dead, dead_owners)
-                    parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
-                                                 last=False))
+                    if len(entries) > sent:
+                        parts.append(self._send_part(entries[sent:], members[sent:],
+                                                     len(parts), last=False))
                     sent, unsent_bytes = len(entries), 0
         if held:
-            self._drop_withdrawn(batch, entries, owners, reasons, twice, members, dead,
-                                 dead_owners)
-            if not batch:  # every one taken back: nothing to write or record
+            if not gated:
+                self._drop_withdrawn(batch, entries, owners, reasons, twice, members, dead,
+                                     dead_owners)
+            if not batch:  # every one taken back (so no part sent): nothing to record
                 if members is not None:
                     self._store_batch -= 1
                 return True
