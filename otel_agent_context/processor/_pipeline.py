@@ -28,9 +28,11 @@ Lines past the last recorded position at a crash are recovered from the file and
 the other sinks at the next start (``_catch_up``).
 
 The envelopes a request finishes are queued before its fsync, so the emitter rebuilds them
-while the disk syncs; nothing of them leaves the process (no line, no store part, no
-metric) until that fsync has answered, and a request whose fsync fails takes them back
-(``_hold``, ``_release``, ``_await_sync``): the bundles and the ack wait for the same sync.
+while the disk syncs; nothing of them leaves the process (no line, no store row) until that
+fsync has answered (``_hold``, ``_release``, ``_await_sync``). When it failed the request is
+refused, and they are written all the same: their spans are in memory, the envelopes are
+done (the sender's retry is a duplicate), and waiting for a replay would lose them until a
+restart.
 
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
@@ -392,10 +394,8 @@ class Pipeline:
         )
         self._queue: collections.deque[Finished] = collections.deque()
         self._in_batch = 0
-        #: ids of queued envelopes whose request's WAL sync has not answered yet, and of
-        #: those taken back (the sync failed) after the emitter had them; under ``_cond``
+        #: ids of queued envelopes whose request's WAL sync has not answered; under ``_cond``
         self._unsynced: set[int] = set()
-        self._withdrawn: set[int] = set()
         self._cond = threading.Condition()
         self._stop_sweeper = threading.Event()
         self._emitter_stop = False
@@ -651,14 +651,11 @@ class Pipeline:
             if not finished:
                 self._sync(position)
             else:
-                # rebuilt while the disk syncs (the emitter holds them until it answers)
-                self._hold(finished)
+                self._hold(finished)  # rebuilt while the disk syncs, written after it
                 try:
                     self._sync(position)
-                except BaseException:
-                    self._release(finished, synced=False)
-                    raise
-                self._release(finished, synced=True)
+                finally:
+                    self._release(finished)
         self._count(decoded, transport, duplicates, late)
         if late_events:
             self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
@@ -745,9 +742,10 @@ class Pipeline:
                 for event in decoded.events:
                     outcome = add(event, segment, finished)
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            self._sync(position)
-        if finished:
-            self._enqueue(finished)
+            try:
+                self._sync(position)
+            finally:
+                self._enqueue(finished)  # after a failed sync too (see the module)
         self._count_logs(decoded, transport, outcomes)
         message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
         if decoded.problems:
@@ -815,43 +813,22 @@ class Pipeline:
             self._queue.extend(finished)
             self._cond.notify()
 
-    def _release(self, finished: list[Finished], *, synced: bool) -> None:
-        """The sync of the request that queued ``finished`` answered: they may be written,
-        or (it failed: the request is refused and retried) they are taken back, as if
-        never queued."""
+    def _release(self, finished: list[Finished]) -> None:
+        """The sync of the request that queued ``finished`` answered (or failed): they may
+        be written."""
         with self._cond:
-            # those the emitter gave up waiting for (stopping) are no longer in the set
-            ids = self._unsynced.intersection(map(id, finished))
-            self._unsynced -= ids
-            if not synced:
-                queued = ids.intersection(map(id, self._queue))
-                if queued:
-                    kept = [f for f in self._queue if id(f) not in queued]
-                    self._queue.clear()
-                    self._queue.extend(kept)
-                self._withdrawn |= ids - queued  # the emitter has them: it drops them
+            self._unsynced.difference_update(map(id, finished))
             self._cond.notify_all()
 
-    def _await_sync(self, batch: list[Finished]) -> set[int]:
-        """Wait until the WAL sync of every envelope of ``batch`` has answered; those taken
-        back leave ``batch`` (in place: a batch retried after an error is without them);
-        their ids."""
+    def _await_sync(self, batch: list[Finished]) -> None:
+        """Wait until the WAL sync of every envelope of ``batch`` has answered; when
+        stopping with a sync that hangs, no longer (they are written: see the module)."""
         with self._cond:
-            while self._unsynced and any(id(f) in self._unsynced for f in batch):
+            while not self._unsynced.isdisjoint(map(id, batch)):
                 if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
-                    # stopping, a sync still hanging: left to the WAL's replay
-                    hanging = self._unsynced.intersection(map(id, batch))
-                    self._unsynced -= hanging
-                    self._withdrawn |= hanging
+                    self._unsynced.difference_update(map(id, batch))
                     break
                 self._cond.wait(0.5)
-            if not self._withdrawn:
-                return set()
-            gone = self._withdrawn.intersection(map(id, batch))
-            self._withdrawn -= gone
-        if gone:
-            batch[:] = [f for f in batch if id(f) not in gone]
-        return gone
 
     @property
     def queue_size(self) -> int:
@@ -908,15 +885,7 @@ class Pipeline:
         assert self._rebuild is not None
         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
         dead: list[tuple[tuple[str, str], bytes]] = []
-        # per entry and per dead letter, whose it is (an envelope may be taken back while
-        # rebuilt: _await_sync), and per entry its partial reasons and DUPLICATE_ID repairs
-        owners: list[int] = []
-        dead_owners: list[int] = []
-        reasons: list[Sequence[str]] = []
-        twice: list[int] = []
-        # some of the batch may wait for its request's WAL sync: nothing leaves before
-        held = bool(self._unsynced or self._withdrawn)
-        gated = False
+        partial_reasons: list[str] = []
         # the store's child decodes only what its rows read: where that is in each line
         members: list[list[int] | None] | None = (
             [] if isinstance(self.store, StoreProcess) else None)
@@ -927,6 +896,8 @@ class Pipeline:
         if members is not None:
             self._store_batch += 1
         rewrites = self._store_rewrites
+        # some of the batch may wait for its request's WAL sync: nothing leaves before it
+        held = bool(self._unsynced)
         for finished in batch:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
@@ -940,49 +911,35 @@ class Pipeline:
                 key = bundle_key(bundle)
                 rebuild_info = bundle.get("rebuild") or {}
                 repaired = rebuild_info.get("repairs")
-                doubled = (sum(1 for r in repaired if r.get("kind") == DUPLICATE_ID)
-                           if repaired else 0)
+                twice = sum(1 for r in repaired if r.get("kind") == DUPLICATE_ID) if repaired else 0
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
+                self.metrics.self.inc("context_processor_rebuild_errors_total")
                 dead.append((finished.key, _dead_letter(finished, exc)))
-                dead_owners.append(id(finished))
                 continue
             if key != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
                             "could write it twice", key, finished.key)
-            reasons.append(
-                (rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",))
-                if rebuild_info.get("status") == "partial" else ())
-            twice.append(doubled)
+            if twice:  # found by the rebuild, not at the receiver: counted here
+                self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), twice)
+            if rebuild_info.get("status") == "partial":
+                partial_reasons.extend(
+                    rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)
+                )
             entries.append((finished.key, bundle, line))
-            owners.append(id(finished))
             if members is not None:
                 members.append(spans)
                 unsent_bytes += len(line)
                 if unsent_bytes >= _STORE_PART_BYTES:
-                    if held and not gated:
-                        gated = True
-                        self._drop_withdrawn(batch, entries, owners, reasons, twice, members,
-                                             dead, dead_owners)
-                    if len(entries) > sent:
-                        parts.append(self._send_part(entries[sent:], members[sent:],
-                                                     len(parts), last=False))
+                    if held:
+                        self._await_sync(batch)
+                        held = False
+                    parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
+                                                 last=False))
                     sent, unsent_bytes = len(entries), 0
         if held:
-            if not gated:
-                self._drop_withdrawn(batch, entries, owners, reasons, twice, members, dead,
-                                     dead_owners)
-            if not batch:  # every one taken back (so no part sent): nothing to record
-                if members is not None:
-                    self._store_batch -= 1
-                return True
-        if dead:  # counted once they may leave
-            self.metrics.self.inc("context_processor_rebuild_errors_total", (), len(dead))
-        doubled = sum(twice)
-        if doubled:  # found by the rebuild, not at the receiver: counted here
-            self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), doubled)
-        partial_reasons = [reason for each in reasons for reason in each]
+            self._await_sync(batch)
         if dead:
             self._write_dead_letter(dead)
         # the store is one batch behind at most
@@ -1012,24 +969,6 @@ class Pipeline:
             self._pending = _Pending(batch, entries, partial_reasons, parts, flight, members)
             return True
         return self._landed(flight)
-
-    def _drop_withdrawn(self, batch: list[Finished], entries: list[Any], owners: list[int],
-                        reasons: list[Sequence[str]], twice: list[int],
-                        members: list[list[int] | None] | None,
-                        dead: list[tuple[tuple[str, str], bytes]], dead_owners: list[int]
-                        ) -> None:
-        """Wait for the WAL sync of the batch's envelopes (``_await_sync``); those taken
-        back leave the batch and every list made of them."""
-        gone = self._await_sync(batch)
-        if not gone:
-            return
-        for rows in (entries, reasons, twice, *([members] if members is not None else [])):
-            rows[:] = [row for row, owner in zip(rows, owners, strict=True)
-                       if owner not in gone]
-        owners[:] = [owner for owner in owners if owner not in gone]
-        dead[:] = [row for row, owner in zip(dead, dead_owners, strict=True)
-                   if owner not in gone]
-        dead_owners[:] = [owner for owner in dead_owners if owner not in gone]
 
     def _send_part(self, part: list[tuple[tuple[str, str], dict[str, Any], bytes]],
                    members: list[list[int] | None], number: int, *, last: bool

@@ -1,7 +1,8 @@
 """The emitter rebuilds a request's envelopes while the WAL's fsync of that request runs,
 and nothing of them is written until the fsync has answered (the ack waits for the same
-fsync). A request whose fsync fails is refused, and the envelopes it finished are taken
-back, as when they were queued only after the fsync.
+fsync). A request whose fsync fails is refused, and the envelopes it finished are written
+all the same: the sender's retry is a duplicate of spans already held, so nothing else
+would write them before a restart.
 
 The seam is the WAL's ``fdatasync`` (held on an event, or failing with EIO); the rest is
 real: the processor's gRPC receiver, a gRPC client over loopback, the emitter thread, the
@@ -16,7 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from processor_testkit import by_context, envelope_spans, read_bundles, request, wait_for
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from processor_testkit import (
+    as_log_events,
+    by_context,
+    envelope_spans,
+    logs_request,
+    read_bundles,
+    request,
+    wait_for,
+)
 
 from otel_agent_context.processor import _wal
 from otel_agent_context.rebuild import rebuild_envelope
@@ -85,7 +97,7 @@ def test_envelopes_are_rebuilt_during_the_fsync_and_written_after_it(
     assert list(by_context(read_bundles(tmp_path / "out"))) == ["ctx-overlap"]
 
 
-def test_a_failed_fsync_takes_back_the_envelopes_it_finished(
+def test_a_failed_fsync_refuses_the_request_and_still_writes_its_envelope_once(
         start_processor, monkeypatch, tmp_path: Path) -> None:
     rebuilt = threading.Event()
     processor = start_processor(rebuild=_rebuild_recording(rebuilt),
@@ -95,7 +107,7 @@ def test_a_failed_fsync_takes_back_the_envelopes_it_finished(
 
     def sync(fd: int) -> None:
         if failing[0]:
-            rebuilt.wait(5)  # the emitter has rebuilt the envelope: it must still drop it
+            rebuilt.wait(5)  # the emitter has rebuilt the envelope while the disk failed
             raise OSError(errno.EIO, "Input/output error")
         real(fd)
 
@@ -107,17 +119,48 @@ def test_a_failed_fsync_takes_back_the_envelopes_it_finished(
     first.join(20)
     assert first.error is not None and first.error.code() == grpc.StatusCode.UNAVAILABLE
     pipeline = processor.pipeline
-    wait_for(lambda: pipeline.queue_size == 0, message="the refused request's envelope gone")
-    assert read_bundles(tmp_path / "out") == []
     metrics = pipeline.metrics.self
-    assert metrics.get("context_processor_bundles_written_total", ("jsonl",)) == 0.0
-    failing[0] = False  # the disk is back: the emitter goes on with the next request
+    wait_for(lambda: pipeline.queue_size == 0, message="the refused request's envelope written")
+    assert metrics.get("context_processor_wal_write_errors_total") >= 1.0
+    failing[0] = False  # the disk is back: the sender retries, and sends the next request
+    retry = _Export(address, body)
+    retry.start()
+    retry.join(20)
+    assert retry.error is None  # its spans are held already: a duplicate, acknowledged
     after = _Export(address, request(envelope_spans(3, "ctx-next", stages=2)).SerializeToString())
     after.start()
     after.join(20)
     assert after.error is None
-    wait_for(lambda: read_bundles(tmp_path / "out"), message="the next bundle written")
+    wait_for(lambda: len(read_bundles(tmp_path / "out")) == 2, message="both bundles written")
     wait_for(lambda: pipeline.queue_size == 0, message="the next recorded written")
-    assert [b["context_envelope"]["context_id"]
-            for b in read_bundles(tmp_path / "out")] == ["ctx-next"]
-    assert metrics.get("context_processor_bundles_written_total", ("jsonl",)) == 1.0
+    assert sorted(b["context_envelope"]["context_id"]
+                  for b in read_bundles(tmp_path / "out")) == ["ctx-next", "ctx-refused"]
+    assert metrics.get("context_processor_bundles_written_total", ("jsonl",)) == 2.0
+
+
+def test_a_failed_fsync_of_the_events_that_complete_an_envelope_still_writes_it(
+        start_processor, monkeypatch, tmp_path: Path) -> None:
+    # log-based events: the envelope waits for them, and the request carrying them finishes
+    # it; that request's fsync fails, and the bundle is written all the same
+    processor = start_processor(receivers__otlp_http__endpoint="off", metrics__endpoint="off",
+                                buffer__envelope_timeout=30)
+    spans, records = as_log_events(envelope_spans(4, "ctx-events", stages=2))
+    assert records
+    channel = grpc.insecure_channel(processor.addresses["otlp_grpc"])
+    try:
+        TraceServiceStub(channel).Export(request(spans), timeout=20)
+        assert processor.pipeline.buffer.envelopes_in_flight == 1
+
+        def failing(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(_wal, "_fdatasync", failing)
+        with pytest.raises(grpc.RpcError) as refused:
+            LogsServiceStub(channel).Export(logs_request(records), timeout=20)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        (bundle,) = wait_for(lambda: read_bundles(tmp_path / "out"), 10,
+                             message="the envelope the refused events finished, written")
+        assert bundle["context_envelope"]["context_id"] == "ctx-events"
+        assert bundle["rebuild"]["status"] == "complete"
+    finally:
+        channel.close()
