@@ -164,3 +164,39 @@ def test_a_failed_fsync_of_the_events_that_complete_an_envelope_still_writes_it(
         assert bundle["rebuild"]["status"] == "complete"
     finally:
         channel.close()
+
+
+def test_an_envelope_ready_to_write_does_not_wait_for_another_requests_stalled_fsync(
+        start_processor, monkeypatch, tmp_path: Path) -> None:
+    # an incomplete envelope, acknowledged, times out while a later request's fsync hangs:
+    # it is written during the hang (the emitter puts the waiting batch behind it)
+    processor = start_processor(receivers__otlp_http__endpoint="off", metrics__endpoint="off",
+                                buffer__envelope_timeout=1)
+    address = processor.addresses["otlp_grpc"]
+    early = _Export(address, request(envelope_spans(5, "ctx-early", stages=2)[:1])
+                    .SerializeToString())
+    early.start()
+    early.join(20)
+    assert early.error is None
+    release, syncing = threading.Event(), threading.Event()
+    real = _wal._fdatasync
+
+    def held_sync(fd: int) -> None:
+        syncing.set()
+        release.wait(20)
+        real(fd)
+
+    monkeypatch.setattr(_wal, "_fdatasync", held_sync)
+    held = _Export(address, request(envelope_spans(6, "ctx-held", stages=2)).SerializeToString())
+    held.start()
+    try:
+        assert syncing.wait(10), "the request's WAL fsync never began"
+        (bundle,) = wait_for(lambda: read_bundles(tmp_path / "out"), 10,
+                             message="the timed-out envelope written during the hang")
+        assert bundle["context_envelope"]["context_id"] == "ctx-early"
+        assert not held.answered.is_set()
+    finally:
+        release.set()
+    held.join(20)
+    assert held.error is None
+    wait_for(lambda: len(read_bundles(tmp_path / "out")) == 2, message="the held one after")
