@@ -27,6 +27,14 @@ against the queue and memory caps, so a stalled sink ends in backpressure, never
 Lines past the last recorded position at a crash are recovered from the file and handed to
 the other sinks at the next start (``_catch_up``).
 
+The envelopes a request finishes are queued before its fsync, so the emitter rebuilds them
+while the disk syncs; nothing of them leaves the process (no line, no store row) until that
+fsync has answered (``_hold``, ``_release``, ``_await_sync``). When it failed the request is
+refused, and they are written all the same: their spans are in memory, the envelopes are
+done (the sender's retry is a duplicate), and waiting for a replay would lose them until a
+restart. A batch waiting for a sync that stalls goes behind the envelopes ready to be
+written (a timed-out one, a replayed one): they do not wait for another request's disk.
+
 Log-based context events (``_decode_logs``, ``_events``) take the same road: durable in the
 WAL (``EVENTS`` records) before the ack, then put on their span in the buffer, or held
 until it comes; replay reads span and event records in the order they were written.
@@ -91,6 +99,11 @@ _BATCH = 256
 #: With store.writer: process, a batch's lines go to the store's process in parts of about
 #: this many bytes while the emitter is still rebuilding the batch (benchmarks/store.md).
 _STORE_PART_BYTES = 256 * 1024
+#: a WAL sync this long (seconds) has stalled: the emitter's batch waiting for it goes behind
+#: envelopes ready to be written (a sync takes milliseconds: 3-16 ms on the test machine)
+_STALLED = 0.2
+#: ``_emit``'s answer for a batch put back behind ready envelopes
+_LATER = object()
 _MAX_SINK_BACKOFF = 5.0
 DEAD_LETTER = "dead-letter.jsonl"
 
@@ -387,6 +400,8 @@ class Pipeline:
         )
         self._queue: collections.deque[Finished] = collections.deque()
         self._in_batch = 0
+        #: ids of queued envelopes whose request's WAL sync has not answered; under ``_cond``
+        self._unsynced: set[int] = set()
         self._cond = threading.Condition()
         self._stop_sweeper = threading.Event()
         self._emitter_stop = False
@@ -639,9 +654,14 @@ class Pipeline:
                         foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
                                        "lives in another trace: span left out")
                         _problem(decoded.problems, accepted, FOREIGN_TRACE)
-            self._sync(position)
-        if finished:
-            self._enqueue(finished)
+            if not finished:
+                self._sync(position)
+            else:
+                self._hold(finished)  # rebuilt while the disk syncs, written after it
+                try:
+                    self._sync(position)
+                finally:
+                    self._release(finished)
         self._count(decoded, transport, duplicates, late)
         if late_events:
             self.metrics.self.inc("context_processor_log_events_total", ("late",), late_events)
@@ -728,9 +748,10 @@ class Pipeline:
                 for event in decoded.events:
                     outcome = add(event, segment, finished)
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            self._sync(position)
-        if finished:
-            self._enqueue(finished)
+            try:
+                self._sync(position)
+            finally:
+                self._enqueue(finished)  # after a failed sync too (see the module)
         self._count_logs(decoded, transport, outcomes)
         message = decoded.error_message() if decoded.rejected or decoded.repairs else ""
         if decoded.problems:
@@ -790,6 +811,38 @@ class Pipeline:
             self._queue.extend(finished)
             self._cond.notify()
 
+    def _hold(self, finished: list[Finished]) -> None:
+        """Queue ``finished`` before its request's WAL sync: the emitter may rebuild them,
+        not write them (``_await_sync``)."""
+        with self._cond:
+            self._unsynced.update(map(id, finished))
+            self._queue.extend(finished)
+            self._cond.notify()
+
+    def _release(self, finished: list[Finished]) -> None:
+        """The sync of the request that queued ``finished`` answered (or failed): they may
+        be written."""
+        with self._cond:
+            self._unsynced.difference_update(map(id, finished))
+            self._cond.notify_all()
+
+    def _await_sync(self, batch: list[Finished]) -> bool:
+        """Wait until the WAL sync of every envelope of ``batch`` has answered; when
+        stopping with a sync that hangs, no longer (they are written: see the module).
+        False when the sync stalls (past ``_STALLED`` seconds) while an envelope ready to be
+        written waits in the queue: the batch goes behind it, not before it."""
+        stalled = time.monotonic() + _STALLED
+        with self._cond:
+            while not self._unsynced.isdisjoint(map(id, batch)):
+                now = time.monotonic()
+                if self._give_up_at is not None and now >= self._give_up_at:
+                    self._unsynced.difference_update(map(id, batch))
+                    break
+                if now >= stalled and self._queue and id(self._queue[0]) not in self._unsynced:
+                    return False
+                self._cond.wait(0.1)
+        return True
+
     @property
     def queue_size(self) -> int:
         """Finished envelopes not yet recorded written: queued, being rebuilt, or written
@@ -824,7 +877,14 @@ class Pipeline:
                     if self._pending is not None:
                         continue
                     return
-                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+                n = min(_BATCH, len(self._queue))
+                if self._unsynced:
+                    # a batch all synced, or all of requests still syncing: an envelope
+                    # ready to be written never waits behind another request's fsync
+                    queue, unsynced = self._queue, self._unsynced
+                    first = id(queue[0]) in unsynced
+                    n = next((i for i in range(1, n) if (id(queue[i]) in unsynced) != first), n)
+                batch = [self._queue.popleft() for _ in range(n)]
                 self._in_batch = len(batch)
             try:
                 written = self._emit(batch)
@@ -833,7 +893,9 @@ class Pipeline:
                 written = None
             with self._cond:
                 self._in_batch = 0
-                if written is None:
+                if written is _LATER:
+                    self._queue.extend(batch)  # behind what is ready (``_await_sync``)
+                elif written is None:
                     if self._give_up_at is not None and time.monotonic() >= self._give_up_at:
                         return
                     self._queue.extendleft(reversed(batch))
@@ -841,7 +903,7 @@ class Pipeline:
                 elif not written:
                     return  # stopping with a stalled sink: the WAL keeps the rest
 
-    def _emit(self, batch: list[Finished]) -> bool:
+    def _emit(self, batch: list[Finished]) -> bool | object:
         assert self._rebuild is not None
         entries: list[tuple[tuple[str, str], dict[str, Any], bytes]] = []
         dead: list[tuple[tuple[str, str], bytes]] = []
@@ -856,6 +918,9 @@ class Pipeline:
         if members is not None:
             self._store_batch += 1
         rewrites = self._store_rewrites
+        # some of the batch may wait for its request's WAL sync: nothing leaves before it
+        held = bool(self._unsynced)
+        errors = doubled = 0  # counted once the batch may leave (it may go back: _LATER)
         for finished in batch:
             try:
                 bundle = self._rebuild(finished.spans, partial_reasons=finished.reasons,
@@ -873,14 +938,13 @@ class Pipeline:
             except Exception as exc:  # noqa: BLE001 - never lose an envelope to a bug
                 log.exception("rebuild failed for trace %s context %s; spans kept in %s",
                               finished.key[0], finished.key[1], DEAD_LETTER)
-                self.metrics.self.inc("context_processor_rebuild_errors_total")
+                errors += 1
                 dead.append((finished.key, _dead_letter(finished, exc)))
                 continue
             if key != finished.key:
                 log.warning("bundle key %s differs from span key %s: recovery after a crash "
                             "could write it twice", key, finished.key)
-            if twice:  # found by the rebuild, not at the receiver: counted here
-                self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), twice)
+            doubled += twice
             if rebuild_info.get("status") == "partial":
                 partial_reasons.extend(
                     rebuild_info.get("partial_reasons") or finished.reasons or ("incomplete",)
@@ -890,9 +954,22 @@ class Pipeline:
                 members.append(spans)
                 unsent_bytes += len(line)
                 if unsent_bytes >= _STORE_PART_BYTES:
+                    if held:
+                        if not self._await_sync(batch):
+                            self._store_batch -= 1
+                            return _LATER
+                        held = False
                     parts.append(self._send_part(entries[sent:], members[sent:], len(parts),
                                                  last=False))
                     sent, unsent_bytes = len(entries), 0
+        if held and not self._await_sync(batch):
+            if members is not None:
+                self._store_batch -= 1
+            return _LATER
+        if errors:
+            self.metrics.self.inc("context_processor_rebuild_errors_total", (), errors)
+        if doubled:  # found by the rebuild, not at the receiver: counted here
+            self.metrics.self.inc("context_processor_repairs_total", (DUPLICATE_ID,), doubled)
         if dead:
             self._write_dead_letter(dead)
         # the store is one batch behind at most
