@@ -1193,8 +1193,8 @@ def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled
-    if failed and own is not None and type(value := kwargs.get(own)) is list:
-        _settle(value, 0, failed)  # the reader will not run: settled here, as the others
+    if failed and own is not None and type(listed := kwargs.get(own)) is list:
+        _settle(listed, 0, failed)  # the reader will not run: settled here, as the others
     return not failed
 
 

@@ -65,11 +65,9 @@ def _rebuild_recording(rebuilt: threading.Event) -> Any:
     return rebuild
 
 
-def test_envelopes_are_rebuilt_during_the_fsync_and_written_after_it(
-        start_processor, monkeypatch, tmp_path: Path) -> None:
-    rebuilt, release, syncing = threading.Event(), threading.Event(), threading.Event()
-    processor = start_processor(rebuild=_rebuild_recording(rebuilt),
-                                receivers__otlp_http__endpoint="off", metrics__endpoint="off")
+def _hold_fsync(monkeypatch: Any) -> tuple[threading.Event, threading.Event]:
+    """The WAL's fdatasync held until released: (set when it begins, the release)."""
+    syncing, release = threading.Event(), threading.Event()
     real = _wal._fdatasync
 
     def held_sync(fd: int) -> None:
@@ -78,6 +76,15 @@ def test_envelopes_are_rebuilt_during_the_fsync_and_written_after_it(
         real(fd)
 
     monkeypatch.setattr(_wal, "_fdatasync", held_sync)
+    return syncing, release
+
+
+def test_envelopes_are_rebuilt_during_the_fsync_and_written_after_it(
+        start_processor, monkeypatch, tmp_path: Path) -> None:
+    rebuilt = threading.Event()
+    processor = start_processor(rebuild=_rebuild_recording(rebuilt),
+                                receivers__otlp_http__endpoint="off", metrics__endpoint="off")
+    syncing, release = _hold_fsync(monkeypatch)
     body = request(envelope_spans(1, "ctx-overlap", stages=2)).SerializeToString()
     call = _Export(processor.addresses["otlp_grpc"], body)
     call.start()
@@ -178,15 +185,7 @@ def test_an_envelope_ready_to_write_does_not_wait_for_another_requests_stalled_f
     early.start()
     early.join(20)
     assert early.error is None
-    release, syncing = threading.Event(), threading.Event()
-    real = _wal._fdatasync
-
-    def held_sync(fd: int) -> None:
-        syncing.set()
-        release.wait(20)
-        real(fd)
-
-    monkeypatch.setattr(_wal, "_fdatasync", held_sync)
+    syncing, release = _hold_fsync(monkeypatch)
     held = _Export(address, request(envelope_spans(6, "ctx-held", stages=2)).SerializeToString())
     held.start()
     try:
