@@ -144,11 +144,16 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:
             if _strict_now():
                 raise
-            _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
-                         "incomplete", fn.__qualname__, exc_info=True)
+            _log_failed(fn)
             return None
 
     return wrapper
+
+
+def _log_failed(fn: Callable[..., Any]) -> None:
+    """:func:`guarded`'s log of an error of ours in ``fn`` (in its ``except`` block)."""
+    _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
+                 "incomplete", fn.__qualname__, exc_info=True)
 
 
 def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
@@ -726,9 +731,20 @@ class Call:
         self.done = True
         inv = self.invocation
         try:
+            # guarded as the two methods are, without their wrappers' calls
             if out is not None:
-                self._record_outcome(inv, out)
-            self._end_stages(None)
+                try:
+                    _RECORD_OUTCOME(self, inv, out)
+                except Exception:
+                    if _strict_now():
+                        raise
+                    _log_failed(_RECORD_OUTCOME)
+            try:
+                _END_STAGES(self, None)
+            except Exception:
+                if _strict_now():
+                    raise
+                _log_failed(_END_STAGES)
         finally:
             inv.stop()
 
@@ -882,6 +898,11 @@ class Call:
                 env.stop()
             else:
                 env.fail(exc)
+
+
+#: the guarded methods a finishing call runs, unwrapped (``Call.finish`` guards them)
+_RECORD_OUTCOME = inspect.unwrap(Call._record_outcome)
+_END_STAGES = inspect.unwrap(Call._end_stages)
 
 
 def _segments(req: Request, columns: list[tuple[Any, ...]] | None = None) -> list[Segment]:
