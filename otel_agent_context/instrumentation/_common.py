@@ -59,7 +59,7 @@ from .._digest import recall, remember_beside
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
-from .._envelope import _envelope_in, _run_envelope_parent
+from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
 from .._folded import CallRecord, Row, Segment, block_columns, fold_call
@@ -511,12 +511,11 @@ def _start_context() -> tuple[Context | None, Context, Any, Any]:
     (``UNREAD`` when there is no outer inference), the current context read once (each
     read is a few Python calls; a call's start made ten)."""
     current = otel_context.get_current()
-    parent = _run_envelope_parent(current)
+    parent, env = _parent_and_envelope(current)
     ctx = parent if parent is not None else current
     data = ctx.get(CLIENT_INFERENCE_CONTEXT_KEY)
     if data is None:
         return parent, current, None, UNREAD  # no outer inference: the common case
-    env = _envelope_in(current)
     if env is None or trace.get_current_span(ctx) is not env.span:
         # the outer inference is current: one span for both
         return parent, current, data, env
