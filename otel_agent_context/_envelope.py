@@ -490,6 +490,21 @@ def _run_envelope_parent(current: Context | None = None) -> Context | None:
     return trace.set_span_in_context(env._span, current)
 
 
+def _parent_and_envelope(current: Context) -> tuple[Context | None, Envelope | None]:
+    """:func:`_run_envelope_parent` and :func:`_envelope_in` of the current context in one
+    pass (each reads the envelope key and the run envelope)."""
+    env = current.get(_ENVELOPE_KEY)
+    if isinstance(env, Envelope):
+        if not env._ended:
+            return None, env
+        run = _RUN_ENVELOPE.get()
+        return None, (run if run is not None and not run._ended else None)
+    run = _RUN_ENVELOPE.get()
+    if run is None or run._ended:
+        return None, None
+    return trace.set_span_in_context(run._span, current), run
+
+
 def current_envelope() -> Envelope | None:
     """The envelope made current by ``with ctx.envelope(...)`` (or by an instrumented
     framework run), if any."""

@@ -27,7 +27,7 @@ from ._failsafe import is_strict
 from ._fastattrs import set_attributes
 from ._masking import has_masker, mask
 from ._recorder import _describe, _put
-from ._stages import Budget, budget_usage, record_budget
+from ._stages import Budget
 
 _log = logging.getLogger(__name__)
 
@@ -230,6 +230,12 @@ _TURN = Scope.TURN.value
 _INJECTED_STATE = Lifecycle.INJECTED.value
 _DRAFT = Lifecycle.DRAFT.value
 _ENVELOPES = {"scope": _TURN, "agent": "unknown", "status": "complete"}
+#: the utilization point's attributes (the SDK copies a measurement's attributes)
+_UTILIZED = {"target": _MODEL, "agent": "unknown"}
+_ACTUAL = S.BUDGET_ACTUAL_TOKENS
+_UTILIZATION = S.BUDGET_UTILIZATION
+_OVERFLOW = S.BUDGET_OVERFLOW
+_OVERFLOW_TOKENS = S.BUDGET_OVERFLOW_TOKENS
 
 
 class CallRecord:
@@ -282,27 +288,43 @@ class CallRecord:
                 S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
                 S.CONTEXT_PRODUCER: self._owner.producer}
 
-    def _final(self) -> dict[str, Any]:
-        """``Envelope._final_attributes`` of the call's envelope."""
-        final: dict[str, Any] = {S.CONTEXT_LIFECYCLE: _INJECTED_STATE if self._begun else _DRAFT,
-                                 S.CONTEXT_SCOPE: _TURN,
-                                 S.CONTEXT_SPAN_COUNT: 0, S.CONTEXT_ID: self.context_id}
+    def _final(self, final: dict[str, Any]) -> dict[str, Any]:
+        """``Envelope._final_attributes`` of the call's envelope, added to ``final``."""
+        final[S.CONTEXT_LIFECYCLE] = _INJECTED_STATE if self._begun else _DRAFT
+        final[S.CONTEXT_SCOPE] = _TURN
+        final[S.CONTEXT_SPAN_COUNT] = 0
+        final[S.CONTEXT_ID] = self.context_id
         if self._logger is not None:
             final[S.CONTEXT_EVENT_COUNT] = 0
         return final
 
     def write_final_early(self) -> None:
         """``Envelope._write_final_early``."""
-        set_attributes(self.span, self._final(), True)
+        set_attributes(self.span, self._final({}), True)
 
     def stop(self, exc: BaseException | None) -> None:
-        """The budget's and the envelope's stop (or fail, with ``exc``)."""
+        """The budget's and the envelope's stop (or fail, with ``exc``): ``budget_usage``,
+        ``record_budget`` and ``_final`` written out for the call's one budget (no
+        truncations here: a call recording one goes through :meth:`full`)."""
         span = self.span
         inst = self._owner._instruments
         if self._begun:
-            attrs = budget_usage(self.actual, self._max_tokens, self._reserved)
+            attrs = self.actual
+            actual = attrs.get(_ACTUAL)
+            max_tokens = self._max_tokens
+            if actual is not None and max_tokens:
+                attrs.setdefault(_UTILIZATION, actual / max_tokens)
+                over = actual + (self._reserved or 0) - max_tokens
+                if _OVERFLOW not in attrs:
+                    attrs[_OVERFLOW] = over > 0
+                if over > 0:
+                    attrs.setdefault(_OVERFLOW_TOKENS, over)
             try:  # as the budget's own stop: its failure loses its points, not the span's
-                record_budget(inst, attrs, _MODEL, "unknown", self._strategy, {}, 0)
+                if _UTILIZATION in attrs:
+                    inst.utilization.record(attrs[_UTILIZATION], _UTILIZED)
+                if attrs.get(_OVERFLOW):
+                    inst.overflows.add(1, {"target": _MODEL, "agent": "unknown",
+                                           "overflow_strategy": self._strategy or "unknown"})
             except Exception:
                 if is_strict():
                     raise
@@ -314,7 +336,7 @@ class CallRecord:
         if exc is not None and recording:
             span.set_status(Status(StatusCode.ERROR, _describe(exc)))
             span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
-        attrs.update(self._final())
+        self._final(attrs)  # in place: the same keys in the same order as an update
         if recording:
             # begun with values of ours (checked): the usage is made of them and of the
             # int the response reported (``actual``), the rest our ids and constants

@@ -59,7 +59,7 @@ from .._digest import recall, remember_beside
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
-from .._envelope import _envelope_in, _run_envelope_parent
+from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
 from .._folded import CallRecord, Row, Segment, block_columns, fold_call
@@ -144,11 +144,16 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:
             if _strict_now():
                 raise
-            _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
-                         "incomplete", fn.__qualname__, exc_info=True)
+            _log_failed(fn)
             return None
 
     return wrapper
+
+
+def _log_failed(fn: Callable[..., Any]) -> None:
+    """:func:`guarded`'s log of an error of ours in ``fn`` (in its ``except`` block)."""
+    _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
+                 "incomplete", fn.__qualname__, exc_info=True)
 
 
 def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
@@ -506,12 +511,11 @@ def _start_context() -> tuple[Context | None, Context, Any, Any]:
     (``UNREAD`` when there is no outer inference), the current context read once (each
     read is a few Python calls; a call's start made ten)."""
     current = otel_context.get_current()
-    parent = _run_envelope_parent(current)
+    parent, env = _parent_and_envelope(current)
     ctx = parent if parent is not None else current
     data = ctx.get(CLIENT_INFERENCE_CONTEXT_KEY)
     if data is None:
         return parent, current, None, UNREAD  # no outer inference: the common case
-    env = _envelope_in(current)
     if env is None or trace.get_current_span(ctx) is not env.span:
         # the outer inference is current: one span for both
         return parent, current, data, env
@@ -726,9 +730,20 @@ class Call:
         self.done = True
         inv = self.invocation
         try:
+            # guarded as the two methods are, without their wrappers' calls
             if out is not None:
-                self._record_outcome(inv, out)
-            self._end_stages(None)
+                try:
+                    _RECORD_OUTCOME(self, inv, out)
+                except Exception:
+                    if _strict_now():
+                        raise
+                    _log_failed(_RECORD_OUTCOME)
+            try:
+                _END_STAGES(self, None)
+            except Exception:
+                if _strict_now():
+                    raise
+                _log_failed(_END_STAGES)
         finally:
             inv.stop()
 
@@ -882,6 +897,11 @@ class Call:
                 env.stop()
             else:
                 env.fail(exc)
+
+
+#: the guarded methods a finishing call runs, unwrapped (``Call.finish`` guards them)
+_RECORD_OUTCOME = inspect.unwrap(Call._record_outcome)
+_END_STAGES = inspect.unwrap(Call._end_stages)
 
 
 def _segments(req: Request, columns: list[tuple[Any, ...]] | None = None) -> list[Segment]:

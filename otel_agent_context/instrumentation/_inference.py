@@ -603,12 +603,13 @@ class LightSuppressed(_Streamed):
             published["server_address"] = server_address
         if server_port is not None:
             published["server_port"] = server_port
-        for name, value in self.__dict__.items():  # the fields set (see the class)
-            if value is not None:
-                field = _DATA_FIELD.get(name)
-                if field is None:
-                    raise AttributeError(f"{type(self).__name__} has no field {name!r}")
-                published[field] = list(value) if name in _LISTS else value
+        fields = _DATA_FIELD
+        try:  # a subscript each, not a ``get`` call: a name that is no field is the rare case
+            for name, value in self.__dict__.items():  # the fields set (see the class)
+                if value is not None:
+                    published[fields[name]] = list(value) if name in _LISTS else value
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}") from None
         data = self._data
         if _DATA_PLAIN and type(data) is InferenceData:
             data.__dict__.update(published)  # the fields exist: what each setattr stores

@@ -235,3 +235,33 @@ def test_a_failing_budget_metric_keeps_the_calls_closing_attributes(
     assert tel.metrics()["context.envelopes"]
     assert [b["rebuild"]["status"] for b in tel.bundles()] == ["complete"]
     assert any("budget metrics failed" in r.getMessage() for r in caplog.records)
+
+
+def _failing_outcome_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The response's attributes write (``Call._record_outcome``) raising."""
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(_common, "set_attributes", failing)
+
+
+def test_a_failing_outcome_still_closes_the_calls_records(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Our error reading the response loses what it would have written, logged: the call's
+    stages still stop (closing attributes, the envelope's point) and the span ends."""
+    _failing_outcome_write(monkeypatch)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.end_time is not None
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert S.BUDGET_ACTUAL_TOKENS not in span.attributes  # written after the failing write
+    assert tel.metrics()["context.envelopes"]
+    assert any("Call._record_outcome failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_outcome_raises_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strict (test) mode: our error surfaces, after the span ended."""
+    _failing_outcome_write(monkeypatch)
+    with pytest.raises(RuntimeError, match="injected"):
+        _plain_call(monkeypatch, strict=True)
