@@ -153,7 +153,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _log_failed(fn: Callable[..., Any]) -> None:
     """:func:`guarded`'s log of an error of ours in ``fn`` (in its ``except`` block)."""
     _log.warning("otel_agent_context: %s failed; context telemetry for this call is "
-                 "incomplete", fn.__qualname__, exc_info=True)
+                 "incomplete", fn.__qualname__, exc_info=True, stacklevel=2)
 
 
 def make_item(item_id: str, kind: str, text: str | None, capture: bool, *,
@@ -642,7 +642,11 @@ class Call:
         self.target = span
         record = None
         if env is None:
-            if tel.fold and span.is_recording():
+            if not span.is_recording():
+                # sampled out, read for content capture's events alone: nothing of ours
+                # would record (the envelope would be the no-op)
+                return
+            if tel.fold:
                 # the call's own envelope, never current: its records without its objects
                 record = self.record = CallRecord(tel.ctx, span)
             else:

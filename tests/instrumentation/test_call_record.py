@@ -18,7 +18,7 @@ import pytest
 from llm_setup import CAPTURE_ENV, Setup
 from stub_server import StubServer
 
-from otel_agent_context import _instruments
+from otel_agent_context import _folded, _instruments
 from otel_agent_context import _semconv as S
 from otel_agent_context.instrumentation import _common, _stub
 from otel_agent_context.testing import CapturedTelemetry
@@ -142,9 +142,11 @@ def test_the_record_writes_what_the_envelope_objects_write(
     assert len(closed) == 2 and all(
         (S.CONTEXT_EVENT_COUNT in attrs) == (events_as == "logs") for attrs in closed)
 
-def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False) -> CapturedTelemetry:
+def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False,
+                tel: CapturedTelemetry | None = None) -> CapturedTelemetry:
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    tel = CapturedTelemetry(strict=strict)
+    if tel is None:
+        tel = CapturedTelemetry(strict=strict)
     setup = Setup(tel, "none", False)
     setup.start()
     try:
@@ -263,5 +265,42 @@ def test_a_failing_outcome_still_closes_the_calls_records(
 def test_a_failing_outcome_raises_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     """Strict (test) mode: our error surfaces, after the span ended."""
     _failing_outcome_write(monkeypatch)
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    tel = CapturedTelemetry(strict=True)
     with pytest.raises(RuntimeError, match="injected"):
-        _plain_call(monkeypatch, strict=True)
+        _plain_call(monkeypatch, strict=True, tel=tel)
+    (span,) = tel.spans()
+    assert span.end_time is not None
+
+
+def _failing_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call record's stop (``Call._end_stages``) raising."""
+
+    def failing(self: Any, exc: BaseException | None) -> None:
+        raise RuntimeError("injected stop")
+
+    monkeypatch.setattr(_folded.CallRecord, "stop", failing)
+
+
+def test_a_failing_stop_is_logged_and_the_span_still_ends(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Our error closing the call's records loses them, logged under the method's name
+    from where it was caught; the application's call returns and its span ends."""
+    _failing_stop(monkeypatch)
+    tel = _plain_call(monkeypatch)
+    (span,) = tel.spans()
+    assert span.end_time is not None
+    assert S.CONTEXT_LIFECYCLE not in span.attributes  # the stop's closing keys are lost
+    (record,) = [r for r in caplog.records if "Call._end_stages failed" in r.getMessage()]
+    assert record.funcName == "finish"  # the catcher, not the log helper
+
+
+def test_a_failing_stop_raises_in_strict_mode_after_the_span_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _failing_stop(monkeypatch)
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    tel = CapturedTelemetry(strict=True)
+    with pytest.raises(RuntimeError, match="injected stop"):
+        _plain_call(monkeypatch, strict=True, tel=tel)
+    (span,) = tel.spans()
+    assert span.end_time is not None
