@@ -262,17 +262,6 @@ def test_a_failing_outcome_still_closes_the_calls_records(
     assert any("Call._record_outcome failed" in r.getMessage() for r in caplog.records)
 
 
-def test_a_failing_outcome_raises_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Strict (test) mode: our error surfaces, after the span ended."""
-    _failing_outcome_write(monkeypatch)
-    monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    tel = CapturedTelemetry(strict=True)
-    with pytest.raises(RuntimeError, match="injected"):
-        _plain_call(monkeypatch, strict=True, tel=tel)
-    (span,) = tel.spans()
-    assert span.end_time is not None
-
-
 def _failing_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     """The call record's stop (``Call._end_stages``) raising."""
 
@@ -295,12 +284,17 @@ def test_a_failing_stop_is_logged_and_the_span_still_ends(
     assert record.funcName == "finish"  # the catcher, not the log helper
 
 
-def test_a_failing_stop_raises_in_strict_mode_after_the_span_ended(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _failing_stop(monkeypatch)
+@pytest.mark.parametrize(("failing", "message"), [
+    (_failing_outcome_write, "injected"), (_failing_stop, "injected stop")],
+    ids=["outcome", "stop"])
+def test_our_failure_at_the_calls_end_raises_in_strict_mode_after_the_span_ended(
+        monkeypatch: pytest.MonkeyPatch, failing: Callable[[pytest.MonkeyPatch], None],
+        message: str) -> None:
+    """Strict (test) mode: our error surfaces, after the span ended."""
+    failing(monkeypatch)
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
     tel = CapturedTelemetry(strict=True)
-    with pytest.raises(RuntimeError, match="injected stop"):
+    with pytest.raises(RuntimeError, match=message):
         _plain_call(monkeypatch, strict=True, tel=tel)
     (span,) = tel.spans()
     assert span.end_time is not None
