@@ -75,16 +75,25 @@ def time_phase(fn: Callable[[], Any], warmup: int, calls: int, exporter: Any,
 BLOCKS = 4
 
 
+def _nothing() -> None:
+    return None
+
+
 def alternate_phases(on: Callable[[], None], off: Callable[[], None],
                      build: Callable[[], dict[str, Callable[[], Any]]], exporter: Any,
-                     out: dict[str, Any], calls: int, warmup: int) -> bool:
+                     out: dict[str, Any], calls: int, warmup: int,
+                     also: dict[str, tuple[Callable[[], None], Callable[[], None]]]
+                     | None = None) -> bool:
     """Time each scenario ``build()`` gives uninstrumented and instrumented (``on()`` /
     ``off()``) in alternating blocks (ABBA), ``calls`` calls a phase in all, into
     ``out[name]`` as ``time_phase`` does: a drift within the process (the heap growing, the
     machine's load changing, connections ageing) falls on both phases alike instead of on
     the one timed second. The scenarios are built again after each switch (an application
     builds its agents after instrumenting). False, with nothing timed, when calls after
-    ``off()`` still record spans (the caller then times the phases one after the other)."""
+    ``off()`` still record spans (the caller then times the phases one after the other).
+    ``also``: more instrumented phases (name -> its on and off), timed in the same blocks,
+    the phases' order rotating block by block (ABC, BCA, CAB, ...; two phases: ABBA), so a
+    ratio of two phases' costs comes from one process."""
     on()
     for fn in build().values():
         fn()
@@ -96,23 +105,25 @@ def alternate_phases(on: Callable[[], None], off: Callable[[], None],
     exporter.clear()
     if not clean:
         return False
-    sizes = [calls // BLOCKS + (1 if b < calls % BLOCKS else 0) for b in range(BLOCKS)]
-    for phase in ("base", "instrumented"):  # warm up connections, caches, first calls
-        if phase == "instrumented":
-            on()
-        for name, fn in build().items():
-            out[name].update(base={"wall": [], "cpu": []},
-                             instrumented={"wall": [], "cpu": []}, alternated=True)
+    switches = {"base": (_nothing, _nothing), "instrumented": (on, off), **(also or {})}
+    phases = list(switches)
+    blocks = BLOCKS if len(phases) == 2 else 2 * len(phases)
+    sizes = [calls // blocks + (1 if b < calls % blocks else 0) for b in range(blocks)]
+    for name in out:
+        out[name].update({phase: {"wall": [], "cpu": []} for phase in phases},
+                         alternated=True)
+    for phase in phases:  # warm up connections, caches, first calls
+        switches[phase][0]()
+        for fn in build().values():
             _time(fn, warmup)
-        if phase == "instrumented":
-            off()
-    recorded = {name: [0, 0, 0] for name in out}  # spans, events, attributes
+        switches[phase][1]()
+    # spans, events, attributes of each instrumented phase
+    recorded = {name: {phase: [0, 0, 0] for phase in phases[1:]} for name in out}
     for block, per_block in enumerate(sizes):
         if not per_block:
             continue
-        for phase in ("base", "instrumented") if block % 2 == 0 else ("instrumented", "base"):
-            if phase == "instrumented":
-                on()
+        for phase in phases[block % len(phases):] + phases[:block % len(phases)]:
+            switches[phase][0]()
             for name, fn in build().items():
                 _time(fn, 3)
                 exporter.clear()
@@ -120,22 +131,25 @@ def alternate_phases(on: Callable[[], None], off: Callable[[], None],
                 out[name][phase]["wall"] += wall
                 out[name][phase]["cpu"] += cpu
                 spans = exporter.get_finished_spans()
-                if phase == "instrumented":
+                if phase != "base":
                     events = [e for span in spans for e in span.events]
-                    counts = recorded[name]
+                    counts = recorded[name][phase]
                     counts[0] += len(spans)
                     counts[1] += len(events)
                     counts[2] += (sum(len(span.attributes or {}) for span in spans)
                                   + sum(len(e.attributes or {}) for e in events))
-                elif spans:
+                elif spans and phase == "base":
                     raise RuntimeError(f"{name}: uninstrumented calls recorded spans")
                 exporter.clear()
-            if phase == "instrumented":
-                off()
+            switches[phase][1]()
     timed = sum(sizes)
-    for name, (spans, events, attributes) in recorded.items():
-        out[name].update(spans=spans / timed, events=events / timed,
-                         attributes=attributes / timed)
+    for name, by_phase in recorded.items():
+        for phase, (spans, events, attributes) in by_phase.items():
+            # the instrumented phase's as before; another's under its name
+            suffix = "" if phase == "instrumented" else f"_{phase}"
+            out[name].update({f"spans{suffix}": spans / timed,
+                              f"events{suffix}": events / timed,
+                              f"attributes{suffix}": attributes / timed})
     return True
 
 
@@ -199,12 +213,33 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, di
                          for t in runs]
                 entry[f"{key}_added"] = _quantiles(added, scale=1.0)
                 entry[f"{key}_added_per_round"] = added
+                for other in _other_phases(runs):
+                    # another phase of the same processes (``alternate_phases``'s
+                    # ``also``): its added cost, and the instrumented one's over it, a
+                    # ratio per round from one process
+                    theirs = [(med(t[other][key]) - med(t["base"][key])) / 1e3 for t in runs]
+                    entry[f"attributes_per_call_{other}"] = statistics.mean(
+                        t.get(f"attributes_{other}", 0.0) for t in runs)
+                    entry[f"{key}_added_{other}"] = _quantiles(theirs, scale=1.0)
+                    entry[f"{key}_ratio_to_{other}"] = _quantiles(
+                        [a / b if b > 0 else float("inf") for a, b in zip(added, theirs,
+                                                                           strict=True)],
+                        scale=1.0)
                 base_all[key] += [x for t in runs for x in t["base"][key]]
             summary[scenario][config] = entry
         summary[scenario] = {"uninstrumented": {
             "cpu": _quantiles(base_all["cpu"]), "wall": _quantiles(base_all["wall"]),
             "calls": len(base_all["cpu"])}, **summary[scenario]}
     return summary
+
+
+def _other_phases(runs: list[dict[str, Any]]) -> list[str]:
+    """The phases beyond ``base`` and ``instrumented`` that every run timed."""
+    if not runs:
+        return []
+    common = set.intersection(*({k for k, v in t.items()
+                                  if isinstance(v, dict) and "cpu" in v} for t in runs))
+    return sorted(common - {"base", "instrumented"})
 
 
 def _cell(q: tuple[float, float, float]) -> str:

@@ -66,3 +66,35 @@ def test_folded_stages_probe_reports_its_three_scenarios() -> None:
     assert [r.split("|")[1].strip() for r in rows] == [
         "openai chat.completions", "openai responses", "anthropic messages"]
     assert all(len(re.findall(r"-?\d+ \(-?\d+\.\d%\)", r)) == 4 for r in rows)
+
+
+def test_paired_composed_ratio_comes_from_the_official_alone_in_the_same_process(
+        tmp_path: Path) -> None:
+    """``--paired``: the composed processes also time the official instrumentors alone, in
+    the same blocks, and the report gives composed ÷ official from each process."""
+    out = tmp_path / "summary.json"
+    configs = ("official GenAI", "ours + official", "official + ours")
+    proc = subprocess.run([sys.executable, str(BENCH), "--rounds", "2", "--calls", "6",
+                           "--warmup", "1", "--configs", ",".join(configs),
+                           "--scenarios", "anthropic messages", "--paired",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header, rows = _table(lines, "Composed ÷ official alone in the same process")
+    assert header == ["scenario", "ours + official ÷ official", "official + ours ÷ official"]
+    assert list(rows) == ["anthropic messages"]
+    assert all(re.fullmatch(r"-?\d+\.\d\d \(-?\d+\.\d\d–-?\d+\.\d\d\) (met|MISSED)", c)
+               for c in rows["anthropic messages"])
+    _, goals = _table(lines, "Goals")
+    assert len(goals["anthropic messages"]) == 7  # both composed orders against the official
+    by_config = json.loads(out.read_text())["summary"]["anthropic messages"]
+    alone = by_config["official GenAI"]["attributes_per_call"]
+    for config in configs[1:]:
+        entry = by_config[config]
+        # the paired phase is the official instrumentor alone: what it records, not ours
+        assert entry["attributes_per_call_official"] == alone
+        assert entry["attributes_per_call"] > alone
+        assert len(entry["cpu_added_official"]) == 3 and len(entry["cpu_ratio_to_official"]) == 3
+    # a configuration that is not composed times no official phase
+    assert "cpu_ratio_to_official" not in by_config["official GenAI"]
