@@ -5,7 +5,9 @@ from OTLP) and the in-process ``BundleSpanProcessor`` (SDK spans). It has no dep
 the processor service: its input is :class:`Accepted`, a span view and the facts it needs.
 
 Completion (contract section 1): an envelope is finished as soon as its envelope span (the
-one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise it
+one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise
+(those spans not all in, or an envelope span without a usable count: nothing then says the
+envelope is done, and its stage spans may come after it) it
 is finished ``partial`` once no span of it has come for ``envelope_timeout`` seconds (or
 ``orphan_timeout`` while its envelope span has not come at all: a long agent turn ends its
 envelope span last, after its stage spans have long been exported).
@@ -185,7 +187,10 @@ class _Pending:
         self.size = 0  # bytes of its spans and events
 
     def complete(self) -> bool:
-        return (self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
+        # without a span count (off-spec) nothing says the envelope is done: it waits out
+        # envelope_timeout, so stage spans sent after their envelope span are not lost
+        return (self.has_envelope and self.expected is not None
+                and len(self.spans) - 1 >= self.expected
                 and self.events >= (self.expected_events or 0))
 
 
@@ -365,7 +370,8 @@ class TraceBuffer:
             pending.has_envelope = True
             pending.expected = span.span_count
             pending.expected_events = span.event_count
-        if (pending.has_envelope and len(pending.spans) - 1 >= (pending.expected or 0)
+        expected = pending.expected
+        if (pending.has_envelope and expected is not None and len(pending.spans) - 1 >= expected
                 and pending.events >= (pending.expected_events or 0)):  # complete(), inline
             out.append(self._finish(pending, ()))
         elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:

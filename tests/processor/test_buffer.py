@@ -203,3 +203,23 @@ def test_the_envelope_active_last_is_evicted_last_after_events_join_another() ->
     buffer.add(a[2], None, out)  # then a again: b is the oldest, past max_spans
     assert [(f.key[1], f.reasons) for f in out] == [("b", (REASON_NO_ENVELOPE_SPAN,
                                                           REASON_EVICTED))]
+
+
+def test_an_envelope_span_without_a_span_count_waits_for_the_spans_sent_after_it() -> None:
+    """Off-spec (``context.span_count`` absent or dropped by the boundary): nothing says the
+    envelope is done, so its stage spans sent after its envelope span (a foreign emitter's
+    order, or one request's) join it; it is finished partial after envelope_timeout, not
+    at its envelope span with the stages then refused as late."""
+    clock = Clock()
+    buffer = make(clock)
+    env, *stages = envelope_spans(1, "c1", stages=2)
+    del env.attributes[[kv.key for kv in env.attributes].index("context.span_count")]
+    env, *stages = accepted([env, *stages])
+    assert env.span_count is None
+    out: list = []
+    assert buffer.add(env, None, out) == "added" and out == []
+    assert [buffer.add(stage, None, out) for stage in stages] == ["added", "added"]
+    assert out == []
+    clock.now += 5.1
+    buffer.expire(out)
+    assert len(out) == 1 and len(out[0].spans) == 3 and out[0].reasons == (REASON_TIMEOUT,)
