@@ -562,7 +562,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for config, dists in absent.items():
         print(f"Not installed, not timed: {config} ({', '.join(dists)}; "
               "pip install -e '.[bench]').")
-    print(phases_line(rounds, args.sequential))
+    print(phases_line(rounds, args.sequential)
+          + (" With --paired the composed processes rotate three phases (uninstrumented, "
+             "composed, the official alone: ABC, BCA, CAB, ...)." if args.paired else ""))
     print()
     print(report(summary, ["uninstrumented", *configs]))
     if args.json:
