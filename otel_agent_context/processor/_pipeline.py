@@ -468,6 +468,7 @@ class Pipeline:
                         replayed += 1
                     else:
                         self.events.span_done(view.trace_id, view.span_id)
+                self.buffer.settle(finished)  # a request's batch, as when it came
             self.wal.compact()
         if recovered_bundles:
             self._catch_up(recovered_bundles)
@@ -654,6 +655,7 @@ class Pipeline:
                         foreign.append(f"span {accepted.view.span_id}: {accepted.context_id} "
                                        "lives in another trace: span left out")
                         _problem(decoded.problems, accepted, FOREIGN_TRACE)
+                self.buffer.settle(finished)
             if not finished:
                 self._sync(position)
             else:

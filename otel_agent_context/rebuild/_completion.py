@@ -5,9 +5,10 @@ from OTLP) and the in-process ``BundleSpanProcessor`` (SDK spans). It has no dep
 the processor service: its input is :class:`Accepted`, a span view and the facts it needs.
 
 Completion (contract section 1): an envelope is finished as soon as its envelope span (the
-one carrying ``context.scope``) and ``context.span_count`` other spans are in. Otherwise
-(those spans not all in, or an envelope span without a usable count: nothing then says the
-envelope is done, and its stage spans may come after it) it
+one carrying ``context.scope``) and ``context.span_count`` other spans are in; one whose
+envelope span has no usable count (off-spec: nothing says when it is done) at the end of
+the batch that brought it (:meth:`TraceBuffer.settle`: one request, one worker round), so
+its spans sent after the envelope span in that batch join it. Otherwise it
 is finished ``partial`` once no span of it has come for ``envelope_timeout`` seconds (or
 ``orphan_timeout`` while its envelope span has not come at all: a long agent turn ends its
 envelope span last, after its stage spans have long been exported).
@@ -187,10 +188,7 @@ class _Pending:
         self.size = 0  # bytes of its spans and events
 
     def complete(self) -> bool:
-        # without a span count (off-spec) nothing says the envelope is done: it waits out
-        # envelope_timeout, so stage spans sent after their envelope span are not lost
-        return (self.has_envelope and self.expected is not None
-                and len(self.spans) - 1 >= self.expected
+        return (self.has_envelope and len(self.spans) - 1 >= (self.expected or 0)
                 and self.events >= (self.expected_events or 0))
 
 
@@ -234,6 +232,8 @@ class TraceBuffer:
         self.events_in_flight = 0
         # Both ordered by last activity, oldest first: the head is the next to time out.
         self._waiting: OrderedDict[Key, _Pending] = OrderedDict()  # envelope span is in
+        #: envelopes whose envelope span came without a span count, finished by ``settle``
+        self._uncounted: list[_Pending] = []
         self._orphans: OrderedDict[Key, _Pending] = OrderedDict()  # not yet
         self._traces: dict[str, int] = {}
         #: context id -> the trace that owns it (pending and remembered envelopes)
@@ -343,11 +343,16 @@ class TraceBuffer:
                 elif span.is_envelope:
                     del self._orphans[key]
                     self._waiting[key] = pending
+                elif view.span_id in pending.spans:  # a retry: no activity, keeps its place
+                    pass
                 else:
                     self._orphans.move_to_end(key)
+            elif view.span_id in pending.spans:  # likewise (the maps stay ordered by last)
+                pass
             else:
                 self._waiting.move_to_end(key)
-            self._last = (view.trace_id, span.context_id, key, pending)
+            if view.span_id not in pending.spans:  # else not last in its map: no fast path
+                self._last = (view.trace_id, span.context_id, key, pending)
         seen = pending.spans.get(view.span_id)
         if seen is not None:
             if not same_span(seen, view) and not any(
@@ -367,18 +372,39 @@ class TraceBuffer:
         if joined:
             self._join(pending, joined, segments, joined_bytes)
         if span.is_envelope:
+            # a second envelope span without counts (off-spec) does not erase the first's
+            if not pending.has_envelope or span.span_count is not None:
+                pending.expected = span.span_count
+                pending.expected_events = span.event_count
             pending.has_envelope = True
-            pending.expected = span.span_count
-            pending.expected_events = span.event_count
         expected = pending.expected
-        if (pending.has_envelope and expected is not None and len(pending.spans) - 1 >= expected
+        if (expected is not None and pending.has_envelope and len(pending.spans) - 1 >= expected
                 and pending.events >= (pending.expected_events or 0)):  # complete(), inline
             out.append(self._finish(pending, ()))
-        elif self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
-            self._evict_oldest(out)
+        else:
+            if expected is None and span.is_envelope:
+                # off-spec: nothing says when it is done; finished at the end of the batch
+                # (settle), so the batch's spans after its envelope span still join it
+                self._uncounted.append(pending)
+            if self.spans_in_flight > self.max_spans or self.events_in_flight > self.max_events:
+                self._evict_oldest(out)
         if self.max_bytes is not None and self.held_bytes > self.max_bytes:
             self._trim_bytes(out)
         return ADDED
+
+    def settle(self, out: list[Finished]) -> None:
+        """End of a batch of :meth:`add` calls (one OTLP request, one worker round): finish
+        the envelopes whose envelope span came without ``context.span_count`` and whose
+        promised events (if any) are in. Nothing says when such an envelope is done: its
+        spans sent after the envelope span in the same batch join it, later ones are late
+        (as before this rule, when it finished at its envelope span)."""
+        if not self._uncounted:
+            return
+        uncounted, self._uncounted = self._uncounted, []
+        for pending in uncounted:
+            if (self._waiting.get(pending.key) is pending and pending.expected is None
+                    and pending.events >= (pending.expected_events or 0)):
+                out.append(self._finish(pending, ()))
 
     def _trim_bytes(self, out: list[Finished]) -> None:
         """Past ``max_bytes``, evict the least recently active envelopes (never the last

@@ -320,6 +320,7 @@ class BundleSpanProcessor(SpanProcessor):
                         stop = stop or item.stop
                     else:
                         self._add(item, finished)
+                buffer.settle(finished)
                 buffer.expire(finished)
                 self._events.expire()
                 if stop:

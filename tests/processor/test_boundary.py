@@ -833,3 +833,35 @@ def test_items_spans_nested_in_items_spans_keep_their_events() -> None:
     (record,) = bundle["context_selections"]
     assert record["selected_item_refs"] == ["a", "b"]
     assert record["omitted_item_refs"] == [{"item_id": "c", "reason": "budget"}]
+
+
+def test_an_envelope_span_without_a_span_count_keeps_the_stage_spans_after_it_in_its_request(
+        start_processor):
+    """Off-spec: no ``context.span_count``, the envelope span first in the request (a foreign
+    emitter's order). Its stage spans later in the same request join it (they were refused as
+    late), and the bundle is written with that request, without waiting for the timeout; a
+    stage span of a later request is late, the sender told."""
+    processor = start_processor()
+    root = span(TRACE, 1, f"invoke_agent {AGENT}", {
+        "context.id": "ctx-nocount", "context.scope": "turn", "gen_ai.agent.name": AGENT},
+        start=T0, duration=10_000)
+    response = post_json(processor, [
+        root,
+        stage(2, "context.selection", "ctx-nocount", {"context.selection.id": "s1"}, events=[
+            ("context.item.selected", {"context.item.id": "kb:1"}),
+            ("context.item.omitted", {"context.item.id": "kb:2",
+                                      "context.omission.reason": "BUDGET"})]),
+        stage(3, "context.budget", "ctx-nocount", {"context.budget.id": "b1",
+                                                    "context.budget.max_tokens": 1000})])
+    assert "written before it came" not in response.get("partialSuccess", {}).get(
+        "errorMessage", "")
+    (bundle,) = bundles(processor)
+    assert [s["selection_id"] for s in bundle["context_selections"]] == ["s1"]
+    assert bundle["context_selections"][0]["omitted_item_refs"] == [
+        {"item_id": "kb:2", "reason": "budget"}]
+    assert [b["budget_id"] for b in bundle["context_budgets"]] == ["b1"]
+    assert "no_span_count" in bundle["rebuild"]["partial_reasons"]
+    assert "timeout" not in bundle["rebuild"]["partial_reasons"]
+    late = post(processor, [stage(4, "context.assembly", "ctx-nocount",
+                                  {"context.assembly.id": "a1"})])
+    assert "ctx-nocount was written before it came" in late.partial_success.error_message

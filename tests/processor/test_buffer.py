@@ -205,21 +205,69 @@ def test_the_envelope_active_last_is_evicted_last_after_events_join_another() ->
                                                           REASON_EVICTED))]
 
 
-def test_an_envelope_span_without_a_span_count_waits_for_the_spans_sent_after_it() -> None:
+def test_an_envelope_span_without_a_span_count_takes_the_spans_sent_after_it_in_its_batch(
+) -> None:
     """Off-spec (``context.span_count`` absent or dropped by the boundary): nothing says the
-    envelope is done, so its stage spans sent after its envelope span (a foreign emitter's
-    order, or one request's) join it; it is finished partial after envelope_timeout, not
-    at its envelope span with the stages then refused as late."""
+    envelope is done, so it is finished at the end of the batch that brought its envelope
+    span (``settle``: one request), with the stage spans sent after it in that batch (a
+    foreign emitter's order), not at its envelope span with those spans refused as late;
+    a span of a later batch is late, as before."""
     clock = Clock()
     buffer = make(clock)
-    env, *stages = envelope_spans(1, "c1", stages=2)
+    env, *stages = envelope_spans(1, "c1", stages=3)
     del env.attributes[[kv.key for kv in env.attributes].index("context.span_count")]
-    env, *stages = accepted([env, *stages])
+    env, first, second, third = accepted([env, *stages])
     assert env.span_count is None
     out: list = []
-    assert buffer.add(env, None, out) == "added" and out == []
-    assert [buffer.add(stage, None, out) for stage in stages] == ["added", "added"]
+    assert [buffer.add(one, None, out) for one in (env, first, second)] == ["added"] * 3
     assert out == []
-    clock.now += 5.1
+    buffer.settle(out)
+    assert len(out) == 1 and len(out[0].spans) == 3 and out[0].reasons == ()
+    assert buffer.envelopes_in_flight == 0
+    assert buffer.add(third, None, out) == LATE
+    buffer.settle(out)
+    assert len(out) == 1
+
+
+def test_settle_leaves_counted_envelopes_and_envelopes_without_their_span_alone() -> None:
+    buffer = make(Clock())
+    env, first, _ = accepted(envelope_spans(1, "c1", stages=2))  # counted: waits for 2
+    _, orphan, _ = accepted(envelope_spans(2, "c2", stages=2))  # its envelope span not in
+    out: list = []
+    for one in (env, first, orphan):
+        buffer.add(one, None, out)
+    buffer.settle(out)
+    assert out == [] and buffer.envelopes_in_flight == 2
+
+
+def test_a_retried_span_does_not_hide_its_envelope_behind_newer_ones() -> None:
+    """A retry (same span id) is no activity: it must not move its envelope behind envelopes
+    active later, where ``expire`` (which looks at the head) reached it only after them."""
+    clock = Clock()
+    buffer = make(clock)
+    (env_b,) = accepted(envelope_spans(1, "b", stages=1)[:1])  # its stage never comes
+    out: list = []
+    buffer.add(env_b, None, out)
+    clock.now += 2
+    env_c, stage_c, _ = accepted(envelope_spans(2, "c", stages=2))
+    buffer.add(env_c, None, out)
+    buffer.add(stage_c, None, out)
+    clock.now += 2
+    assert buffer.add(env_b, None, out) == DUPLICATE
+    assert buffer.next_deadline() == 105.0  # b's: 100 + 5
+    clock.now = 105.1
     buffer.expire(out)
-    assert len(out) == 1 and len(out[0].spans) == 3 and out[0].reasons == (REASON_TIMEOUT,)
+    assert [(f.key[1], f.reasons) for f in out] == [("b", (REASON_TIMEOUT,))]
+
+
+def test_a_second_envelope_span_without_a_count_keeps_the_first_ones() -> None:
+    """Off-spec: a stage span that also carries ``context.scope`` but no count (a foreign
+    folded call) must not erase the envelope span's count: the envelope still completes
+    when the promised spans are in, not only at the timeout."""
+    env, first, second = envelope_spans(1, "c1", stages=2)
+    first.attributes.add(key="context.scope").value.string_value = "turn"
+    out: list = []
+    buffer = make(Clock())
+    for one in accepted([env, first, second]):
+        assert buffer.add(one, None, out) == "added"
+    assert [(len(f.spans), f.reasons) for f in out] == [(3, ())]
