@@ -138,7 +138,7 @@ def alternate_phases(on: Callable[[], None], off: Callable[[], None],
                     counts[1] += len(events)
                     counts[2] += (sum(len(span.attributes or {}) for span in spans)
                                   + sum(len(e.attributes or {}) for e in events))
-                elif spans and phase == "base":
+                elif spans:
                     raise RuntimeError(f"{name}: uninstrumented calls recorded spans")
                 exporter.clear()
             switches[phase][1]()
@@ -205,6 +205,10 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, di
             entry: dict[str, Any] = {
                 f"{what}_per_call": statistics.mean(t[what] for t in runs)
                 for what in ("spans", "events", "attributes")}
+            others = _other_phases(runs)
+            for other in others:
+                entry[f"attributes_per_call_{other}"] = statistics.mean(
+                    t.get(f"attributes_{other}", 0.0) for t in runs)
             entry["calls"] = sum(len(t["instrumented"]["cpu"]) for t in runs)
             for key in ("cpu", "wall"):
                 pooled = [x for t in runs for x in t["instrumented"][key]]
@@ -213,13 +217,11 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, di
                          for t in runs]
                 entry[f"{key}_added"] = _quantiles(added, scale=1.0)
                 entry[f"{key}_added_per_round"] = added
-                for other in _other_phases(runs):
+                for other in others:
                     # another phase of the same processes (``alternate_phases``'s
                     # ``also``): its added cost, and the instrumented one's over it, a
                     # ratio per round from one process
                     theirs = [(med(t[other][key]) - med(t["base"][key])) / 1e3 for t in runs]
-                    entry[f"attributes_per_call_{other}"] = statistics.mean(
-                        t.get(f"attributes_{other}", 0.0) for t in runs)
                     entry[f"{key}_added_{other}"] = _quantiles(theirs, scale=1.0)
                     entry[f"{key}_ratio_to_{other}"] = _quantiles(
                         [a / b if b > 0 else float("inf") for a, b in zip(added, theirs,

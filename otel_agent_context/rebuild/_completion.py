@@ -379,7 +379,9 @@ class TraceBuffer:
             pending.has_envelope = True
         expected = pending.expected
         if (expected is not None and pending.has_envelope and len(pending.spans) - 1 >= expected
-                and pending.events >= (pending.expected_events or 0)):  # complete(), inline
+                and pending.events >= (pending.expected_events or 0)):
+            # complete() inline, but for an envelope without a count: settle() finishes it
+            # at the end of the batch (complete() still does once its events are in)
             out.append(self._finish(pending, ()))
         else:
             if expected is None and span.is_envelope:
