@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import accumulate, compress
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -139,6 +140,11 @@ def fold_call(env: Envelope, span: Span, *, max_tokens: int | None,
 
 _STAGES = ("budget", "assembly", "injection")
 _INJECTED = {"target": _MODEL, "injection_point": _HISTORY}
+#: the window segments of a plain request (``CallRecord.begin_plain``; the instrumentors'
+#: ``SEG_*``)
+_SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
+_SEG_HISTORY = _HISTORY
+_SEG_OUTPUT = "output"
 
 
 def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
@@ -150,16 +156,7 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
     contract's order, and the ids its blocks name to ``named``. Returns the budget's id and
     whether every value was built by our own code (``_fastattrs``)."""
     budget_id = ids.new("bud")
-    # the table's ContextBudget fields on the budget span, written out (the generic
-    # fields_to_attributes cost a tenth of the fold; tests/test_folded_budget.py compares)
-    attrs[S.BUDGET_ID] = budget_id
-    attrs[S.BUDGET_TARGET] = _MODEL
-    if max_tokens is not None:
-        attrs[S.BUDGET_MAX_TOKENS] = max_tokens
-    if reserved_tokens is not None:
-        attrs[S.BUDGET_RESERVED_TOKENS] = reserved_tokens
-    if overflow_strategy is not None:
-        attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
+    _put_budget(attrs, budget_id, max_tokens, reserved_tokens, overflow_strategy)
     if segments:  # arrays as tuples: what the span stores (see _fastattrs)
         names, orders, reserved, used = zip(*segments, strict=True)
         attrs[S.WINDOW_SEGMENT_NAMES] = names
@@ -183,16 +180,8 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
             counts.append(len(mine))
     plain = all(plains)
     assembly_hash = assembly_digest(item_ids, digests)
-    attrs[S.ASSEMBLY_ID] = ids.new("asm")
-    attrs[S.ASSEMBLY_TARGET] = _MODEL
-    attrs[S.ASSEMBLY_BLOCK_COUNT] = len(item_ids)
-    attrs[S.ASSEMBLY_TOKEN_COUNT] = total
-    attrs[S.ASSEMBLY_HASH] = assembly_hash
-    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = ids_col
-    attrs[S.ASSEMBLY_BLOCK_KINDS] = kinds
-    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens
-    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = points
-    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = digests_col
+    _put_assembly(attrs, ids.new("asm"), assembly_hash, total, ids_col, kinds, tokens, points,
+                  digests_col)
     # Every value here is built by our own code (ids, digests, kinds, injection points and
     # token counts of the instrumentors' blocks, our window sizes) but the item ids, which
     # may be an application's or an API's: text, or the SDK checks the whole write.
@@ -224,6 +213,37 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
     attrs[S.INJECTION_POINT] = _HISTORY
     attrs[S.INJECTION_HASH] = assembly_hash
     return budget_id, checked
+
+
+def _put_budget(attrs: dict[str, Any], budget_id: str, max_tokens: int | None,
+                reserved_tokens: int | None, overflow_strategy: str | None) -> None:
+    """The table's ContextBudget fields, written out (the generic fields_to_attributes cost
+    a tenth of the fold; tests/test_folded_budget.py compares)."""
+    attrs[S.BUDGET_ID] = budget_id
+    attrs[S.BUDGET_TARGET] = _MODEL
+    if max_tokens is not None:
+        attrs[S.BUDGET_MAX_TOKENS] = max_tokens
+    if reserved_tokens is not None:
+        attrs[S.BUDGET_RESERVED_TOKENS] = reserved_tokens
+    if overflow_strategy is not None:
+        attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
+
+
+def _put_assembly(attrs: dict[str, Any], assembly_id: str, assembly_hash: str, total: int,
+                  ids: Sequence[Any], kinds: Sequence[Any], tokens: Sequence[Any],
+                  points: Sequence[Any], digests: Sequence[Any]) -> None:
+    """The assembly's attributes, in the contract's order (the columns as they are: tuples,
+    what the span stores)."""
+    attrs[S.ASSEMBLY_ID] = assembly_id
+    attrs[S.ASSEMBLY_TARGET] = _MODEL
+    attrs[S.ASSEMBLY_BLOCK_COUNT] = len(ids)
+    attrs[S.ASSEMBLY_TOKEN_COUNT] = total
+    attrs[S.ASSEMBLY_HASH] = assembly_hash
+    attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = ids
+    attrs[S.ASSEMBLY_BLOCK_KINDS] = kinds
+    attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens
+    attrs[S.ASSEMBLY_BLOCK_INJECTION_POINTS] = points
+    attrs[S.ASSEMBLY_BLOCK_DIGESTS] = digests
 
 
 _TURN = Scope.TURN.value
@@ -278,6 +298,70 @@ class CallRecord:
                                          columns, named)
         self._item_ids = named
         self._checked = checked = checked and isinstance(owner.producer, str)
+        set_attributes(self.span, attrs, checked)
+        self._begun = True
+        owner._instruments.injections.add(1, _INJECTED)
+
+    def begin_plain(self, max_tokens: int | None, reserved_tokens: int | None,
+                    overflow_strategy: str | None, columns: list[tuple[Any, ...]],
+                    first: int) -> None:
+        """:meth:`begin` for a plain request (``Call._read_plain``): every block plain, its
+        item id our own text and distinct, the first ``first`` blocks the system prompt and
+        the rest the history, no tools. The same attributes in the same order as ``begin``
+        (``_fill`` and ``_segments``) with no pass of their own: one function, as a call
+        through the client runs it cold (the client's own work between two calls evicts
+        ours; benchmarks/instrumentation.md, run AG)."""
+        owner = self._owner
+        self._max_tokens = max_tokens
+        self._reserved = reserved_tokens
+        self._strategy = overflow_strategy
+        ids_col, kinds, tokens, points, digests, _, breakpoints, _ = columns
+        new = owner._ids.new
+        budget_id = self._budget_id = new("bud")
+        attrs = self._opening()
+        _put_budget(attrs, budget_id, max_tokens, reserved_tokens, overflow_strategy)
+        # the window's segments as ``_segments`` lays them out (system, history, the output
+        # reserve, the prefix up to each cache breakpoint), None as -1 (``_ints``)
+        n = len(tokens)
+        names: list[str] = []
+        used: list[int] = []
+        if first:
+            names.append(_SEG_SYSTEM)
+            used.append(sum(tokens[:first]))
+        if n > first:
+            names.append(_SEG_HISTORY)
+            used.append(sum(tokens[first:]))
+        orders = list(range(len(names)))
+        reserved = [-1] * len(names)
+        if reserved_tokens is not None:
+            names.append(_SEG_OUTPUT)
+            orders.append(len(orders))
+            reserved.append(reserved_tokens)
+            used.append(-1)
+        if any(breakpoints):
+            for i, prefix in enumerate(compress(accumulate(tokens), breakpoints), 1):
+                names.append(f"cache_prefix_{i}")
+                orders.append(-1)
+                reserved.append(-1)
+                used.append(prefix)
+        attrs[S.WINDOW_SEGMENT_NAMES] = tuple(names)
+        attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(orders)
+        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(reserved)
+        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(used)
+        item_ids = list(ids_col)
+        assembly_hash = assembly_digest(item_ids, list(digests))
+        _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
+                      points, digests)
+        attrs[S.INJECTION_ID] = new("inj")
+        attrs[S.INJECTION_TARGET] = _MODEL
+        attrs[S.INJECTION_POINT] = _HISTORY
+        attrs[S.INJECTION_HASH] = assembly_hash
+        self._item_ids = set(item_ids)
+        # the item ids are exactly str (the caller's check); the rest as ``_ours`` checks it
+        self._checked = checked = isinstance(owner.producer, str) and (
+            max_tokens is None or type(max_tokens) is int) and (
+            reserved_tokens is None or type(reserved_tokens) is int) and (
+            overflow_strategy is None or type(overflow_strategy) is str)
         set_attributes(self.span, attrs, checked)
         self._begun = True
         owner._instruments.injections.add(1, _INJECTED)

@@ -62,7 +62,7 @@ from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
-from .._folded import CallRecord, Row, Segment, block_columns, fold_call
+from .._folded import _SEG_OUTPUT, _TEXT, CallRecord, Row, Segment, block_columns, fold_call
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
@@ -118,7 +118,7 @@ SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 SEG_DEVELOPER = InjectionPoint.DEVELOPER_PROMPT.value
 SEG_TOOLS = "tool_definitions"
 SEG_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
-SEG_OUTPUT = "output"
+SEG_OUTPUT = _SEG_OUTPUT
 _SEGMENT_ORDER = (SEG_SYSTEM, SEG_DEVELOPER, SEG_TOOLS, SEG_HISTORY)
 #: plain strings: an enum member's ``.value`` is a Python-level property read
 _TRUNCATE_MIDDLE = OverflowStrategy.TRUNCATE_MIDDLE.value
@@ -589,6 +589,15 @@ class Call:
         # Not reading it then saves most of what such a call cost (89 -> 36 us in process).
         if not (inv.span.is_recording() or tel.capture or tel.genai_capture):
             return
+        if api.plain is not None:
+            try:
+                if self._read_plain(tel, api.plain, kwargs, inv, env):
+                    return
+            except Exception:
+                if self._stages_failed(inv):
+                    raise
+                _log.warning("otel_agent_context: context stages failed", exc_info=True)
+                return
         if not _materialize(kwargs, api.settles):
             return  # the application's iterable raised: the SDK will raise it, unchanged
         try:
@@ -612,20 +621,69 @@ class Call:
                 env = UNREAD  # the application's code in the request changed the context
             self._begin(inv, self.req, env)
         except Exception:
-            # our stages failed: end what _begin started (not as failed: the error is ours,
-            # not the call's), in strict test mode too, before the error surfaces
-            try:
-                self._end_stages(None)
-            except Exception:
-                _log.warning("otel_agent_context: could not end the call's stages",
-                             exc_info=True)
-            self.env = self.budget = self.record = None
-            self.own_env = False
-            if _strict_now():
-                self.done = True
-                inv.fail(RuntimeError("otel_agent_context instrumentation error"))
+            if self._stages_failed(inv):
                 raise
             _log.warning("otel_agent_context: context stages failed", exc_info=True)
+
+    def _stages_failed(self, inv: Any) -> bool:
+        """Our stages failed: end what they started (not as failed: the error is ours, not
+        the call's), in strict test mode too; True when strict mode wants the error raised
+        (the invocation ended first)."""
+        try:
+            self._end_stages(None)
+        except Exception:
+            _log.warning("otel_agent_context: could not end the call's stages", exc_info=True)
+        self.env = self.budget = self.record = None
+        self.own_env = False
+        if _strict_now():
+            self.done = True
+            inv.fail(RuntimeError("otel_agent_context instrumentation error"))
+            return True
+        return False
+
+    def _read_plain(self, tel: ClientTelemetry, plain: Callable[[dict[str, Any]], Any],
+                    kwargs: dict[str, Any], inv: Any, env: Any) -> bool:
+        """Read and record a plain request in one pass (``Api.plain``): what ``_materialize``,
+        the reader, ``_begin`` and ``CallRecord.begin`` record for it, without their
+        separate walks over the blocks (each pass costs more in a call through the client,
+        which runs ours cold, than in a loop: benchmarks/instrumentation.md, run AG). Plain:
+        outside any application envelope, on a recording span, without content capture,
+        every block already read by an earlier call (remembered, its row kept) and plain,
+        their ids distinct, the system prompt's blocks first and the history's after, no
+        tools. False, having changed nothing, for any other request: the general path
+        reads it."""
+        if tel.capture or not tel.fold or not _digest._resolved:
+            return False
+        if env is UNREAD:
+            env = current_envelope()
+        span = inv.span
+        if env is not None or not span.is_recording():
+            return False
+        req = plain(kwargs)
+        if req is None:
+            return False
+        rows = [b._row for b in req.blocks]
+        if not rows or None in rows:  # a block no call has read yet
+            return False
+        columns = list(zip(*rows, strict=False))  # every row is a Row: 8 fields
+        ids, segs = columns[0], columns[5]
+        n = len(ids)
+        first = segs.count(SEG_SYSTEM)
+        if (len(set(ids)) != n or not all(columns[7]) or req.tool_tokens
+                or not set(map(type, ids)) <= _TEXT
+                or segs[first:].count(SEG_HISTORY) != n - first
+                or segs[:first].count(SEG_SYSTEM) != first):
+            return False
+        for name, value in req.genai.items():  # as _begin: no messages without capture
+            if value is not None:
+                setattr(inv, name, value)
+        self.req = req
+        self.window = window = context_window(req.model)
+        self.own_env = True
+        self.target = span
+        record = self.record = CallRecord(tel.ctx, span)
+        record.begin_plain(window, req.reserved_output, req.overflow_strategy, columns, first)
+        return True
 
     def _begin(self, inv: Any, req: Request, env: Any = UNREAD) -> None:
         tel = self.tel
@@ -1187,6 +1245,9 @@ class Api:
     #: the request key whose list ``parse_request`` settles itself, message by message, as
     #: it reads it (see ``settle_message``): not walked twice
     settles: str | None = None
+    #: ``parse_request(args, kwargs, False)`` of a plain request whose every block an
+    #: earlier call read, or None for any other (``Call._read_plain``)
+    plain: Callable[[dict[str, Any]], Request | None] | None = None
 
 
 def _server(instance: Any) -> tuple[str | None, int | None]:

@@ -172,3 +172,13 @@ def assert_added_tables(lines: list[str], scenarios: Sequence[str], timed: list[
             assert all(cell.fullmatch(c) for c in cells)
             low, high = (float(n) for n in re.findall(r"\d+", cells[0].split("(")[1]))
             assert 0 < low <= float(cells[0].split()[0]) <= high
+
+
+def untimed(value: Any) -> Any:
+    """``value`` (a bundle, a list of them) without its times (two runs' clocks differ)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items()
+                if not k.endswith(("_at", "_time", "_unix_nano", "timestamp"))}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value

@@ -15,6 +15,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from llm_helpers import untimed
 from llm_setup import CAPTURE_ENV, Setup
 from stub_server import StubServer
 
@@ -109,21 +110,11 @@ def _record(official: str, events_as: str, shape: Callable[[StubServer], None],
     metrics = {name: sorted((sorted(labels.items()), getattr(v, "sum", v))
                             for labels, v in points)
                for name, points in tel.metrics().items() if name.startswith("context.")}
-    return {"spans": spans, "metrics": metrics, "bundles": _untimed(tel.bundles()),
+    return {"spans": spans, "metrics": metrics, "bundles": untimed(tel.bundles()),
             "logs": [dict(r.log_record.attributes or {}) for r in tel.logs()]}
 
 
 _TIMES = frozenset(("server.port", "gen_ai.response.time_to_first_chunk"))
-
-
-def _untimed(value: Any) -> Any:
-    """``value`` without its times (the two runs' clocks differ)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items()
-                if not k.endswith(("_at", "_time", "_unix_nano", "timestamp"))}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
 
 
 @pytest.mark.parametrize("official", ["none", "outer", "inner"])
@@ -186,7 +177,6 @@ def test_a_plain_calls_span_in_the_contracts_order(monkeypatch: pytest.MonkeyPat
     assert envelopes == ({"scope": "turn", "agent": "unknown", "status": "complete"}, 1)
     (injected,) = tel.metrics()["context.injections"]  # the opening write's point
     assert injected[1] == 1
-
 
 
 @pytest.mark.parametrize("prompt_tokens", [12.5, -3])

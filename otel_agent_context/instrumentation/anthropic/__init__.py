@@ -150,7 +150,7 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         tel = ClientTelemetry(__name__, **kwargs)
         api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
-                  X.messages_is_stream, X.PROVIDER)
+                  X.messages_is_stream, X.PROVIDER, plain=X.messages_plain)
         targets = []
         for module in (_MESSAGES, _BETA):
             targets += [

@@ -19,6 +19,7 @@ from ..._enums import ContextKind, InjectionPoint
 from .. import _tokens
 from .._common import (
     _PLAIN_BLOCK,
+    _PLAIN_TYPES,
     KNOWN_MESSAGES,
     SEG_HISTORY,
     SEG_SYSTEM,
@@ -168,6 +169,85 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
 
 
 _SYSTEM_BLOCK = "system block"
+#: what a plain request (``messages_plain``) may hold, and a plain system block
+_PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages"))
+_PLAIN_SYSTEM = frozenset(("type", "text", "cache_control"))
+
+
+def messages_plain(kwargs: dict[str, Any]) -> Request | None:
+    """``messages_request((), kwargs, False)`` for a plain request whose blocks are all
+    remembered (an earlier call read them: an agent sends its history again with every
+    call), looked up without the general reader's branches; None for any other request
+    (another key (a sampling parameter too: read by the general path), a value that is not
+    a plain one, content blocks, a framework's message
+    ids, a message not seen before), which ``messages_request`` reads. Nothing here can
+    hold an iterator (plain values only), so nothing needs settling (``_materialize``)."""
+    if not kwargs.keys() <= _PLAIN_REQUEST:
+        return None
+    get = kwargs.get
+    model, reserved, system, messages = (get("model"), get("max_tokens"), get("system"),
+                                         get("messages"))
+    if (type(model) is not str or type(reserved) is not int or type(messages) is not list
+            or KNOWN_MESSAGES.get()):
+        return None
+    estimator = _tokens._estimator_key
+    blocks: list[Block] = []
+    append = blocks.append
+    if type(system) is list:
+        for block in system:
+            if (type(block) is not dict or block.get("type") != "text"
+                    or type(text := block.get("text")) is not str
+                    or not block.keys() <= _PLAIN_SYSTEM):
+                return None
+            cache = block.get("cache_control")
+            if cache is not None:
+                if type(cache) is not dict:
+                    return None
+                for value in cache.values():
+                    if type(value) not in _PLAIN_TYPES:
+                        return None
+            found = remembered((_SYSTEM_BLOCK, text, bool(cache), estimator))
+            if found is None:
+                return None
+            append(found)
+    elif type(system) is str:
+        found = remembered((_SYSTEM_BLOCK, system, False, estimator))
+        if found is None:
+            return None
+        append(found)
+    elif system is not None:
+        return None
+    last_user = -1  # the latest user message (every message here is a string's)
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if type(m) is not dict:
+            return None
+        if m.get("role") == "user":
+            last_user = i
+            break
+    i = -1
+    for m in messages:
+        i += 1
+        if type(m) is not dict or len(m) != 2:
+            return None
+        try:
+            role = m["role"]
+            content = m["content"]
+        except KeyError:
+            return None
+        if type(content) is not str or type(role) is not str:
+            return None
+        found = remembered((_PLAIN_BLOCK, role, content, _K_USER_MESSAGE if i == last_user
+                            and role == "user" else _K_SESSION_HISTORY, estimator))
+        if found is None:
+            return None
+        append(found)
+    req = Request(PROVIDER, model, reserved, False, 0,
+                  {"max_tokens": reserved, "temperature": None, "top_p": None,
+                   "top_k": None, "stop_sequences": None})
+    req.blocks = blocks
+    return req
+
 
 
 def _system_block(text: str, breakpoint_: bool, capture: bool) -> Block:
