@@ -38,6 +38,12 @@ SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
                         "model": "claude-of-tomorrow"}] * 3, 2),
     # an agent's conversation: the last call sends again what the second one sent (the
     # first message was the latest user message, now history: another block)
+    # a cache breakpoint asked for once: its block is another one (the third call's is the
+    # first's again)
+    "cache_toggled": ([{"system": [{**CACHED[0], "cache_control": {}}], "messages": HISTORY},
+                       {"system": CACHED, "messages": HISTORY},
+                       {"system": [{**CACHED[0], "cache_control": {}}], "messages": HISTORY}],
+                      1),
     "growing": ([{"system": SYSTEM, "messages": HISTORY[:1]},
                  {"system": SYSTEM, "messages": HISTORY},
                  {"system": SYSTEM, "messages": HISTORY}], 1),
@@ -66,7 +72,8 @@ def _calls(stub: StubServer, calls: list[dict[str, Any]]) -> None:
 
 
 def _record(official: str, calls: list[dict[str, Any]], plain: bool,
-            monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], int]:
+            monkeypatch: pytest.MonkeyPatch, capture: bool = False,
+            in_envelope: bool = False) -> tuple[dict[str, Any], int]:
     taken = [0]
     read_plain = _common.Call._read_plain
 
@@ -76,12 +83,16 @@ def _record(official: str, calls: list[dict[str, Any]], plain: bool,
         return done
 
     monkeypatch.setattr(_common.Call, "_read_plain", counted)
-    tel = CapturedTelemetry()
-    setup = Setup(tel, official, False)
+    tel = CapturedTelemetry(capture_content=capture)
+    setup = Setup(tel, official, capture)
     setup.start()
     try:
         with StubServer() as stub:
-            _calls(stub, calls)
+            if in_envelope:  # the application's envelope around the calls
+                with tel.agent_context.envelope(scope="turn"):
+                    _calls(stub, calls)
+            else:
+                _calls(stub, calls)
     finally:
         setup.stop()
         monkeypatch.setattr(_common.Call, "_read_plain", read_plain)
@@ -189,3 +200,49 @@ def test_a_frameworks_message_ids_take_the_general_path(
     assert taken == 0
     assert [dict(s[3])[S.ASSEMBLY_BLOCK_ITEM_IDS][-1] for s in shipped["spans"]] == [
         "msg-7", "msg-8"]
+
+
+@pytest.mark.parametrize("mode", ["application_envelope", "content_capture", "stage_spans"])
+def test_what_the_plain_path_leaves_to_the_general_one(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An application's envelope around the call, content capture, the span-and-event form:
+    the general path records them (the same request is plain otherwise)."""
+    if mode == "content_capture":
+        monkeypatch.setenv(CAPTURE_ENV, "SPAN_ONLY")
+    else:
+        monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    if mode == "stage_spans":
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_STAGE_SPANS", "true")
+    options = {"capture": mode == "content_capture",
+               "in_envelope": mode == "application_envelope"}
+    calls = [{"system": SYSTEM, "messages": HISTORY}] * 3
+    shipped, taken = _record("none", calls, True, monkeypatch, **options)
+    general, _ = _record("none", calls, False, monkeypatch, **options)
+    assert taken == 0
+    assert shipped == general
+    assert shipped["bundles"]
+
+
+def test_an_iterator_anywhere_in_a_system_block_is_left_to_the_general_path() -> None:
+    """The general path settles one-shot iterators (``_materialize``); the plain path takes
+    plain values only, so it never reads one (the blocks remembered first)."""
+    from otel_agent_context.instrumentation.anthropic import _extract
+
+    base = {"model": "claude-sonnet-4-6", "max_tokens": 50, "messages": HISTORY}
+    for system in (CACHED, SYSTEM):
+        _extract.messages_request((), {**base, "system": system}, False)
+        for block in _extract.messages_request((), {**base, "system": system}, False).blocks:
+            _folded_row(block)
+        assert _extract.messages_plain({**base, "system": system}) is not None
+    ttl = iter(["1h"])
+    odd = [{**CACHED[0], "cache_control": {"type": "ephemeral", "ttl": ttl}}]
+    assert _extract.messages_plain({**base, "system": odd}) is None
+    assert next(ttl) == "1h"  # not read
+    assert _extract.messages_plain({**base, "system": iter(CACHED)}) is None
+    assert _extract.messages_plain({**base, "messages": iter(HISTORY)}) is None
+
+
+def _folded_row(block: Any) -> None:
+    from otel_agent_context._folded import block_columns
+
+    block_columns([block])  # what a call's records read of it, kept on it
