@@ -57,7 +57,7 @@ from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
 from .._digest import recall, remember_beside
 from .._digest import short_digest as _short_digest
-from .._enums import CompactionMethod, InjectionPoint, OverflowStrategy, Scope
+from .._enums import CompactionMethod, ContextKind, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
@@ -208,6 +208,53 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
                       None, None, False, None, text or None)
         remember_beside(key, text, block)
     return block  # type: ignore[no-any-return]
+
+
+_K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
+_K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
+
+
+def remembered_history(messages: list[Any], kinds: dict[str, str] | None
+                       ) -> list[Block] | None:
+    """The remembered blocks (:func:`plain_block`) of a history of plain messages, each a
+    dict of a role and a string, the latest user message its own kind: for a reader's
+    one-pass path (``Api.plain``). ``kinds``: the kind of a message by its role (a role not
+    in it: None), or None for every role a history message. None when a message is not
+    such a dict or no call has read it yet (then the reader reads the request)."""
+    last_user = -1
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if type(m) is not dict:
+            return None
+        if m.get("role") == "user":
+            last_user = i
+            break
+    estimator = _tokens._estimator_key
+    blocks: list[Block] = []
+    append = blocks.append
+    i = -1  # a counter, not enumerate's tuple a message
+    for m in messages:
+        i += 1
+        if type(m) is not dict or len(m) != 2:
+            return None
+        try:
+            role = m["role"]
+            content = m["content"]
+        except KeyError:
+            return None
+        if type(content) is not str or type(role) is not str:
+            return None
+        if i == last_user:  # a user message (the scan's)
+            kind: str | None = _K_USER_MESSAGE
+        elif kinds is None:
+            kind = _K_SESSION_HISTORY
+        elif (kind := kinds.get(role)) is None:
+            return None
+        found = _memo_get((_PLAIN_BLOCK, role, content, kind, estimator))
+        if found is None:
+            return None
+        append(found)
+    return blocks
 
 
 #: Message ids a framework gave the messages of the model call under way, by (role, text),
@@ -671,8 +718,7 @@ class Call:
         first = segs.count(SEG_SYSTEM)
         if (len(set(ids)) != n or not all(columns[7]) or req.tool_tokens
                 or not set(map(type, ids)) <= _TEXT
-                or segs[first:].count(SEG_HISTORY) != n - first
-                or segs[:first].count(SEG_SYSTEM) != first):
+                or segs[first:].count(SEG_HISTORY) != n - first):  # then the first are system
             return False
         for name, value in req.genai.items():  # as _begin: no messages without capture
             if value is not None:

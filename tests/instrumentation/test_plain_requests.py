@@ -9,10 +9,12 @@ shapes and not for the others."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 from llm_helpers import untimed
 from llm_setup import CAPTURE_ENV, Setup
@@ -71,7 +73,8 @@ def _calls(stub: StubServer, calls: list[dict[str, Any]]) -> None:
         client.messages.create(**{"model": "claude-sonnet-4-6", "max_tokens": 50, **call})
 
 
-def _record(official: str, calls: list[dict[str, Any]], plain: bool,
+def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], None],
+            plain: bool,
             monkeypatch: pytest.MonkeyPatch, capture: bool = False,
             in_envelope: bool = False) -> tuple[dict[str, Any], int]:
     taken = [0]
@@ -88,11 +91,12 @@ def _record(official: str, calls: list[dict[str, Any]], plain: bool,
     setup.start()
     try:
         with StubServer() as stub:
+            run = calls if callable(calls) else (lambda stub: _calls(stub, calls))
             if in_envelope:  # the application's envelope around the calls
                 with tel.agent_context.envelope(scope="turn"):
-                    _calls(stub, calls)
+                    run(stub)
             else:
-                _calls(stub, calls)
+                run(stub)
     finally:
         setup.stop()
         monkeypatch.setattr(_common.Call, "_read_plain", read_plain)
@@ -246,3 +250,60 @@ def _folded_row(block: Any) -> None:
     from otel_agent_context._folded import block_columns
 
     block_columns([block])  # what a call's records read of it, kept on it
+
+
+CHAT = [{"role": "system", "content": SYSTEM}, *HISTORY]
+
+#: OpenAI chat: name -> (the three calls' arguments, how many of them at least are plain)
+CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
+    "plain": ([{"messages": CHAT, "max_completion_tokens": 50}] * 3, 2),
+    "legacy_max_tokens": ([{"messages": CHAT, "max_tokens": 40}] * 3, 2),
+    "both_sizes": ([{"messages": CHAT, "max_completion_tokens": 0, "max_tokens": 40}] * 3, 2),
+    "no_system": ([{"messages": HISTORY}] * 3, 2),
+    # not plain: a developer prompt (a window segment of its own), a sampling parameter, a
+    # system prompt after the history, a tool message
+    "developer": ([{"messages": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3,
+                  0),
+    "temperature": ([{"messages": CHAT, "temperature": 0.2}] * 3, 0),
+    "late_system": ([{"messages": [*HISTORY, {"role": "system", "content": SYSTEM}]}] * 3, 0),
+    "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
+                                          "tool_call_id": "call_1"}]}] * 3, 0),
+}
+
+
+def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool
+                ) -> Callable[[StubServer], None]:
+    def run(stub: StubServer) -> None:
+        if asynchronous:
+            client: Any = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="k",
+                                             max_retries=0)
+
+            async def all_calls() -> None:
+                for call in calls:
+                    await client.chat.completions.create(model="gpt-4o-mini", **call)
+
+            asyncio.run(all_calls())
+            return
+        client = openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
+        for call in calls:
+            client.chat.completions.create(model="gpt-4o-mini", **call)
+
+    return run
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("shape", sorted(CHAT_SHAPES))
+def test_a_plain_chat_request_records_what_the_general_path_records(
+        shape: str, official: str, asynchronous: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    calls, plain = CHAT_SHAPES[shape]
+    shipped, taken = _record(official, _chat_calls(calls, asynchronous), True, monkeypatch)
+    general, none_taken = _record(official, _chat_calls(calls, asynchronous), False,
+                                  monkeypatch)
+    assert none_taken == 0
+    assert shipped == general
+    assert taken >= plain if plain else taken == 0
+    recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in dict(s[3])]
+    assert len(recorded) == 3

@@ -32,6 +32,7 @@ from .._common import (
     message_facts,
     plain_block,
     remembered,
+    remembered_history,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
@@ -217,31 +218,10 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
         append(found)
     elif system is not None:
         return None
-    last_user = -1  # the latest user message (every message here is a string's)
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if type(m) is not dict:
-            return None
-        if m.get("role") == "user":
-            last_user = i
-            break
-    i = -1
-    for m in messages:
-        i += 1
-        if type(m) is not dict or len(m) != 2:
-            return None
-        try:
-            role = m["role"]
-            content = m["content"]
-        except KeyError:
-            return None
-        if type(content) is not str or type(role) is not str:
-            return None
-        found = remembered((_PLAIN_BLOCK, role, content, _K_USER_MESSAGE if i == last_user
-                            and role == "user" else _K_SESSION_HISTORY, estimator))
-        if found is None:
-            return None
-        append(found)
+    history = remembered_history(messages, None)
+    if history is None:
+        return None
+    blocks += history
     req = Request(PROVIDER, model, reserved, False, 0,
                   {"max_tokens": reserved, "temperature": None, "top_p": None,
                    "top_k": None, "stop_sequences": None})

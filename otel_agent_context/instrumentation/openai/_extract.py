@@ -32,6 +32,7 @@ from .._common import (
     message_facts,
     plain_block,
     remembered,
+    remembered_history,
     settle_message,
     short_digest,
 )
@@ -280,6 +281,34 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     if capture:
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = system
+    return req
+
+
+_PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_tokens"))
+
+
+def chat_plain(kwargs: dict[str, Any]) -> Request | None:
+    """``chat_request((), kwargs, False)`` for a plain request whose messages are all
+    remembered (``Api.plain``: an agent sends its history again with every call): the
+    model, the output sizes and messages each a role among system, developer, user and
+    assistant and a string; None for any other request (another key, a sampling
+    parameter, a value that is not a plain one, a framework's message ids, a message not
+    seen before), which ``chat_request`` reads."""
+    if not kwargs.keys() <= _PLAIN_CHAT or KNOWN_MESSAGES.get():
+        return None
+    get = kwargs.get
+    model, messages = get("model"), get("messages")
+    completion, legacy = get("max_completion_tokens"), get("max_tokens")
+    if (type(model) is not str or type(messages) is not list
+            or not (completion is None or type(completion) is int)
+            or not (legacy is None or type(legacy) is int)):
+        return None
+    blocks = remembered_history(messages, _PLAIN_KINDS)
+    if blocks is None:
+        return None
+    reserved = completion or legacy
+    req = Request(PROVIDER, model, reserved, False, 0, {"max_tokens": reserved})
+    req.blocks = blocks
     return req
 
 
