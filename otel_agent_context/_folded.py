@@ -386,10 +386,13 @@ class CallRecord:
         """``Envelope._write_final_early``."""
         set_attributes(self.span, self._final({}), True)
 
-    def stop(self, exc: BaseException | None) -> None:
+    def stop(self, exc: BaseException | None, response: dict[str, Any] | None = None
+             ) -> None:
         """The budget's and the envelope's stop (or fail, with ``exc``): ``budget_usage``,
         ``record_budget`` and ``_final`` written out for the call's one budget (no
-        truncations here: a call recording one goes through :meth:`full`)."""
+        truncations here: a call recording one goes through :meth:`full`). ``response``:
+        the response's own attributes, each a ``str``, ``int``, ``float`` or ``bool``,
+        written first in the same write (what writing them just before leaves)."""
         span = self.span
         inst = self._owner._instruments
         if self._begun:
@@ -421,6 +424,8 @@ class CallRecord:
             span.set_status(Status(StatusCode.ERROR, _describe(exc)))
             span.set_attribute(S.ERROR_TYPE, type(exc).__qualname__)
         self._final(attrs)  # in place: the same keys in the same order as an update
+        if response:
+            attrs = {**response, **attrs}
         if recording:
             # begun with values of ours (checked): the usage is made of them and of the
             # int the response reported (``actual``), the rest our ids and constants

@@ -453,6 +453,14 @@ class Outcome:
         self.attributes = {} if attributes is None else attributes
 
 
+#: An :class:`Outcome` of nothing but the response's fields and usage, as a tuple (a
+#: call's end builds no object for it): response id, response model, finish reasons (or
+#: None), input, output, cache read, cache write and reasoning tokens, provider
+#: attributes (or None; each value a ``str``, ``int``, ``float`` or ``bool``: written with
+#: the call's records, ``CallRecord.stop``).
+PlainOutcome = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any]
+
+
 class Accumulator:
     """Builds an :class:`Outcome` from stream chunks (one per provider API)."""
 
@@ -855,6 +863,42 @@ class Call:
         finally:
             inv.stop()
 
+    def finish_plain(self, fields: PlainOutcome) -> bool:
+        """:meth:`finish` of a call whose records (a :class:`CallRecord`) take nothing from
+        the response but its input tokens (``Api.plain_response``), in one pass: what
+        ``_record_outcome`` and ``_end_stages`` do for it, without the :class:`Outcome` and
+        their checks for what such a response cannot hold (the call's end runs cold, as its
+        start: benchmarks/instrumentation.md, run AH). False, having done nothing, for any
+        other call (its input count odd, its truncation the provider's): :meth:`finish`."""
+        tokens = fields[3]
+        record, req = self.record, self.req
+        if (self.done or record is None or req is None
+                or req.overflow_strategy == _TRUNCATE_MIDDLE
+                or not (tokens is None or (type(tokens) is int and tokens >= 0))):
+            return False
+        self.done = True
+        inv = self.invocation
+        try:
+            try:  # as finish() guards _record_outcome; the attributes go with the stop's
+                _put_response(inv, self.target, *fields[:8], None)
+                if tokens is not None:  # what Budget.actual records (``_record_outcome``)
+                    record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
+                    record.actual[S.BUDGET_ACTUAL_ITEMS] = len(req.blocks)
+            except Exception:
+                if _strict_now():
+                    raise
+                _log_failed(_RECORD_OUTCOME)
+            self.record = None
+            try:  # as finish() guards _end_stages
+                record.stop(None, fields[8])
+            except Exception:
+                if _strict_now():
+                    raise
+                _log_failed(_END_STAGES)
+        finally:
+            inv.stop()
+        return True
+
     def fail(self, exc: BaseException, out: Outcome | None = None) -> None:
         """The call raised ``exc`` (the application gets it unchanged); ``out``: what was
         read before it (a stream cut short)."""
@@ -870,29 +914,11 @@ class Call:
 
     @guarded
     def _record_outcome(self, inv: Any, out: Outcome) -> None:
-        if out.response_id:
-            inv.response_id = out.response_id
-        if out.response_model:
-            inv.response_model_name = out.response_model
-        if out.finish_reasons:
-            inv.finish_reasons = out.finish_reasons
-        if out.input_tokens is not None:
-            inv.input_tokens = out.input_tokens
-        if out.output_tokens is not None:
-            inv.output_tokens = out.output_tokens
-        if out.cache_read:
-            inv.cache_read_input_tokens = out.cache_read
-        if out.cache_write:
-            inv.cache_write_input_tokens = out.cache_write
-        if out.reasoning_tokens:
-            inv.thinking_tokens = out.reasoning_tokens
-        if out.output_messages is not None and self.tel.genai_capture:
-            inv.output_messages = mask_messages(out.output_messages)
         span = self.target if self.target is not None else inv.span
-        if out.attributes and span.is_recording():
-            # the API's values (the response's): checked in bulk, the SDK's way when any is
-            # not a plain scalar or a limit applies (``_fastattrs``)
-            set_attributes(span, out.attributes)
+        _put_response(inv, span, out.response_id, out.response_model, out.finish_reasons,
+                      out.input_tokens, out.output_tokens, out.cache_read, out.cache_write,
+                      out.reasoning_tokens, out.attributes,
+                      out.output_messages if self.tel.genai_capture else None)
         req = self.req
         if self.record is not None and req is not None:
             if not (out.compactions or out.applied_edits
@@ -1010,6 +1036,37 @@ class Call:
 #: the guarded methods a finishing call runs, unwrapped (``Call.finish`` guards them)
 _RECORD_OUTCOME = inspect.unwrap(Call._record_outcome)
 _END_STAGES = inspect.unwrap(Call._end_stages)
+
+
+def _put_response(inv: Any, span: Any, response_id: Any, response_model: Any,
+                  finish_reasons: Any, input_tokens: Any, output_tokens: Any,
+                  cache_read: Any, cache_write: Any, reasoning_tokens: Any,
+                  attributes: dict[str, Any] | None,
+                  output_messages: list[Any] | None = None) -> None:
+    """The response's fields on the invocation (util-genai's names) and its provider
+    attributes on ``span``: an :class:`Outcome`'s, or a :data:`PlainOutcome`'s in order."""
+    if response_id:
+        inv.response_id = response_id
+    if response_model:
+        inv.response_model_name = response_model
+    if finish_reasons:
+        inv.finish_reasons = finish_reasons
+    if input_tokens is not None:
+        inv.input_tokens = input_tokens
+    if output_tokens is not None:
+        inv.output_tokens = output_tokens
+    if cache_read:
+        inv.cache_read_input_tokens = cache_read
+    if cache_write:
+        inv.cache_write_input_tokens = cache_write
+    if reasoning_tokens:
+        inv.thinking_tokens = reasoning_tokens
+    if output_messages is not None:
+        inv.output_messages = mask_messages(output_messages)
+    if attributes and span.is_recording():
+        # the API's values (the response's): checked in bulk, the SDK's way when any is
+        # not a plain scalar or a limit applies (``_fastattrs``)
+        set_attributes(span, attributes)
 
 
 def _segments(req: Request, columns: list[tuple[Any, ...]] | None = None) -> list[Segment]:
@@ -1294,6 +1351,10 @@ class Api:
     #: ``parse_request(args, kwargs, False)`` of a plain request whose every block an
     #: earlier call read, or None for any other (``Call._read_plain``)
     plain: Callable[[dict[str, Any]], Request | None] | None = None
+    #: ``parse_response(result, False)``'s fields as :data:`PlainOutcome` for the SDK's own
+    #: response with nothing to record but its usage, or None for any other
+    #: (``Call.finish_plain``)
+    plain_response: Callable[[Any], PlainOutcome | None] | None = None
 
 
 def _server(instance: Any) -> tuple[str | None, int | None]:
@@ -1494,6 +1555,11 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
         target = result
         if not hasattr(result, "usage") and callable(getattr(result, "parse", None)):
             target = result.parse()  # with_raw_response: parsed once, cached by the SDK
+        plain = api.plain_response
+        if plain is not None and call.record is not None and not call.tel.capture:
+            fields = plain(target)
+            if fields is not None and call.finish_plain(fields):
+                return
         out = api.parse_response(target, call.tel.capture)
     except Exception:
         if _strict_now():

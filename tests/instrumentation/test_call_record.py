@@ -137,8 +137,13 @@ def test_the_record_writes_what_the_envelope_objects_write(
         (S.CONTEXT_EVENT_COUNT in attrs) == (events_as == "logs") for attrs in closed)
 
 def _plain_call(monkeypatch: pytest.MonkeyPatch, strict: bool = False,
-                tel: CapturedTelemetry | None = None) -> CapturedTelemetry:
+                tel: CapturedTelemetry | None = None, end: str = "one_pass"
+                ) -> CapturedTelemetry:
+    """One plain chat call; ``end="general"``: its end through ``Call.finish`` (the
+    one-pass end, ``Call.finish_plain``, declining)."""
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    if end == "general":
+        monkeypatch.setattr(_common.Call, "finish_plain", lambda self, fields: False)
     if tel is None:
         tel = CapturedTelemetry(strict=strict)
     setup = Setup(tel, "none", False)
@@ -233,20 +238,25 @@ def test_a_failing_budget_metric_keeps_the_calls_closing_attributes(
 
 
 def _failing_outcome_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The response's attributes write (``Call._record_outcome``) raising."""
+    """The response's fields written on the invocation (``Call._record_outcome``, the
+    one-pass ``Call.finish_plain``) raising."""
 
     def failing(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(_common, "set_attributes", failing)
+    monkeypatch.setattr(_common, "_put_response", failing)
 
 
+_ENDS = pytest.mark.parametrize("end", ["one_pass", "general"])
+
+
+@_ENDS
 def test_a_failing_outcome_still_closes_the_calls_records(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        end: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Our error reading the response loses what it would have written, logged: the call's
     stages still stop (closing attributes, the envelope's point) and the span ends."""
     _failing_outcome_write(monkeypatch)
-    tel = _plain_call(monkeypatch)
+    tel = _plain_call(monkeypatch, end=end)
     (span,) = tel.spans()
     assert span.end_time is not None
     assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
@@ -258,36 +268,39 @@ def test_a_failing_outcome_still_closes_the_calls_records(
 def _failing_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     """The call record's stop (``Call._end_stages``) raising."""
 
-    def failing(self: Any, exc: BaseException | None) -> None:
+    def failing(self: Any, exc: BaseException | None, response: Any = None) -> None:
         raise RuntimeError("injected stop")
 
     monkeypatch.setattr(_folded.CallRecord, "stop", failing)
 
 
+@_ENDS
 def test_a_failing_stop_is_logged_and_the_span_still_ends(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        end: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Our error closing the call's records loses them, logged under the method's name
     from where it was caught; the application's call returns and its span ends."""
     _failing_stop(monkeypatch)
-    tel = _plain_call(monkeypatch)
+    tel = _plain_call(monkeypatch, end=end)
     (span,) = tel.spans()
     assert span.end_time is not None
     assert S.CONTEXT_LIFECYCLE not in span.attributes  # the stop's closing keys are lost
     (record,) = [r for r in caplog.records if "Call._end_stages failed" in r.getMessage()]
-    assert record.funcName == "finish"  # the catcher, not the log helper
+    # the catcher, not the log helper
+    assert record.funcName == ("finish_plain" if end == "one_pass" else "finish")
 
 
+@_ENDS
 @pytest.mark.parametrize(("failing", "message"), [
     (_failing_outcome_write, "injected"), (_failing_stop, "injected stop")],
     ids=["outcome", "stop"])
 def test_our_failure_at_the_calls_end_raises_in_strict_mode_after_the_span_ended(
-        monkeypatch: pytest.MonkeyPatch, failing: Callable[[pytest.MonkeyPatch], None],
-        message: str) -> None:
+        end: str, monkeypatch: pytest.MonkeyPatch,
+        failing: Callable[[pytest.MonkeyPatch], None], message: str) -> None:
     """Strict (test) mode: our error surfaces, after the span ended."""
     failing(monkeypatch)
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
     tel = CapturedTelemetry(strict=True)
     with pytest.raises(RuntimeError, match=message):
-        _plain_call(monkeypatch, strict=True, tel=tel)
+        _plain_call(monkeypatch, strict=True, tel=tel, end=end)
     (span,) = tel.spans()
     assert span.end_time is not None

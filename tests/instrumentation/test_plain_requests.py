@@ -1,11 +1,15 @@
 """A plain Anthropic request whose blocks an earlier call read is recorded in one pass
 (``Api.plain``: ``messages_plain`` and ``Call._read_plain``) instead of the general reader,
-``_begin`` and ``CallRecord.begin``. It must record exactly what the general path records:
-each shape runs three times through the real ``anthropic`` client against the stub, alone
-and composed with the official instrumentor in both orders, once as shipped and once with
-the one-pass path turned off; spans (attributes in order), events, statuses, metric points
-and rebuilt bundles are compared, and the one-pass path must have been taken for the plain
-shapes and not for the others."""
+``_begin`` and ``CallRecord.begin``; a response with nothing to record but its usage ends
+a call with records in one pass too (``Api.plain_response``: ``messages_plain_response``
+and ``Call.finish_plain``) instead of ``parse_response``, ``_record_outcome`` and
+``_end_stages``. They must record exactly what the general path records: each shape runs
+three times through the real ``anthropic`` client against the stub, alone and composed with
+the official instrumentor in both orders, once as shipped and once with both one-pass paths
+turned off; spans (attributes in order), events, statuses, metric points and rebuilt
+bundles are compared, and the one-pass start must have been taken for the plain shapes and
+not for the others (the one-pass end: for every call that recorded its records, plain or
+not)."""
 
 from __future__ import annotations
 
@@ -79,13 +83,21 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
             in_envelope: bool = False) -> tuple[dict[str, Any], int]:
     taken = [0]
     read_plain = _common.Call._read_plain
+    finish_plain = _common.Call.finish_plain
 
     def counted(self: Any, *args: Any) -> bool:
         done = read_plain(self, *args) if plain else False
         taken[0] += done
         return done
 
+    def ended(self: Any, fields: Any) -> bool:
+        done = finish_plain(self, fields) if plain else False
+        _ENDED[-1] += done
+        return done
+
+    _ENDED.append(0)
     monkeypatch.setattr(_common.Call, "_read_plain", counted)
+    monkeypatch.setattr(_common.Call, "finish_plain", ended)
     tel = CapturedTelemetry(capture_content=capture)
     setup = Setup(tel, official, capture)
     setup.start()
@@ -100,6 +112,7 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
     finally:
         setup.stop()
         monkeypatch.setattr(_common.Call, "_read_plain", read_plain)
+        monkeypatch.setattr(_common.Call, "finish_plain", finish_plain)
     spans = [(s.name, s.status.status_code, s.status.description,
               [(k, v) for k, v in s.attributes.items() if k not in _TIMES],
               [(e.name, dict(e.attributes)) for e in s.events]) for s in tel.spans()]
@@ -112,6 +125,9 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
 
 
 _TIMES = frozenset(("server.port",))
+#: calls that ended through ``Call.finish_plain``, one count per ``_record``, the last one's
+#: last
+_ENDED: list[int] = []
 
 
 @pytest.fixture(autouse=True)
@@ -139,6 +155,7 @@ def test_a_plain_request_records_what_the_general_path_records(
     calls_recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in
                       dict(s[3])]
     assert len(calls_recorded) == 3  # every call carries its records
+    assert _ENDED[-2:] == [3, 0]  # every call's end in one pass, and none when turned off
 
 
 def test_the_plain_path_records_the_segments_and_blocks_of_the_request(
@@ -221,8 +238,10 @@ def test_what_the_plain_path_leaves_to_the_general_one(
                "in_envelope": mode == "application_envelope"}
     calls = [{"system": SYSTEM, "messages": HISTORY}] * 3
     shipped, taken = _record("none", calls, True, monkeypatch, **options)
+    ended = _ENDED[-1]
     general, _ = _record("none", calls, False, monkeypatch, **options)
     assert taken == 0
+    assert ended == 0  # no call record (an envelope, stage spans), or content captured
     assert shipped == general
     assert shipped["bundles"]
 
@@ -307,3 +326,181 @@ def test_a_plain_chat_request_records_what_the_general_path_records(
     assert taken >= plain if plain else taken == 0
     recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in dict(s[3])]
     assert len(recorded) == 3
+    assert _ENDED[-2:] == [3, 0]
+
+
+# -- the call's end: a response with nothing but its usage to record ----------------------
+
+_MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-6", "content": [{"type": "text", "text": "Tomorrow."}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 40, "output_tokens": 3}}
+_COMPLETION = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+               "model": "gpt-4o-mini-2024-07-18", "system_fingerprint": "fp_1",
+               "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "Tomorrow."}}],
+               "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}}
+_EDITED = {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 1,
+                              "cleared_input_tokens": 12}]}
+
+#: name -> (provider, the response as the SDK parses it, or a dict; whether it is plain)
+RESPONSES: dict[str, tuple[str, Any, bool]] = {
+    "message": ("anthropic", _MESSAGE, True),
+    "message_cached": ("anthropic", {**_MESSAGE, "usage": {
+        "input_tokens": 4, "output_tokens": 3, "cache_read_input_tokens": 30,
+        "cache_creation_input_tokens": 6}}, True),
+    "message_cache_zero": ("anthropic", {**_MESSAGE, "usage": {
+        "input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": None}}, True),
+    "message_no_stop": ("anthropic", {**_MESSAGE, "stop_reason": None}, True),
+    "message_refusal": ("anthropic", {**_MESSAGE, "stop_reason": "refusal"}, True),
+    "message_edited": ("anthropic beta", {**_MESSAGE, "context_management": _EDITED}, False),
+    "message_beta_unedited": ("anthropic beta", {**_MESSAGE, "context_management": None},
+                              True),
+    "message_no_usage": ("anthropic unchecked", {**_MESSAGE, "usage": None}, False),
+    "message_dict": ("anthropic dict", _MESSAGE, False),
+    "completion": ("openai", _COMPLETION, True),
+    "completion_details": ("openai", {**_COMPLETION, "usage": {
+        **_COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 32},
+        "completion_tokens_details": {"reasoning_tokens": 2}}}, True),
+    "completion_no_usage": ("openai", {**_COMPLETION, "usage": None}, True),
+    "completion_no_fingerprint": ("openai", {**_COMPLETION, "system_fingerprint": None},
+                                  True),
+    # the second choice's reason then set to None (the SDK builds a response unvalidated)
+    "completion_two_choices": ("openai", {**_COMPLETION, "choices": [
+        {"index": 0, "finish_reason": "length", "message": {"role": "assistant"}},
+        {"index": 1, "finish_reason": "stop", "message": {"role": "assistant"}}]}, True),
+    "completion_dict": ("openai dict", _COMPLETION, False),
+}
+
+
+def _response(provider: str, body: dict[str, Any]) -> Any:
+    from anthropic.types import Message
+    from anthropic.types.beta import BetaMessage
+    from openai.types.chat import ChatCompletion
+
+    if provider.endswith("dict"):
+        return body
+    if provider == "anthropic unchecked":  # a field the SDK's model would refuse
+        return Message.model_construct(**body)
+    return {"anthropic": Message, "anthropic beta": BetaMessage,
+            "openai": ChatCompletion}[provider].model_validate(body)
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES))
+def test_a_plain_response_reads_what_the_general_reader_reads(name: str) -> None:
+    """``Api.plain_response`` gives ``parse_response``'s fields for the SDK's own response
+    when usage is all it records, and None for anything else (a dict, applied context
+    edits, a response without usage)."""
+    from otel_agent_context.instrumentation.anthropic import _extract as anthropic_reader
+    from otel_agent_context.instrumentation.openai import _extract as openai_reader
+
+    provider, body, plain = RESPONSES[name]
+    result = _response(provider, body)
+    if name == "completion_two_choices":
+        result.choices[1].finish_reason = None
+    reader = anthropic_reader if provider.startswith("anthropic") else openai_reader
+    general, one_pass = ((reader.messages_response, reader.messages_plain_response)
+                         if reader is anthropic_reader
+                         else (reader.chat_response, reader.chat_plain_response))
+    fields = one_pass(result)
+    if not plain:
+        assert fields is None
+        return
+    out = general(result, False)
+    assert fields is not None
+    assert fields[:2] == (out.response_id, out.response_model)
+    assert (fields[2] or None) == (out.finish_reasons or None)  # falsy: not recorded
+    assert fields[3:8] == (out.input_tokens, out.output_tokens, out.cache_read,
+                           out.cache_write, out.reasoning_tokens)
+    assert (fields[8] or {}) == out.attributes
+
+
+def test_an_odd_input_count_ends_through_the_general_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count ``Budget.actual`` refuses (negative, not an int) is the general path's: it
+    logs it as the budget would; the one-pass end declines, having changed nothing."""
+    from otel_agent_context.instrumentation.anthropic import _extract
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    plain_response = _extract.messages_plain_response
+    declined: list[bool] = []
+
+    def odd(result: Any) -> Any:
+        fields = plain_response(result)
+        assert fields is not None
+        return (*fields[:3], -1, *fields[4:])
+
+    original = _common.Call.finish_plain
+
+    def finish_plain(self: Any, fields: Any) -> bool:
+        done = original(self, fields)
+        declined.append(not done)
+        return done
+
+    monkeypatch.setattr(_extract, "messages_plain_response", odd)
+    general, _ = _record("none", [{"system": SYSTEM, "messages": HISTORY}] * 2, False,
+                         monkeypatch)  # both one-pass paths off
+    monkeypatch.setattr(_common.Call, "finish_plain", finish_plain)
+    tel = CapturedTelemetry()
+    setup = Setup(tel, "none", False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            _calls(stub, [{"system": SYSTEM, "messages": HISTORY}] * 2)
+    finally:
+        setup.stop()
+    assert declined == [True, True]
+    spans = [[(k, v) for k, v in s.attributes.items() if k not in _TIMES]
+             for s in tel.spans()]
+    assert spans == [s[3] for s in general["spans"]]
+    assert all(dict(s)[S.BUDGET_ACTUAL_TOKENS] > 0 for s in spans)  # the response's own
+
+
+def test_a_failing_plain_end_is_logged_and_the_call_ends(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Our error while the one-pass end sets the response's fields is ours: logged, the
+    records still stopped and written (without the usage, as the general end), the span
+    ended, the application's reply returned."""
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("ours")
+
+    monkeypatch.setattr(_common, "_put_response", broken)
+    tel = CapturedTelemetry(strict=False)
+    setup = Setup(tel, "none", False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k",
+                                         max_retries=0)
+            reply = client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                           system=SYSTEM, messages=HISTORY)
+    finally:
+        setup.stop()
+    assert reply.content[0].text
+    assert "_record_outcome failed" in caplog.text
+    (span,) = tel.spans()
+    assert span.end_time is not None
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"  # the records' stop ran
+    assert S.BUDGET_ACTUAL_TOKENS not in span.attributes
+    assert tel.bundles()
+
+
+def test_a_truncated_input_is_left_to_the_general_end() -> None:
+    """The provider's own truncation (OpenAI ``truncation="auto"``) is recorded from the
+    response's count by the general end; the one-pass end declines such a call, having
+    changed nothing (no reader of such an API gives one-pass fields today: the rule is
+    kept for the next)."""
+    call = _common.Call.__new__(_common.Call)
+    call.done = False
+    call.record = object()  # type: ignore[assignment]
+    call.req = _common.Request("openai", "gpt-4o-mini", 50)
+    call.req.overflow_strategy = "truncate_middle"
+    fields = ("resp_1", "gpt-4o-mini", ["stop"], 40, 3, None, None, None, None)
+    assert call.finish_plain(fields) is False
+    assert call.done is False and call.record is not None
+    call.req.overflow_strategy = None
+    call.done = True  # ended already: declined as well
+    assert call.finish_plain(fields) is False

@@ -150,7 +150,8 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         tel = ClientTelemetry(__name__, **kwargs)
         api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
-                  X.messages_is_stream, X.PROVIDER, plain=X.messages_plain)
+                  X.messages_is_stream, X.PROVIDER, plain=X.messages_plain,
+                  plain_response=X.messages_plain_response)
         targets = []
         for module in (_MESSAGES, _BETA):
             targets += [

@@ -26,6 +26,7 @@ from .._common import (
     Accumulator,
     Block,
     Outcome,
+    PlainOutcome,
     Request,
     known_message_id,
     make_block,
@@ -328,6 +329,27 @@ def messages_response(result: Any, capture: bool) -> Outcome:
             role="assistant", parts=[_genai_part(b) for b in _get(result, "content") or ()],
             finish_reason=out.finish_reasons[0] if out.finish_reasons else "stop")]
     return out
+
+
+def messages_plain_response(result: Any) -> PlainOutcome | None:
+    """``messages_response(result, False)``'s fields (``Api.plain_response``) for an SDK
+    ``Message`` with no context management applied; None for anything else (a dict, an
+    object without these fields, applied edits: ``messages_response`` reads it)."""
+    if type(result) is dict:
+        return None
+    try:
+        rid, model, stop, usage = result.id, result.model, result.stop_reason, result.usage
+        uncached, read, write, output = (
+            usage.input_tokens, usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens, usage.output_tokens)
+    except AttributeError:  # no usage, or not the SDK's Message
+        return None
+    if _declared_or_extra(result, "context_management") is not None:
+        return None
+    return (rid, model, [_FINISH.get(str(stop), str(stop))] if stop else None,
+            None if uncached is None and read is None and write is None
+            else (uncached or 0) + (read or 0) + (write or 0),
+            output, read, write, None, None)
 
 
 class MessagesAccumulator(Accumulator):

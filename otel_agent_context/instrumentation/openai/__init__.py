@@ -52,7 +52,7 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         tel = ClientTelemetry(__name__, **kwargs)
         chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator, X.chat_is_stream,
-                   X.PROVIDER, "messages", X.chat_plain)
+                   X.PROVIDER, "messages", X.chat_plain, X.chat_plain_response)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
                         X.responses_is_stream, X.PROVIDER)
         compact = Api(X.compact_request, X.compact_response, X.ResponsesAccumulator,

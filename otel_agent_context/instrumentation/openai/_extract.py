@@ -26,6 +26,7 @@ from .._common import (
     Accumulator,
     Block,
     Outcome,
+    PlainOutcome,
     Request,
     known_message_id,
     make_block,
@@ -327,7 +328,7 @@ def chat_response(result: Any, capture: bool) -> Outcome:
     out.finish_reasons = [str(_get(c, "finish_reason") or "error") for c in choices]
     _chat_usage(out, usage)
     if isinstance(fingerprint, str) and fingerprint:
-        out.attributes["openai.response.system_fingerprint"] = fingerprint
+        out.attributes[_FINGERPRINT] = fingerprint
     if capture:
         out.output_messages = [
             OutputMessage(role="assistant",
@@ -335,6 +336,35 @@ def chat_response(result: Any, capture: bool) -> Outcome:
                           finish_reason=str(_get(c, "finish_reason") or "error"))
             for c in choices]
     return out
+
+
+def chat_plain_response(result: Any) -> PlainOutcome | None:
+    """``chat_response(result, False)``'s fields (``Api.plain_response``) for an SDK
+    ``ChatCompletion``; None for anything else (a dict, an object without these fields:
+    ``chat_response`` reads it)."""
+    if type(result) is dict:
+        return None
+    try:
+        rid, model, choices, usage, fingerprint = (
+            result.id, result.model, result.choices, result.usage, result.system_fingerprint)
+        reasons = [str(c.finish_reason or "error") for c in choices or ()]
+        if usage is None:
+            tokens = output = read = write = reasoning = None
+        else:
+            tokens, output, details, completion = (
+                usage.prompt_tokens, usage.completion_tokens, usage.prompt_tokens_details,
+                usage.completion_tokens_details)
+            read, write = ((None, None) if details is None
+                           else (details.cached_tokens, details.cache_write_tokens))
+            reasoning = None if completion is None else completion.reasoning_tokens
+    except AttributeError:  # not the SDK's objects
+        return None
+    return (rid, model, reasons, tokens, output, read, write, reasoning,
+            {_FINGERPRINT: fingerprint} if isinstance(fingerprint, str) and fingerprint
+            else None)
+
+
+_FINGERPRINT = "openai.response.system_fingerprint"
 
 
 def _chat_usage(out: Outcome, usage: Any) -> None:
