@@ -1358,11 +1358,22 @@ class Api:
 
 
 def _server(instance: Any) -> tuple[str | None, int | None]:
+    """The host and port of the client's base URL (the last URL's remembered: an httpx
+    URL's host and port are properties, read again for every call otherwise)."""
+    global _last_server
     try:
         url = instance._client.base_url
-        return url.host or None, url.port
+        last = _last_server
+        if last[0] is url:  # held by the tuple: never another URL at the same address
+            return last[1]
+        server = url.host or None, url.port
+        _last_server = (url, server)
+        return server
     except Exception:
         return None, None
+
+
+_last_server: tuple[Any, tuple[str | None, int | None]] = (None, (None, None))
 
 
 def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
@@ -1520,18 +1531,25 @@ def _replay(items: list[Any], exc: BaseException) -> Iterator[Any]:
 
 def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
            kwargs: dict[str, Any], light: bool = False, wrapped: Any = None) -> Call | None:
+    """``tel.start`` (guarded as it is, without its wrapper's call) for the client's
+    ``instance``. ``light``: whether the wrapper can tell a stream (followed by our stream
+    wrappers, the light invocation timing its chunks as util-genai's does) from a plain
+    call."""
     host, port = _server(instance)
-    # another wrapper between us and the client's method (the official GenAI instrumentor
-    # wrapped before us) may open an inference of its own inside ours: util-genai merges it
-    # into ours through the data ours publishes
-    return tel.start(api, args, kwargs, host, port, light, isinstance(wrapped, _PROXY))
+    try:
+        # another wrapper between us and the client's method (the official GenAI
+        # instrumentor wrapped before us) may open an inference of its own inside ours:
+        # util-genai merges it into ours through the data ours publishes
+        return Call(tel, api, args, kwargs, host, port, light and tel.light,
+                    isinstance(wrapped, _PROXY))
+    except Exception:
+        if _strict_now():
+            raise
+        _log_failed(_START)
+        return None
 
 
-def _light(wrapped: Any, streaming: bool | None) -> bool:
-    """Whether a call may take the light inference path as far as the wrapper can tell:
-    whether it can tell a stream (followed by our stream wrappers, the light invocation
-    timing its chunks as util-genai's does) from a plain call."""
-    return streaming is not None
+_START = inspect.unwrap(ClientTelemetry.start)
 
 
 def _stream_call(api: Api, kwargs: dict[str, Any]) -> bool | None:
@@ -1665,12 +1683,15 @@ def _unparsed(call: Call, followed: list[Any]) -> None:
 
 def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
     """A wrapt wrapper for a sync ``create``."""
+    is_stream = api.is_stream_call
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        streaming = _stream_call(api, kwargs)
-        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming),
-                      wrapped)
+        try:  # _stream_call, without its call
+            streaming: bool | None = bool(is_stream(kwargs))
+        except Exception:
+            streaming = None
+        call = _begin(tel, api, instance, args, kwargs, streaming is not None, wrapped)
         if call is None:
             return wrapped(*args, **kwargs)
         try:
@@ -1687,12 +1708,15 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
 def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
     """A wrapt wrapper for an async ``create``."""
+    is_stream = api.is_stream_call
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        streaming = _stream_call(api, kwargs)
-        call = _begin(tel, api, instance, args, kwargs, _light(wrapped, streaming),
-                      wrapped)
+        try:  # _stream_call, without its call
+            streaming: bool | None = bool(is_stream(kwargs))
+        except Exception:
+            streaming = None
+        call = _begin(tel, api, instance, args, kwargs, streaming is not None, wrapped)
         if call is None:
             return await wrapped(*args, **kwargs)
         try:

@@ -221,3 +221,41 @@ def test_an_envelope_left_inside_a_message_generator_is_not_the_calls(
         assert "context.scope" in attributes
         assert all(attributes.get("context.id") != (s.attributes or {}).get("context.id")
                    for s in app if s is not chat[0])
+
+
+def test_each_call_names_its_own_clients_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's host and port are remembered for the last base URL (``_server``):
+    calls through two clients in turn, and through one whose base URL the application
+    changes, each name the server their request went to."""
+    import openai
+    from llm_setup import CAPTURE_ENV, Setup
+    from stub_server import StubServer
+
+    from otel_agent_context.testing import CapturedTelemetry
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    tel = CapturedTelemetry()
+    setup = Setup(tel, "none", False)
+    setup.start()
+    expected: list[tuple[str, int]] = []
+    try:
+        with StubServer() as stub, StubServer() as other:
+            clients = {
+                ("127.0.0.1", stub.port): openai.OpenAI(
+                    base_url=stub.openai_base_url, api_key="k", max_retries=0),
+                ("localhost", other.port): openai.OpenAI(
+                    base_url=f"http://localhost:{other.port}/v1", api_key="k",
+                    max_retries=0)}
+            for where, client in [*clients.items()] * 2:
+                client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+                expected.append(where)
+            moved = clients[("127.0.0.1", stub.port)]
+            moved.base_url = f"http://localhost:{stub.port}/v1"  # the application moves it
+            moved.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+            expected.append(("localhost", stub.port))
+    finally:
+        setup.stop()
+    assert [(s.attributes["server.address"], s.attributes["server.port"])
+            for s in tel.spans()] == expected
