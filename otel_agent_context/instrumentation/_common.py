@@ -1552,15 +1552,6 @@ def _begin(tel: ClientTelemetry, api: Api, instance: Any, args: tuple[Any, ...],
 _START = inspect.unwrap(ClientTelemetry.start)
 
 
-def _stream_call(api: Api, kwargs: dict[str, Any]) -> bool | None:
-    """Whether the call asks for a stream; None when its ``stream`` argument cannot say
-    (then the client rejects it, recorded as the call's error, as without the light path)."""
-    try:
-        return bool(api.is_stream_call(kwargs))
-    except Exception:
-        return None
-
-
 #: what wrapt's function wrappers derive from (wrapt 2: BaseObjectProxy; 1.x: ObjectProxy)
 _PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
@@ -1568,7 +1559,7 @@ _PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 @guarded
 def _complete(call: Call, api: Api, result: Any) -> Any:
     """Finish a non-streaming call from its result; returns what the app gets."""
-    out = None
+    fields = None
     try:
         target = result
         if not hasattr(result, "usage") and callable(getattr(result, "parse", None)):
@@ -1576,14 +1567,27 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
         plain = api.plain_response
         if plain is not None and call.record is not None and not call.tel.capture:
             fields = plain(target)
-            if fields is not None and call.finish_plain(fields):
-                return
+    except Exception:
+        _unreadable()
+        call.finish(None)
+        return
+    # the call's end outside the reading's guard, as finish() is: its errors are logged
+    # as the call's, not as an unreadable response
+    if fields is not None and call.finish_plain(fields):
+        return
+    out = None
+    try:
         out = api.parse_response(target, call.tel.capture)
     except Exception:
-        if _strict_now():
-            raise
-        _log.debug("otel_agent_context: could not read the response", exc_info=True)
+        _unreadable()
     call.finish(out)
+
+
+def _unreadable() -> None:
+    """A response we could not read (in its ``except`` block): raised in strict mode."""
+    if _strict_now():
+        raise  # noqa: PLE0704 - re-raises the exception being handled by the caller
+    _log.debug("otel_agent_context: could not read the response", exc_info=True)
 
 
 def _wrap_result(call: Call, api: Api, result: Any, streaming: bool, is_async: bool) -> Any:
@@ -1687,7 +1691,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        try:  # _stream_call, without its call
+        try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
+            # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))
         except Exception:
             streaming = None
@@ -1712,7 +1717,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        try:  # _stream_call, without its call
+        try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
+            # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))
         except Exception:
             streaming = None

@@ -21,7 +21,7 @@ from stub_server import StubServer
 
 from otel_agent_context import _folded, _instruments
 from otel_agent_context import _semconv as S
-from otel_agent_context.instrumentation import _common, _stub
+from otel_agent_context.instrumentation import _common, _inference, _stub
 from otel_agent_context.testing import CapturedTelemetry
 
 HISTORY = [{"role": "system", "content": "You are ACME's support agent."},
@@ -304,3 +304,38 @@ def test_our_failure_at_the_calls_end_raises_in_strict_mode_after_the_span_ended
         _plain_call(monkeypatch, strict=True, tel=tel, end=end)
     (span,) = tel.spans()
     assert span.end_time is not None
+
+
+@_ENDS
+def test_a_failing_invocation_end_is_logged_as_the_calls_end(
+        end: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Our error ending the invocation, after the records stopped, is the call's end
+    failing (a warning with its traceback) on either end, not an unreadable response."""
+
+    def failing(self: Any) -> None:
+        raise RuntimeError("injected invocation stop")
+
+    monkeypatch.setattr(_inference.LightInference, "stop", failing)
+    _plain_call(monkeypatch, end=end)
+    failed = [r for r in caplog.records if "_complete failed" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["WARNING"]
+    assert failed[0].exc_info and "injected invocation stop" in str(failed[0].exc_info[1])
+    assert not any("could not read the response" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_response_attribute_write_loses_the_usage_on_the_general_end(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The general end writes the response's own attributes by themselves: that write
+    failing loses the usage after it, logged; the one-pass end writes them with the
+    records' closing attributes (``CallRecord.stop``), so a failing write there is the
+    stop's (``test_a_failing_stop_is_logged_and_the_span_still_ends``)."""
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(_common, "set_attributes", failing)
+    tel = _plain_call(monkeypatch, end="general")
+    (span,) = tel.spans()
+    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"
+    assert S.BUDGET_ACTUAL_TOKENS not in span.attributes
+    assert any("Call._record_outcome failed" in r.getMessage() for r in caplog.records)
