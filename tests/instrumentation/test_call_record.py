@@ -311,8 +311,10 @@ def test_a_failing_invocation_end_is_logged_as_the_calls_end(
         end: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Our error ending the invocation, after the records stopped, is the call's end
     failing (a warning with its traceback) on either end, not an unreadable response."""
+    stop = _inference.LightInference.stop
 
     def failing(self: Any) -> None:
+        stop(self)  # ended (its span and context restored), then the error
         raise RuntimeError("injected invocation stop")
 
     monkeypatch.setattr(_inference.LightInference, "stop", failing)
