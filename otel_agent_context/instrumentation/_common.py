@@ -210,6 +210,7 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
     return block  # type: ignore[no-any-return]
 
 
+#: plain strings (the readers' too): an enum attribute lookup per block adds up
 _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 

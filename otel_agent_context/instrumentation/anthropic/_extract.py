@@ -18,6 +18,8 @@ from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint
 from .. import _tokens
 from .._common import (
+    _K_SESSION_HISTORY,
+    _K_USER_MESSAGE,
     _PLAIN_BLOCK,
     _PLAIN_TYPES,
     KNOWN_MESSAGES,
@@ -42,10 +44,8 @@ PROVIDER = "anthropic"
 _HISTORY = InjectionPoint.MESSAGE_HISTORY.value
 #: plain strings: an enum attribute lookup per block adds up
 _K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
-_K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 _K_SYSTEM_PROMPT = ContextKind.SYSTEM_PROMPT.value
 _K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
-_K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _P_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop",
            "tool_use": "tool_call", "refusal": "content_filter"}

@@ -17,6 +17,8 @@ from ... import _digest
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
 from .. import _tokens
 from .._common import (
+    _K_SESSION_HISTORY,
+    _K_USER_MESSAGE,
     _PLAIN_BLOCK,
     _PLAIN_TYPES,
     KNOWN_MESSAGES,
@@ -47,9 +49,7 @@ _DEVELOPER = (ContextKind.DEVELOPER_INSTRUCTION.value, InjectionPoint.DEVELOPER_
 _HISTORY_POINT = InjectionPoint.MESSAGE_HISTORY.value
 #: plain strings: an enum attribute lookup per block adds up
 _K_COMPUTED_SUMMARY = ContextKind.COMPUTED_SUMMARY.value
-_K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 _K_TOOL_RESULT = ContextKind.TOOL_RESULT.value
-_K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 #: (kind, injection point, segment) of a plain message by its role: a prompt, the latest
 #: user message, any other message of the history
 _PROMPTS = {"system": _SYSTEM, "developer": _DEVELOPER}
