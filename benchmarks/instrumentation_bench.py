@@ -28,9 +28,15 @@ uninstrumented (its own baseline) and instrumented, on the same clients, in four
 alternating blocks (base, instrumented, instrumented, base, ...: a drift within the process
 falls on both phases alike; runs A-E timed the baseline first and the instrumented phase
 second, which charged every configuration with whatever grew in between: the bare span,
-~25 us of work, measured +600 us there; ``--sequential`` keeps that method). A
-configuration whose ``uninstrument()`` leaves calls recorded falls back to the sequential
-order. Each phase warms up first, then times call by call: wall time (``perf_counter_ns``)
+~25 us of work, measured +600 us there; ``--sequential`` keeps that method). Turning a
+configuration off also puts back any client method its ``uninstrument()`` left wrapped
+(OpenLLMetry's OpenAI instrumentor leaves all of them), and every block starts from the
+request data as built (``_fresh_requests``: OpenLLMetry edits a Responses call's input
+messages); a configuration whose calls still record after that is an error, not timed.
+Until run AI such a configuration was timed one phase after the other against a "baseline"
+that still ran its wrappers on the edited messages, which under-measured OpenLLMetry by
+~100-150 us a call on chat and ~1.4 ms on Responses. Each phase warms up first, then
+times call by call: wall time (``perf_counter_ns``)
 and the CPU time of the calling thread (``thread_time_ns``). "Added"
 is, per round, the instrumented median minus the same process's uninstrumented median
 (which cancels what differs from process to process: memory layout, the machine's load at
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import importlib
 import importlib.util
 import json
@@ -63,6 +70,7 @@ from typing import Any
 
 import anthropic
 import openai
+import wrapt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -118,9 +126,26 @@ for i in range(4):
     HISTORY.append({"role": "user", "content": f"Question {i} about my order? " * 8})
     HISTORY.append({"role": "assistant", "content": f"Answer {i} about the order. " * 12})
 HISTORY.append({"role": "user", "content": "And when will it arrive?"})
-ANTHROPIC_MESSAGES = HISTORY[1:]
+ANTHROPIC_MESSAGES = copy.deepcopy(HISTORY[1:])  # dicts of their own (see _fresh_requests)
 ANTHROPIC_SYSTEM = [{"type": "text", "text": HISTORY[0]["content"],
                      "cache_control": {"type": "ephemeral"}}]
+#: the requests' data as built
+_PRISTINE = copy.deepcopy((HISTORY, ANTHROPIC_MESSAGES, ANTHROPIC_SYSTEM))
+
+
+def _fresh_requests() -> bool:
+    """Put the requests' data back as built, in place (the scenarios read these lists);
+    True when an instrumentor had changed it. OpenLLMetry's OpenAI instrumentor (0.62.4)
+    adds ``"type": "message"`` to every input message of a Responses call, the
+    application's own dicts, and the SDK then takes ~1.3 ms longer to prepare every later
+    request that holds them, uninstrumented ones included: each block starts from the data
+    as built, so no baseline pays for it (runs before AI did, in its process), and the
+    Anthropic scenarios' messages are dicts of their own."""
+    if (HISTORY, ANTHROPIC_MESSAGES, ANTHROPIC_SYSTEM) == _PRISTINE:
+        return False
+    history, messages, system = copy.deepcopy(_PRISTINE)
+    HISTORY[:], ANTHROPIC_MESSAGES[:], ANTHROPIC_SYSTEM[:] = history, messages, system
+    return True
 
 
 class _BareSpan:
@@ -338,7 +363,7 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
               metrics: bool, sampled_out: bool, compare: str | None,
               alternate: bool = True, paired: bool = False) -> dict[str, Any]:
     """Time every scenario uninstrumented and under one configuration, in alternating
-    blocks (or one after the other, for a configuration that cannot uninstrument): per call
+    blocks (or one after the other with ``alternate=False``): per call
     wall and CPU nanoseconds of each phase, and spans a call. ``paired``: a composed
     configuration also times the official instrumentors alone (phase ``official``) in the
     same blocks."""
@@ -361,27 +386,65 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
     if paired and config in COMPOSED:  # the official ones of the same instances alone
         also = {"official": _switches([i for i in instrumentors if not isinstance(
             i, (OpenAIContextInstrumentor, AnthropicContextInstrumentor))], settings)}
-    if not alternate or not alternate_phases(on, off, lambda: wanted, exporter, out, calls,
-                                             warmup, also):
-        # the same process uninstrumented first, then instrumented: same clients, same
-        # connections (a configuration that leaves spans behind after uninstrument)
+    changed = False
+
+    def build() -> dict[str, Callable[[], Any]]:
+        nonlocal changed
+        changed = _fresh_requests() or changed
+        return wanted
+
+    if not alternate:  # --sequential: uninstrumented first, then instrumented
         for phase in ("base", "instrumented"):
             if phase == "instrumented":
                 on()
-            for name, fn in wanted.items():
+            for name, fn in build().items():
                 time_phase(fn, warmup, calls, exporter, out[name], phase)
         off()
         for name in wanted:
             out[name]["alternated"] = False
+    elif not alternate_phases(on, off, build, exporter, out, calls, warmup, also):
+        # calls still record after off(), even with the wrappers put back: no clean
+        # baseline is left in this process (a "base" timed now would be instrumented)
+        raise SystemExit(f"configuration {config!r}: calls still record spans after "
+                         "uninstrument() and its wrappers are removed; not timed")
+    changed = _fresh_requests() or changed
+    for name in wanted:
+        out[name]["request_changed"] = changed
     provider.shutdown()
     if meters is not None:
         meters.shutdown()
     return out
 
 
+#: what wrapt's wrappers derive from (wrapt 2: BaseObjectProxy; 1.x: ObjectProxy)
+_PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+
+
+def _client_proxies() -> dict[tuple[Any, str, int], Any]:
+    """Every wrapt wrapper on a class of the loaded ``openai`` and ``anthropic`` modules, by
+    (class, attribute, the wrapper's ``id``: a wrapper compares and hashes as what it
+    wraps)."""
+    found = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or module_name.split(".")[0] not in ("openai", "anthropic"):
+            continue
+        for owner in list(vars(module).values()):
+            if isinstance(owner, type) and owner.__module__ == module_name:
+                for name, value in list(vars(owner).items()):
+                    if isinstance(value, _PROXY):
+                        found[owner, name, id(value)] = value
+    return found
+
+
 def _switches(instrumentors: list[Any], settings: dict[str, Any]
               ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Turning ``instrumentors`` on (in order: the last outermost) and off."""
+    """Turning ``instrumentors`` on (in order: the last outermost) and off. Off also puts
+    back any client method that ``uninstrument()`` left wrapped (OpenLLMetry's OpenAI
+    instrumentor 0.62 unwraps none of its OpenAI methods: timed against such a "baseline",
+    its own wrappers still running, it measured 31-63 µs a call for async chat where the
+    alternating blocks measure ~160)."""
+    before = _client_proxies()
+
     def on() -> None:
         for inst in instrumentors:
             inst.instrument(**settings)
@@ -389,6 +452,12 @@ def _switches(instrumentors: list[Any], settings: dict[str, Any]
     def off() -> None:
         for inst in instrumentors:
             inst.uninstrument()
+        for (owner, name, key), value in _client_proxies().items():
+            if (owner, name, key) in before:
+                continue
+            while isinstance(value, _PROXY) and (owner, name, id(value)) not in before:
+                value = value.__wrapped__
+            setattr(owner, name, value)
 
     return on, off
 
@@ -565,6 +634,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(phases_line(rounds, args.sequential)
           + (" With --paired the composed processes rotate three phases (uninstrumented, "
              "composed, the official alone: ABC, BCA, CAB, ...)." if args.paired else ""))
+    changers = sorted({c for per_round in rounds.values() for r in per_round
+                       for c, t in r.items() if t.get("request_changed")})
+    if changers:
+        print("Changed the application's request data (put back before every block, so "
+              "no baseline ran with it): " + ", ".join(changers) + ".")
     print()
     print(report(summary, ["uninstrumented", *configs]))
     if args.json:

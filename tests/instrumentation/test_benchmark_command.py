@@ -5,12 +5,15 @@ never asserted here (a timed assertion on a shared machine measures the machine)
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import wrapt
 from llm_helpers import assert_added_tables
 from llm_helpers import markdown_table as _table
 
@@ -98,3 +101,70 @@ def test_paired_composed_ratio_comes_from_the_official_alone_in_the_same_process
         assert len(entry["cpu_added_official"]) == 3 and len(entry["cpu_ratio_to_official"]) == 3
     # a configuration that is not composed times no official phase
     assert "cpu_ratio_to_official" not in by_config["official GenAI"]
+
+
+def _bench_module() -> Any:
+    """The benchmark's module, imported as its sibling instrumentation_ir.py does."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        return importlib.import_module("instrumentation_bench")
+    finally:
+        sys.path.remove(str(BENCH.parent))
+
+
+class _LeavesItsWrapper:
+    """An instrumentor whose ``uninstrument()`` unwraps nothing, as OpenLLMetry's OpenAI
+    one (0.62.4) does: the benchmark's off switch must put the method back itself, or its
+    "uninstrumented" blocks run the instrumentor's wrapper."""
+
+    calls = 0
+
+    def instrument(self, **kwargs: Any) -> None:
+        def counting(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            type(self).calls += 1
+            return wrapped(*args, **kwargs)
+        wrapt.wrap_function_wrapper("openai.resources.chat.completions",
+                                    "Completions.create", counting)
+
+    def uninstrument(self, **kwargs: Any) -> None:
+        return None
+
+
+def test_switching_off_puts_back_what_uninstrument_left_wrapped() -> None:
+    bench = _bench_module()
+    from openai.resources.chat.completions import Completions
+
+    original = vars(Completions)["create"]
+    ours = bench.OpenAIContextInstrumentor()
+    ours.instrument()  # wrapped before the switches exist: theirs to keep
+    try:
+        kept = vars(Completions)["create"]
+        assert kept is not original
+        on, off = bench._switches([_LeavesItsWrapper()], {})
+        for _ in range(2):  # every cycle, not only the first
+            on()
+            assert vars(Completions)["create"].__wrapped__ is kept
+            off()
+            assert vars(Completions)["create"] is kept
+    finally:
+        ours.uninstrument()
+    assert vars(Completions)["create"] is original
+
+
+def test_each_block_starts_from_the_request_data_as_built() -> None:
+    """An instrumentor that edits the application's messages (OpenLLMetry adds ``"type":
+    "message"`` to each Responses input message) must not leave the edit to the next
+    block's baseline, nor to the Anthropic scenarios' messages."""
+    bench = _bench_module()
+    assert bench._fresh_requests() is False
+    before = json.dumps([bench.HISTORY, bench.ANTHROPIC_MESSAGES, bench.ANTHROPIC_SYSTEM])
+    history = bench.HISTORY
+    for message in history[1:]:
+        message["type"] = "message"
+    assert all("type" not in m for m in bench.ANTHROPIC_MESSAGES)
+    bench.ANTHROPIC_SYSTEM[0]["cache_control"]["ttl"] = "1h"
+    assert bench._fresh_requests() is True
+    assert bench.HISTORY is history  # in place: the scenarios read these lists
+    assert json.dumps([bench.HISTORY, bench.ANTHROPIC_MESSAGES,
+                       bench.ANTHROPIC_SYSTEM]) == before
+    assert bench._fresh_requests() is False
