@@ -273,25 +273,33 @@ def _folded_row(block: Any) -> None:
 
 CHAT = [{"role": "system", "content": SYSTEM}, *HISTORY]
 
-#: OpenAI chat: name -> (the three calls' arguments, how many of them at least are plain)
-CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
-    "plain": ([{"messages": CHAT, "max_completion_tokens": 50}] * 3, 2),
-    "legacy_max_tokens": ([{"messages": CHAT, "max_tokens": 40}] * 3, 2),
-    "both_sizes": ([{"messages": CHAT, "max_completion_tokens": 0, "max_tokens": 40}] * 3, 2),
-    "no_system": ([{"messages": HISTORY}] * 3, 2),
+#: OpenAI chat: name -> (the three calls' arguments, how many of them at least are
+#: plain, whether every call ends in one pass)
+CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
+    "plain": ([{"messages": CHAT, "max_completion_tokens": 50}] * 3, 2, True),
+    "legacy_max_tokens": ([{"messages": CHAT, "max_tokens": 40}] * 3, 2, True),
+    "both_sizes": ([{"messages": CHAT, "max_completion_tokens": 0, "max_tokens": 40}] * 3, 2,
+                   True),
+    "no_system": ([{"messages": HISTORY}] * 3, 2, True),
     # not plain: a developer prompt (a window segment of its own), a sampling parameter, a
     # system prompt after the history, a tool message
     "developer": ([{"messages": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3,
-                  0),
-    "temperature": ([{"messages": CHAT, "temperature": 0.2}] * 3, 0),
-    "late_system": ([{"messages": [*HISTORY, {"role": "system", "content": SYSTEM}]}] * 3, 0),
+                  0, True),
+    "temperature": ([{"messages": CHAT, "temperature": 0.2}] * 3, 0, True),
+    "late_system": ([{"messages": [*HISTORY, {"role": "system", "content": SYSTEM}]}] * 3, 0,
+                    True),
     "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
-                                          "tool_call_id": "call_1"}]}] * 3, 0),
+                                          "tool_call_id": "call_1"}]}] * 3, 0, True),
 }
 
 
-def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool
+def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool, api: str = "chat"
                 ) -> Callable[[StubServer], None]:
+    """The calls through OpenAI's ``chat.completions.create`` (or ``responses.create``)."""
+    def create(client: Any) -> Any:
+        return client.responses.create if api == "responses" else \
+            client.chat.completions.create
+
     def run(stub: StubServer) -> None:
         if asynchronous:
             client: Any = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="k",
@@ -299,34 +307,74 @@ def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool
 
             async def all_calls() -> None:
                 for call in calls:
-                    await client.chat.completions.create(model="gpt-4o-mini", **call)
+                    await create(client)(model="gpt-4o-mini", **call)
 
             asyncio.run(all_calls())
             return
         client = openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
         for call in calls:
-            client.chat.completions.create(model="gpt-4o-mini", **call)
+            create(client)(model="gpt-4o-mini", **call)
 
     return run
 
 
+#: OpenAI Responses: name -> (the three calls' arguments, how many of them at least are
+#: plain, whether every call ends in one pass)
+RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
+    "plain": ([{"instructions": SYSTEM, "input": HISTORY, "max_output_tokens": 50}] * 3, 2,
+              True),
+    "no_instructions": ([{"input": HISTORY}] * 3, 2, True),
+    "empty_instructions": ([{"instructions": "", "input": HISTORY}] * 3, 2, True),
+    "string_input": ([{"instructions": SYSTEM, "input": "Where is my order?"}] * 3, 2, True),
+    "system_message": ([{"input": CHAT, "max_output_tokens": 50}] * 3, 2, True),
+    "growing": ([{"instructions": SYSTEM, "input": HISTORY[:1]},
+                 {"instructions": SYSTEM, "input": HISTORY},
+                 {"instructions": SYSTEM, "input": HISTORY}], 1, True),
+    # not plain: typed items, a sampling parameter, a developer prompt (a window segment
+    # of its own), the provider's truncation (whose end is the general one too)
+    "typed_messages": ([{"input": [{**m, "type": "message"} for m in HISTORY]}] * 3, 0, True),
+    "temperature": ([{"input": HISTORY, "temperature": 0.2}] * 3, 0, True),
+    "developer": ([{"input": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3, 0,
+                  True),
+    "truncation": ([{"input": HISTORY, "truncation": "auto"}] * 3, 0, False),
+}
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("official", ["none", "outer", "inner"])
-@pytest.mark.parametrize("shape", sorted(CHAT_SHAPES))
-def test_a_plain_chat_request_records_what_the_general_path_records(
-        shape: str, official: str, asynchronous: bool,
+@pytest.mark.parametrize(("api", "shape"), [("chat", s) for s in sorted(CHAT_SHAPES)]
+                         + [("responses", s) for s in sorted(RESPONSES_SHAPES)])
+def test_a_plain_openai_request_records_what_the_general_path_records(
+        api: str, shape: str, official: str, asynchronous: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    calls, plain = CHAT_SHAPES[shape]
-    shipped, taken = _record(official, _chat_calls(calls, asynchronous), True, monkeypatch)
-    general, none_taken = _record(official, _chat_calls(calls, asynchronous), False,
-                                  monkeypatch)
+    calls, plain, one_pass_end = (CHAT_SHAPES if api == "chat" else RESPONSES_SHAPES)[shape]
+    run = _chat_calls(calls, asynchronous, api)
+    shipped, taken = _record(official, run, True, monkeypatch)
+    general, none_taken = _record(official, run, False, monkeypatch)
     assert none_taken == 0
     assert shipped == general
     assert taken >= plain if plain else taken == 0
     recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in dict(s[3])]
     assert len(recorded) == 3
-    assert _ENDED[-2:] == [3, 0]
+    assert all(r.get("openai.api.type") == ("responses" if api == "responses" else None)
+               for r in recorded)
+    assert _ENDED[-2:] == [3 if one_pass_end else 0, 0]
+
+
+def test_the_plain_responses_path_records_the_instructions_and_the_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values themselves: the instructions block (its own id) and the history."""
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    calls = [{"instructions": SYSTEM, "input": HISTORY, "max_output_tokens": 50}] * 2
+    shipped, taken = _record("none", _chat_calls(calls, False, "responses"), True, monkeypatch)
+    assert taken >= 1
+    attrs = dict(shipped["spans"][-1][3])
+    assert attrs[S.ASSEMBLY_BLOCK_ITEM_IDS][0].startswith("instructions:")
+    assert attrs[S.ASSEMBLY_BLOCK_KINDS] == ("system_prompt", "session_history",
+                                             "session_history", "user_message")
+    assert attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS][2] == 50
+    assert attrs[S.BUDGET_ACTUAL_TOKENS] > 0
 
 
 # -- the call's end: a response with nothing but its usage to record ----------------------
@@ -340,6 +388,17 @@ _COMPLETION = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
                "choices": [{"index": 0, "finish_reason": "stop",
                             "message": {"role": "assistant", "content": "Tomorrow."}}],
                "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}}
+_RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+             "model": "gpt-4o-mini-2024-07-18", "output": [
+                 {"type": "message", "id": "msg_1", "status": "completed",
+                  "role": "assistant", "content": [{"type": "output_text",
+                                                    "text": "Tomorrow.", "annotations": []}]}],
+             "usage": {"input_tokens": 40, "output_tokens": 3, "total_tokens": 43,
+                       "input_tokens_details": {"cached_tokens": 0},
+                       "output_tokens_details": {"reasoning_tokens": 0}},
+             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+             "incomplete_details": None, "error": None, "instructions": None,
+             "metadata": {}, "temperature": 1.0, "top_p": 1.0}
 _EDITED = {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 1,
                               "cleared_input_tokens": 12}]}
 
@@ -371,6 +430,21 @@ RESPONSES: dict[str, tuple[str, Any, bool]] = {
         {"index": 0, "finish_reason": "length", "message": {"role": "assistant"}},
         {"index": 1, "finish_reason": "stop", "message": {"role": "assistant"}}]}, True),
     "completion_dict": ("openai dict", _COMPLETION, False),
+    "response": ("openai responses", _RESPONSE, True),
+    "response_details": ("openai responses", {**_RESPONSE, "usage": {
+        **_RESPONSE["usage"], "input_tokens_details": {"cached_tokens": 30,
+                                                      "cache_write_tokens": 6},
+        "output_tokens_details": {"reasoning_tokens": 2}}}, True),
+    "response_incomplete": ("openai responses", {
+        **_RESPONSE, "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"}}, True),
+    "response_no_status": ("openai responses", {**_RESPONSE, "status": None}, True),
+    "response_no_usage": ("openai responses", {**_RESPONSE, "usage": None}, True),
+    # a compaction item: the general end records the provider's compaction
+    "response_compaction": ("openai responses", {**_RESPONSE, "output": [
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"},
+        *_RESPONSE["output"]]}, False),
+    "response_dict": ("openai responses dict", _RESPONSE, False),
 }
 
 
@@ -378,11 +452,14 @@ def _response(provider: str, body: dict[str, Any]) -> Any:
     from anthropic.types import Message
     from anthropic.types.beta import BetaMessage
     from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
 
     if provider.endswith("dict"):
         return body
     if provider == "anthropic unchecked":  # a field the SDK's model would refuse
         return Message.model_construct(**body)
+    if provider == "openai responses":  # as the SDK builds it: unvalidated, fields missing
+        return openai._models.construct_type(type_=Response, value=body)
     return {"anthropic": Message, "anthropic beta": BetaMessage,
             "openai": ChatCompletion}[provider].model_validate(body)
 
@@ -402,6 +479,8 @@ def test_a_plain_response_reads_what_the_general_reader_reads(name: str) -> None
     reader = anthropic_reader if provider.startswith("anthropic") else openai_reader
     general, one_pass = ((reader.messages_response, reader.messages_plain_response)
                          if reader is anthropic_reader
+                         else (reader.responses_response, reader.responses_plain_response)
+                         if provider.startswith("openai responses")
                          else (reader.chat_response, reader.chat_plain_response))
     fields = one_pass(result)
     if not plain:
@@ -491,8 +570,8 @@ def test_a_failing_plain_end_is_logged_and_the_call_ends(
 def test_a_truncated_input_is_left_to_the_general_end() -> None:
     """The provider's own truncation (OpenAI ``truncation="auto"``) is recorded from the
     response's count by the general end; the one-pass end declines such a call, having
-    changed nothing (no reader of such an API gives one-pass fields today: the rule is
-    kept for the next)."""
+    changed nothing (through the real client: the ``truncation`` shape of
+    ``test_a_plain_openai_request_records_what_the_general_path_records``)."""
     call = _common.Call.__new__(_common.Call)
     call.done = False
     call.record = object()  # type: ignore[assignment]

@@ -54,7 +54,8 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator, X.chat_is_stream,
                    X.PROVIDER, "messages", X.chat_plain, X.chat_plain_response)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
-                        X.responses_is_stream, X.PROVIDER)
+                        X.responses_is_stream, X.PROVIDER, None, X.responses_plain,
+                        X.responses_plain_response)
         compact = Api(X.compact_request, X.compact_response, X.ResponsesAccumulator,
                       X.compact_is_stream, X.PROVIDER)
         # create and parse (structured outputs: LangChain's with_structured_output and

@@ -14,6 +14,7 @@ from opentelemetry.util.genai.types import (
 )
 
 from ... import _digest
+from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
 from .. import _tokens
 from .._common import (
@@ -476,9 +477,7 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     system: list[Any] = []
     instructions = given(kwargs.get("instructions"))
     if isinstance(instructions, str) and instructions:
-        kind, point, seg = _SYSTEM
-        req.blocks.append(make_block(f"instructions:{short_digest(instructions)}", kind,
-                                     instructions, capture, point, seg))
+        req.blocks.append(_instructions_block(instructions, capture))
         if capture:
             system.append(TextPart(content=instructions))
     prev = given(kwargs.get("previous_response_id"))
@@ -512,6 +511,64 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     if capture:
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = system
+    return req
+
+
+_INSTRUCTIONS_BLOCK = "instructions block"
+
+
+def _instructions_block(text: str, capture: bool) -> Block:
+    """The block of a request's ``instructions``; without content capture the same block
+    every call, remembered as :func:`plain_block`'s are (an agent sends them with every
+    call)."""
+    kind, point, seg = _SYSTEM
+    if capture or type(text) is not str:  # a str subclass: its block keeps the text as given
+        return make_block(f"instructions:{short_digest(text)}", kind, text, capture, point,
+                          seg)
+    key = (_INSTRUCTIONS_BLOCK, text, _tokens._estimator_key)
+    found = remembered(key)
+    if found is None or not _digest._resolved:
+        found = make_block(f"instructions:{short_digest(text)}", kind, text, False, point,
+                           seg)
+        remember_beside(key, text, found)
+    return found  # type: ignore[no-any-return]
+
+
+_PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens"))
+
+
+def responses_plain(kwargs: dict[str, Any]) -> Request | None:
+    """``responses_request((), kwargs, False)`` for a plain request whose blocks are all
+    remembered (``Api.plain``, as :func:`chat_plain`): the model, the output size, the
+    instructions as a string and input messages each a role among system, developer, user
+    and assistant and a string (or the input as one string); None for any other request (a
+    previous response, truncation, tools, items of other types, ids, a message not seen
+    before), which ``responses_request`` reads."""
+    if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
+        return None
+    get = kwargs.get
+    model, items, instructions, reserved = (get("model"), get("input"), get("instructions"),
+                                            get("max_output_tokens"))
+    if type(items) is str:
+        items = [{"role": "user", "content": items}]
+    if (type(model) is not str or type(items) is not list
+            or not (reserved is None or type(reserved) is int)):
+        return None
+    blocks: list[Block] = []
+    if type(instructions) is str:
+        if instructions:
+            found = remembered((_INSTRUCTIONS_BLOCK, instructions, _tokens._estimator_key))
+            if found is None:
+                return None
+            blocks.append(found)
+    elif instructions is not None:
+        return None
+    history = remembered_history(items, _PLAIN_KINDS)
+    if history is None:
+        return None
+    blocks += history
+    req = Request(PROVIDER, model, reserved, False, 0, {"max_tokens": reserved})
+    req.blocks = blocks
     return req
 
 
@@ -590,6 +647,40 @@ def responses_response(result: Any, capture: bool) -> Outcome:
                                              parts=[TextPart(content="".join(texts))],
                                              finish_reason=out.finish_reasons[0])]
     return out
+
+
+def responses_plain_response(result: Any) -> PlainOutcome | None:
+    """``responses_response(result, False)``'s fields (``Api.plain_response``) for an SDK
+    ``Response`` without a compaction item; None for anything else (a dict, an object
+    without these fields, a compaction: ``responses_response`` reads it)."""
+    if type(result) is dict:
+        return None
+    try:
+        rid, model, status, details, usage, output = (
+            result.id, result.model, result.status, result.incomplete_details, result.usage,
+            result.output)
+        for item in output or ():
+            if item.type == "compaction":
+                return None
+        reason = None if details is None else details.reason
+        reasons = [_FINISH.get(str(reason or status), str(reason or status or "stop"))]
+        if usage is None:
+            tokens = output_tokens = read = write = reasoning = None
+        else:
+            tokens, output_tokens, read_details, output_details = (
+                usage.input_tokens, usage.output_tokens, usage.input_tokens_details,
+                usage.output_tokens_details)
+            # fields the server may leave out: None, as the general reader's _get reads them
+            read = getattr(read_details, "cached_tokens", None)
+            write = getattr(read_details, "cache_write_tokens", None)
+            reasoning = getattr(output_details, "reasoning_tokens", None)
+    except AttributeError:  # not the SDK's objects
+        return None
+    return (rid, model, reasons, tokens, output_tokens, read, write, reasoning,
+            _RESPONSES_API)
+
+
+_RESPONSES_API = {"openai.api.type": "responses"}
 
 
 class ResponsesAccumulator(Accumulator):
