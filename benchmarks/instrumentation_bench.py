@@ -6,9 +6,14 @@
 
 Real ``openai`` and ``anthropic`` clients call the bundled loopback stub
 (``otel_agent_context.instrumentation._stub``), which runs in a process of its own pinned to
-another core than the benchmark. Configurations (each with the same SDK ``TracerProvider``:
-a ``SimpleSpanProcessor`` into an ``InMemorySpanExporter``, so every span's cost, export
-included, lands on the calling thread alike; content capture off everywhere):
+another core than the benchmark. Most scenarios send the same request every call (a system
+prompt and a history of nine messages); the two "new turn" scenarios (since run AI) send
+what an agent's next call sends: the last four exchanges again, the reply to the last
+question and a new question, text no call sent before (what ours digests is then new
+every call, where the peers' cost does not depend on it). Configurations (each with the
+same SDK ``TracerProvider``: a ``SimpleSpanProcessor`` into an ``InMemorySpanExporter``, so
+every span's cost, export included, lands on the calling thread alike; content capture off
+everywhere):
 
 - ``uninstrumented``: each process's baseline, below;
 - ``official GenAI``: ``opentelemetry-instrumentation-genai-openai`` / ``-anthropic``;
@@ -57,6 +62,7 @@ import asyncio
 import copy
 import importlib
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -256,9 +262,33 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             for _ in s:
                 pass
 
+    # an agent's conversation: each call sends the last four exchanges again, the reply to
+    # the last question and a new question (text no call sent before), as an agent does
+    turn = itertools.count()
+    recent = [dict(m) for m in HISTORY[1:-1]]
+
+    def next_turn() -> list[dict[str, str]]:
+        n = next(turn)
+        question = {"role": "user", "content": f"Question {n} about my order? " * 8}
+        sent = [*recent, question]
+        recent[:] = [*recent[2:], question,
+                     {"role": "assistant", "content": f"Answer {n} about the order. " * 12}]
+        return sent
+
+    def chat_turn() -> Any:
+        return oa.chat.completions.create(model="gpt-4o-mini",
+                                          messages=[HISTORY[0], *next_turn()],
+                                          max_completion_tokens=300)
+
+    def messages_turn() -> Any:
+        return an.messages.create(model="claude-sonnet-4-6", max_tokens=300,
+                                  system=ANTHROPIC_SYSTEM, messages=next_turn())
+
     return {"openai chat.completions": chat, "openai chat.completions stream": chat_stream,
             "openai chat.completions async": chat_async, "openai responses": responses,
-            "anthropic messages": messages, "anthropic messages.stream": messages_stream}
+            "anthropic messages": messages, "anthropic messages.stream": messages_stream,
+            "openai chat.completions new turn": chat_turn,
+            "anthropic messages new turn": messages_turn}
 
 
 def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],

@@ -62,7 +62,16 @@ from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
 from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
-from .._folded import _SEG_OUTPUT, _TEXT, CallRecord, Row, Segment, block_columns, fold_call
+from .._folded import (
+    _SEG_OUTPUT,
+    _TEXT,
+    CallRecord,
+    Row,
+    Segment,
+    _block_row,
+    block_columns,
+    fold_call,
+)
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
 from .._version import __version__
@@ -215,13 +224,15 @@ _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 
 
-def remembered_history(messages: list[Any], kinds: dict[str, str] | None
-                       ) -> list[Block] | None:
-    """The remembered blocks (:func:`plain_block`) of a history of plain messages, each a
-    dict of a role and a string, the latest user message its own kind: for a reader's
-    one-pass path (``Api.plain``). ``kinds``: the kind of a message by its role (a role not
-    in it: None), or None for every role a history message. None when a message is not
-    such a dict or no call has read it yet (then the reader reads the request)."""
+def remembered_history(messages: list[Any],
+                       specs: dict[str, tuple[str, str, str]] | None) -> list[Block] | None:
+    """The blocks (:func:`plain_block`) of a history of plain messages, each a dict of a
+    role and a string, the latest user message its own kind: for a reader's one-pass path
+    (``Api.plain``). ``specs``: a message's (kind, injection point, segment) by its role (a
+    role not in it: None), or None for every role a history message. A message an earlier
+    call read is looked up; a new one (an agent's call adds a reply and a question to what
+    the last one sent) is made as the general reader makes it. None when a message is not
+    such a dict (then the reader reads the request)."""
     last_user = -1
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
@@ -246,16 +257,24 @@ def remembered_history(messages: list[Any], kinds: dict[str, str] | None
         if type(content) is not str or type(role) is not str:
             return None
         if i == last_user:  # a user message (the scan's)
-            kind: str | None = _K_USER_MESSAGE
-        elif kinds is None:
-            kind = _K_SESSION_HISTORY
-        elif (kind := kinds.get(role)) is None:
+            spec = _LATEST_USER_SPEC
+        elif specs is None:
+            spec = _HISTORY_SPEC
+        elif role in specs:
+            spec = specs[role]
+        else:
             return None
-        found = _memo_get((_PLAIN_BLOCK, role, content, kind, estimator))
+        found = _memo_get((_PLAIN_BLOCK, role, content, spec[0], estimator))
         if found is None:
-            return None
+            found = plain_block(role, content, *spec)
         append(found)
     return blocks
+
+
+_P_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
+#: (kind, injection point, segment) of a history message, and of the latest user message
+_HISTORY_SPEC = (_K_SESSION_HISTORY, _P_HISTORY, SEG_HISTORY)
+_LATEST_USER_SPEC = (_K_USER_MESSAGE, _P_HISTORY, SEG_HISTORY)
 
 
 #: Message ids a framework gave the messages of the model call under way, by (role, text),
@@ -704,10 +723,10 @@ class Call:
         separate walks over the blocks (each pass costs more in a call through the client,
         which runs ours cold, than in a loop: benchmarks/instrumentation.md, run AG). Plain:
         outside any application envelope, on a recording span, without content capture,
-        every block already read by an earlier call (remembered, its row kept) and plain,
-        their ids distinct, the system prompt's blocks first and the history's after, no
-        tools. False, having changed nothing, for any other request: the general path
-        reads it."""
+        every block plain (an earlier call's remembered, with its row; a new message's made
+        and read here), their ids distinct, the system prompt's blocks first and the
+        history's after, no tools. False, having recorded nothing, for any other request: the
+        general path reads it."""
         if tel.capture or not tel.fold or not _digest._resolved:
             return False
         if env is UNREAD:
@@ -718,8 +737,8 @@ class Call:
         req = plain(kwargs)
         if req is None:
             return False
-        rows = [b._row for b in req.blocks]
-        if not rows or None in rows:  # a block no call has read yet
+        rows = [b._row or _block_row(b) for b in req.blocks]  # a new block read here
+        if not rows:
             return False
         columns = list(zip(*rows, strict=False))  # every row is a Row: 8 fields
         ids, segs = columns[0], columns[5]
@@ -1349,8 +1368,8 @@ class Api:
     #: the request key whose list ``parse_request`` settles itself, message by message, as
     #: it reads it (see ``settle_message``): not walked twice
     settles: str | None = None
-    #: ``parse_request(args, kwargs, False)`` of a plain request whose every block an
-    #: earlier call read, or None for any other (``Call._read_plain``)
+    #: ``parse_request(args, kwargs, False)`` of a plain request (its prompt's blocks read
+    #: by an earlier call, its messages plain), or None for any other (``Call._read_plain``)
     plain: Callable[[dict[str, Any]], Request | None] | None = None
     #: ``parse_response(result, False)``'s fields as :data:`PlainOutcome` for the SDK's own
     #: response with nothing to record but its usage, or None for any other

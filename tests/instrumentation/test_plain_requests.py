@@ -14,6 +14,7 @@ not)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -375,6 +376,48 @@ def test_the_plain_responses_path_records_the_instructions_and_the_history(
                                              "session_history", "user_message")
     assert attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS][2] == 50
     assert attrs[S.BUDGET_ACTUAL_TOKENS] > 0
+
+
+
+def _agent_turns(api: str) -> tuple[Callable[[StubServer], None], int]:
+    """An agent's three calls, each sending the last one's messages, its reply and a new
+    question, all of them text no call has sent before (unique to this test run): the
+    one-pass start makes the new messages' blocks as the general reader does. And how many
+    of the calls are plain at least (a system prompt or instructions are remembered only
+    once a call read them)."""
+    fresh = uuid.uuid4().hex
+    history: list[dict[str, Any]] = []
+    turns = []
+    for n in range(3):
+        if history:
+            history = [*history, {"role": "assistant", "content": f"Answer {n} {fresh}."}]
+        history = [*history, {"role": "user", "content": f"Question {n} {fresh}?"}]
+        turns.append(history)
+    if api == "anthropic":
+        return (lambda stub: _calls(stub, [{"system": SYSTEM + fresh, "messages": t}
+                                           for t in turns])), 2
+    if api == "responses":
+        return _chat_calls([{"instructions": SYSTEM + fresh, "input": t} for t in turns],
+                           False, "responses"), 2
+    return _chat_calls([{"messages": [{"role": "system", "content": SYSTEM + fresh}, *t]}
+                        for t in turns], False), 3
+
+
+@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("api", ["anthropic", "chat", "responses"])
+def test_new_messages_are_recorded_in_one_pass_as_the_general_path_records_them(
+        api: str, official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    run, plain = _agent_turns(api)
+    shipped, taken = _record(official, run, True, monkeypatch)  # first: the text is new
+    general, none_taken = _record(official, run, False, monkeypatch)
+    assert none_taken == 0
+    assert taken == plain
+    assert shipped == general
+    recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in dict(s[3])]
+    assert [len(r[S.ASSEMBLY_BLOCK_ITEM_IDS]) for r in recorded] == [2, 4, 6]
+    # the same message has the same item id in every call that sends it
+    assert recorded[1][S.ASSEMBLY_BLOCK_ITEM_IDS][:2] == recorded[2][S.ASSEMBLY_BLOCK_ITEM_IDS][:2]
 
 
 # -- the call's end: a response with nothing but its usage to record ----------------------

@@ -177,12 +177,13 @@ _PLAIN_SYSTEM = frozenset(("type", "text", "cache_control"))
 
 
 def messages_plain(kwargs: dict[str, Any]) -> Request | None:
-    """``messages_request((), kwargs, False)`` for a plain request whose blocks are all
-    remembered (an earlier call read them: an agent sends its history again with every
-    call), looked up without the general reader's branches; None for any other request
-    (another key (a sampling parameter too: read by the general path), a value that is not
-    a plain one, content blocks, a framework's message
-    ids, a message not seen before), which ``messages_request`` reads. Nothing here can
+    """``messages_request((), kwargs, False)`` for a plain request whose system prompt an
+    earlier call read (an agent sends it with every call), its messages each a role and a
+    string (remembered, or made as the general reader makes them), without the general
+    reader's branches; None for any other request (another key (a sampling parameter too:
+    read by the general path), a value that is not a plain one, content blocks, a
+    framework's message ids, a system prompt not seen before), which ``messages_request``
+    reads. Nothing here can
     hold an iterator (plain values only), so nothing needs settling (``_materialize``)."""
     if not kwargs.keys() <= _PLAIN_REQUEST:
         return None

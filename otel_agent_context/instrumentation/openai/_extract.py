@@ -290,12 +290,12 @@ _PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_toke
 
 
 def chat_plain(kwargs: dict[str, Any]) -> Request | None:
-    """``chat_request((), kwargs, False)`` for a plain request whose messages are all
-    remembered (``Api.plain``: an agent sends its history again with every call): the
-    model, the output sizes and messages each a role among system, developer, user and
-    assistant and a string; None for any other request (another key, a sampling
-    parameter, a value that is not a plain one, a framework's message ids, a message not
-    seen before), which ``chat_request`` reads."""
+    """``chat_request((), kwargs, False)`` for a plain request (``Api.plain``): the model,
+    the output sizes and messages each a role among system, developer, user and assistant
+    and a string (remembered: an agent sends its history again with every call; a new one
+    made as the general reader makes it); None for any other request (another key, a
+    sampling parameter, a value that is not a plain one, a framework's message ids), which
+    ``chat_request`` reads."""
     if not kwargs.keys() <= _PLAIN_CHAT or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
@@ -305,7 +305,7 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
             or not (completion is None or type(completion) is int)
             or not (legacy is None or type(legacy) is int)):
         return None
-    blocks = remembered_history(messages, _PLAIN_KINDS)
+    blocks = remembered_history(messages, _PLAIN_SPECS)
     if blocks is None:
         return None
     reserved = completion or legacy
@@ -538,12 +538,12 @@ _PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_toke
 
 
 def responses_plain(kwargs: dict[str, Any]) -> Request | None:
-    """``responses_request((), kwargs, False)`` for a plain request whose blocks are all
-    remembered (``Api.plain``, as :func:`chat_plain`): the model, the output size, the
-    instructions as a string and input messages each a role among system, developer, user
-    and assistant and a string (or the input as one string); None for any other request (a
-    previous response, truncation, tools, items of other types, ids, a message not seen
-    before), which ``responses_request`` reads."""
+    """``responses_request((), kwargs, False)`` for a plain request (``Api.plain``, as
+    :func:`chat_plain`): the model, the output size, instructions an earlier call read, and
+    input messages each a role among system, developer, user and assistant and a string (or
+    the input as one string); None for any other request (a previous response, truncation,
+    tools, items of other types, ids, instructions not seen before), which
+    ``responses_request`` reads."""
     if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
@@ -563,7 +563,7 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
             blocks.append(found)
     elif instructions is not None:
         return None
-    history = remembered_history(items, _PLAIN_KINDS)
+    history = remembered_history(items, _PLAIN_SPECS)
     if history is None:
         return None
     blocks += history
