@@ -450,10 +450,9 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
 _PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 
-def _client_proxies() -> dict[tuple[Any, str, int], Any]:
+def _client_proxies() -> dict[tuple[Any, str], Any]:
     """Every wrapt wrapper on a class of the loaded ``openai`` and ``anthropic`` modules, by
-    (class, attribute, the wrapper's ``id``: a wrapper compares and hashes as what it
-    wraps)."""
+    (class, attribute)."""
     found = {}
     for module_name, module in list(sys.modules.items()):
         if module is None or module_name.split(".")[0] not in ("openai", "anthropic"):
@@ -462,7 +461,7 @@ def _client_proxies() -> dict[tuple[Any, str, int], Any]:
             if isinstance(owner, type) and owner.__module__ == module_name:
                 for name, value in list(vars(owner).items()):
                     if isinstance(value, _PROXY):
-                        found[owner, name, id(value)] = value
+                        found[owner, name] = value
     return found
 
 
@@ -472,7 +471,9 @@ def _switches(instrumentors: list[Any], settings: dict[str, Any]
     back any client method that ``uninstrument()`` left wrapped (OpenLLMetry's OpenAI
     instrumentor 0.62 unwraps none of its OpenAI methods: timed against such a "baseline",
     its own wrappers still running, it measured 31-63 µs a call for async chat where the
-    alternating blocks measure ~160)."""
+    alternating blocks measure ~160): each wrapped attribute gets back the very object it
+    held before (a wrapper that was there already: ``unwrap`` may put back an equal copy)
+    or, if it held none, the function under the wrappers."""
     before = _client_proxies()
 
     def on() -> None:
@@ -482,10 +483,12 @@ def _switches(instrumentors: list[Any], settings: dict[str, Any]
     def off() -> None:
         for inst in instrumentors:
             inst.uninstrument()
-        for (owner, name, key), value in _client_proxies().items():
-            if (owner, name, key) in before:
+        for (owner, name), value in _client_proxies().items():
+            if (owner, name) in before:
+                if value is not before[owner, name]:
+                    setattr(owner, name, before[owner, name])
                 continue
-            while isinstance(value, _PROXY) and (owner, name, id(value)) not in before:
+            while isinstance(value, _PROXY):
                 value = value.__wrapped__
             setattr(owner, name, value)
 

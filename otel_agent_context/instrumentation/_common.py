@@ -734,7 +734,14 @@ class Call:
         span = inv.span
         if env is not None or not span.is_recording():
             return False
-        req = plain(kwargs)
+        try:
+            req = plain(kwargs)
+        except Exception:  # ours, with nothing recorded yet: the general path reads it
+            if _strict_now():
+                raise
+            _log.debug("otel_agent_context: the one-pass request reader failed",
+                       exc_info=True)
+            return False
         if req is None:
             return False
         rows = [b._row or _block_row(b) for b in req.blocks]  # a new block read here
@@ -1586,10 +1593,16 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
             target = result.parse()  # with_raw_response: parsed once, cached by the SDK
         plain = api.plain_response
         if plain is not None and call.record is not None and not call.tel.capture:
-            fields = plain(target)
+            try:
+                fields = plain(target)
+            except Exception:  # ours: the general reader reads it (raised when strict)
+                if _strict_now():
+                    raise
+                _log.debug("otel_agent_context: the one-pass response reader failed",
+                           exc_info=True)
     except Exception:
+        call.finish(None)  # first: strict mode raises below, the call ended
         _unreadable()
-        call.finish(None)
         return
     # the call's end outside the reading's guard, as finish() is: its errors are logged
     # as the call's, not as an unreadable response

@@ -147,6 +147,15 @@ def test_switching_off_puts_back_what_uninstrument_left_wrapped() -> None:
             assert vars(Completions)["create"].__wrapped__ is kept
             off()
             assert vars(Completions)["create"] is kept
+        # one whose uninstrument() puts back a copy of what it found (OTel's unwrap of a
+        # bound wrapper): the very object it found is put back
+        official = bench._official()[0]
+        on, off = bench._switches([official], {})
+        for _ in range(2):
+            on()
+            assert vars(Completions)["create"] is not kept
+            off()
+            assert vars(Completions)["create"] is kept
     finally:
         ours.uninstrument()
     assert vars(Completions)["create"] is original

@@ -81,7 +81,7 @@ def _calls(stub: StubServer, calls: list[dict[str, Any]]) -> None:
 def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], None],
             plain: bool,
             monkeypatch: pytest.MonkeyPatch, capture: bool = False,
-            in_envelope: bool = False) -> tuple[dict[str, Any], int]:
+            in_envelope: bool = False, strict: bool = True) -> tuple[dict[str, Any], int]:
     taken = [0]
     read_plain = _common.Call._read_plain
     finish_plain = _common.Call.finish_plain
@@ -99,7 +99,7 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
     _ENDED.append(0)
     monkeypatch.setattr(_common.Call, "_read_plain", counted)
     monkeypatch.setattr(_common.Call, "finish_plain", ended)
-    tel = CapturedTelemetry(capture_content=capture)
+    tel = CapturedTelemetry(capture_content=capture, strict=strict)
     setup = Setup(tel, official, capture)
     setup.start()
     try:
@@ -420,6 +420,35 @@ def test_new_messages_are_recorded_in_one_pass_as_the_general_path_records_them(
     assert recorded[1][S.ASSEMBLY_BLOCK_ITEM_IDS][:2] == recorded[2][S.ASSEMBLY_BLOCK_ITEM_IDS][:2]
 
 
+
+@pytest.mark.parametrize("where", ["chat_plain", "chat_plain_response", "responses_plain",
+                                   "responses_plain_response"])
+def test_a_failing_one_pass_reader_leaves_the_call_to_the_general_reader(
+        where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our error in a one-pass reader, before anything is recorded: the general reader
+    reads the call instead and nothing is lost; in strict mode the error is raised with
+    the call ended (no span left current for the application's next call)."""
+    from opentelemetry import trace
+
+    from otel_agent_context.instrumentation.openai import _extract
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    api = "responses" if where.startswith("responses") else "chat"
+    run = _chat_calls((CHAT_SHAPES if api == "chat" else RESPONSES_SHAPES)["plain"][0],
+                      False, api)
+    general, _ = _record("none", run, False, monkeypatch)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("ours")
+
+    monkeypatch.setattr(_extract, where, broken)
+    shipped, _ = _record("none", run, True, monkeypatch, strict=False)
+    assert shipped == general
+    with pytest.raises(RuntimeError, match="ours"):
+        _record("none", run, True, monkeypatch)
+    assert not trace.get_current_span().get_span_context().is_valid
+
+
 # -- the call's end: a response with nothing but its usage to record ----------------------
 
 _MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant",
@@ -483,6 +512,8 @@ RESPONSES: dict[str, tuple[str, Any, bool]] = {
         "incomplete_details": {"reason": "max_output_tokens"}}, True),
     "response_no_status": ("openai responses", {**_RESPONSE, "status": None}, True),
     "response_no_usage": ("openai responses", {**_RESPONSE, "usage": None}, True),
+    # usage details then set to dicts (an object the SDK did not build: read as dicts)
+    "response_dict_details": ("openai responses", _RESPONSE, True),
     # a compaction item: the general end records the provider's compaction
     "response_compaction": ("openai responses", {**_RESPONSE, "output": [
         {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"},
@@ -519,6 +550,9 @@ def test_a_plain_response_reads_what_the_general_reader_reads(name: str) -> None
     result = _response(provider, body)
     if name == "completion_two_choices":
         result.choices[1].finish_reason = None
+    if name == "response_dict_details":
+        result.usage.input_tokens_details = {"cached_tokens": 30, "cache_write_tokens": 6}
+        result.usage.output_tokens_details = {"reasoning_tokens": 2}
     reader = anthropic_reader if provider.startswith("anthropic") else openai_reader
     general, one_pass = ((reader.messages_response, reader.messages_plain_response)
                          if reader is anthropic_reader

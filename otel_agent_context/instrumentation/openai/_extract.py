@@ -670,10 +670,10 @@ def responses_plain_response(result: Any) -> PlainOutcome | None:
             tokens, output_tokens, read_details, output_details = (
                 usage.input_tokens, usage.output_tokens, usage.input_tokens_details,
                 usage.output_tokens_details)
-            # fields the server may leave out: None, as the general reader's _get reads them
-            read = getattr(read_details, "cached_tokens", None)
-            write = getattr(read_details, "cache_write_tokens", None)
-            reasoning = getattr(output_details, "reasoning_tokens", None)
+            # fields the server may leave out: None, as the general reader reads them (_get)
+            read = _get(read_details, "cached_tokens")
+            write = _get(read_details, "cache_write_tokens")
+            reasoning = _get(output_details, "reasoning_tokens")
     except AttributeError:  # not the SDK's objects
         return None
     return (rid, model, reasons, tokens, output_tokens, read, write, reasoning,
