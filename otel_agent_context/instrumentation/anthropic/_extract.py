@@ -183,8 +183,8 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     reader's branches; None for any other request (another key (a sampling parameter too:
     read by the general path), a value that is not a plain one, content blocks, a
     framework's message ids, a system prompt not seen before), which ``messages_request``
-    reads. Nothing here can
-    hold an iterator (plain values only), so nothing needs settling (``_materialize``)."""
+    reads. Nothing here can hold an iterator (plain values only), so nothing needs settling
+    (``_materialize``)."""
     if not kwargs.keys() <= _PLAIN_REQUEST:
         return None
     get = kwargs.get
