@@ -1601,23 +1601,24 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
                 _log.debug("otel_agent_context: the one-pass response reader failed",
                            exc_info=True)
     except Exception:
-        call.finish(None)  # first: strict mode raises below, the call ended
-        _unreadable()
+        _unreadable(call)
         return
     # the call's end outside the reading's guard, as finish() is: its errors are logged
     # as the call's, not as an unreadable response
     if fields is not None and call.finish_plain(fields):
         return
-    out = None
     try:
         out = api.parse_response(target, call.tel.capture)
     except Exception:
-        _unreadable()
+        _unreadable(call)
+        return
     call.finish(out)
 
 
-def _unreadable() -> None:
-    """A response we could not read (in its ``except`` block): raised in strict mode."""
+def _unreadable(call: Call) -> None:
+    """A response we could not read (in its ``except`` block): the call ended without it,
+    then the error raised in strict mode (the call never left open)."""
+    call.finish(None)
     if _strict_now():
         raise  # noqa: PLE0704 - re-raises the exception being handled by the caller
     _log.debug("otel_agent_context: could not read the response", exc_info=True)

@@ -521,17 +521,19 @@ def _instructions_block(text: str, capture: bool) -> Block:
     """The block of a request's ``instructions``; without content capture the same block
     every call, remembered as :func:`plain_block`'s are (an agent sends them with every
     call)."""
-    kind, point, seg = _SYSTEM
     if capture or type(text) is not str:  # a str subclass: its block keeps the text as given
-        return make_block(f"instructions:{short_digest(text)}", kind, text, capture, point,
-                          seg)
+        return _new_instructions_block(text, capture)
     key = (_INSTRUCTIONS_BLOCK, text, _tokens._estimator_key)
     found = remembered(key)
     if found is None or not _digest._resolved:
-        found = make_block(f"instructions:{short_digest(text)}", kind, text, False, point,
-                           seg)
+        found = _new_instructions_block(text, False)
         remember_beside(key, text, found)
     return found  # type: ignore[no-any-return]
+
+
+def _new_instructions_block(text: str, capture: bool) -> Block:
+    kind, point, seg = _SYSTEM
+    return make_block(f"instructions:{short_digest(text)}", kind, text, capture, point, seg)
 
 
 _PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens"))
