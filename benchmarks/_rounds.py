@@ -223,10 +223,13 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, di
                     # ratio per round from one process
                     theirs = [(med(t[other][key]) - med(t["base"][key])) / 1e3 for t in runs]
                     entry[f"{key}_added_{other}"] = _quantiles(theirs, scale=1.0)
-                    entry[f"{key}_ratio_to_{other}"] = _quantiles(
-                        [a / b if b > 0 else float("inf") for a, b in zip(added, theirs,
-                                                                           strict=True)],
-                        scale=1.0)
+                    # a round where the other phase added nothing measurable (its median
+                    # at or under the baseline's, noise on few calls) has no ratio: it is
+                    # left out and counted, never an infinite or negative "ratio"
+                    ratios = [a / b for a, b in zip(added, theirs, strict=True) if b > 0]
+                    entry[f"{key}_ratio_to_{other}"] = (
+                        _quantiles(ratios, scale=1.0) if ratios else None)
+                    entry[f"{key}_ratio_to_{other}_left_out"] = len(added) - len(ratios)
                 base_all[key] += [x for t in runs for x in t["base"][key]]
             summary[scenario][config] = entry
         summary[scenario] = {"uninstrumented": {
