@@ -758,6 +758,8 @@ class Call:
         for name, value in req.genai.items():  # as _begin: no messages without capture
             if value is not None:
                 setattr(inv, name, value)
+        if req.stream:
+            inv.request_stream = True
         self.req = req
         self.window = window = context_window(req.model)
         self.own_env = True

@@ -23,6 +23,7 @@ import openai
 import pytest
 from llm_helpers import untimed
 from llm_setup import CAPTURE_ENV, Setup
+from opentelemetry.trace import StatusCode
 from stub_server import StubServer
 
 from otel_agent_context import _semconv as S
@@ -34,6 +35,10 @@ HISTORY = [{"role": "user", "content": "Where is my order?"},
            {"role": "assistant", "content": "It shipped yesterday."},
            {"role": "user", "content": "When does it arrive?"}]
 CACHED = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+
+_TOO_LONG = [*HISTORY[:-1], {"role": "user", "content": "Where is it? " * 4000}]
+#: a call made through ``messages.stream()`` (the key is not sent)
+_HELPER = "_stream_helper"
 
 #: name -> (the three calls' arguments, how many of them at least are plain)
 SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
@@ -54,7 +59,17 @@ SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
     "growing": ([{"system": SYSTEM, "messages": HISTORY[:1]},
                  {"system": SYSTEM, "messages": HISTORY},
                  {"system": SYSTEM, "messages": HISTORY}], 1),
+    # a stream starts in one pass too (``create(stream=True)`` and the ``stream()``
+    # helper); it ends through the general end
+    "stream": ([{"system": SYSTEM, "messages": HISTORY, "stream": True}] * 3, 2),
+    "stream_helper": ([{"system": SYSTEM, "messages": HISTORY, _HELPER: True}] * 3, 2),
+    "stream_false": ([{"system": SYSTEM, "messages": HISTORY, "stream": False}] * 3, 2),
+    # the provider refuses the request (too long for the stub's smallest window): a failed
+    # call, which says whether it was asked to stream
+    "stream_too_long": ([{"system": SYSTEM, "messages": _TOO_LONG, "model": "gpt-4",
+                          "stream": True}] * 3, 2),
     # not plain: the general path reads every call
+    "stream_not_a_bool": ([{"system": SYSTEM, "messages": HISTORY, "stream": 1}] * 3, 0),
     "repeated": ([{"system": SYSTEM, "messages": HISTORY + [
         {"role": "assistant", "content": "It shipped yesterday."},
         {"role": "user", "content": "Where is my order?"}]}] * 3, 0),
@@ -75,7 +90,19 @@ SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
 def _calls(stub: StubServer, calls: list[dict[str, Any]]) -> None:
     client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k", max_retries=0)
     for call in calls:
-        client.messages.create(**{"model": "claude-sonnet-4-6", "max_tokens": 50, **call})
+        call = {"model": "claude-sonnet-4-6", "max_tokens": 50, **call}
+        if call.pop(_HELPER, False):
+            with client.messages.stream(**call) as stream:
+                for _ in stream:
+                    pass
+            continue
+        try:
+            result = client.messages.create(**call)
+        except anthropic.BadRequestError:
+            continue  # a refused request (a shape that asks for it)
+        if call.get("stream"):
+            for _ in result:
+                pass
 
 
 def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], None],
@@ -125,7 +152,7 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
     return {"spans": spans, "metrics": metrics, "bundles": untimed(tel.bundles())}, taken[0]
 
 
-_TIMES = frozenset(("server.port",))
+_TIMES = frozenset(("server.port", "gen_ai.response.time_to_first_chunk"))  # a stream's
 #: calls that ended through ``Call.finish_plain``, one count per ``_record``, the last one's
 #: last
 _ENDED: list[int] = []
@@ -156,7 +183,11 @@ def test_a_plain_request_records_what_the_general_path_records(
     calls_recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in
                       dict(s[3])]
     assert len(calls_recorded) == 3  # every call carries its records
-    assert _ENDED[-2:] == [3, 0]  # every call's end in one pass, and none when turned off
+    # every call's end in one pass (a stream's: the general end), and none when turned off
+    streams = bool(calls[0].get("stream")) or _HELPER in calls[0]
+    assert _ENDED[-2:] == [0 if streams else 3, 0]
+    assert all((s[1] is StatusCode.ERROR) == shape.endswith("too_long")
+               for s in shipped["spans"])
 
 
 def test_the_plain_path_records_the_segments_and_blocks_of_the_request(
@@ -282,6 +313,16 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "both_sizes": ([{"messages": CHAT, "max_completion_tokens": 0, "max_tokens": 40}] * 3, 2,
                    True),
     "no_system": ([{"messages": HISTORY}] * 3, 2, True),
+    # a stream starts in one pass too; it ends when read to its end, through the general end
+    "stream": ([{"messages": CHAT, "max_completion_tokens": 50, "stream": True,
+                 "stream_options": {"include_usage": True}}] * 3, 2, False),
+    "stream_without_usage": ([{"messages": CHAT, "stream": True}] * 3, 2, False),
+    "stream_false": ([{"messages": CHAT, "stream": False}] * 3, 2, True),
+    # the provider refuses the request (the context-length error): a failed call, which
+    # says whether it was asked to stream
+    "too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6}] * 3, 2, False),
+    "stream_too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6,
+                          "stream": True}] * 3, 2, False),
     # not plain: a developer prompt (a window segment of its own), a sampling parameter, a
     # system prompt after the history, a tool message
     "developer": ([{"messages": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3,
@@ -291,6 +332,7 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
                     True),
     "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
                                           "tool_call_id": "call_1"}]}] * 3, 0, True),
+    "stream_not_a_bool": ([{"messages": CHAT, "stream": 1}] * 3, 0, False),
 }
 
 
@@ -308,13 +350,25 @@ def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool, api: str = "cha
 
             async def all_calls() -> None:
                 for call in calls:
-                    await create(client)(model="gpt-4o-mini", **call)
+                    try:
+                        result = await create(client)(model="gpt-4o-mini", **call)
+                    except openai.BadRequestError:
+                        continue  # a refused request (a shape that asks for it)
+                    if call.get("stream"):
+                        async for _ in result:
+                            pass
 
             asyncio.run(all_calls())
             return
         client = openai.OpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
         for call in calls:
-            create(client)(model="gpt-4o-mini", **call)
+            try:
+                result = create(client)(model="gpt-4o-mini", **call)
+            except openai.BadRequestError:
+                continue  # a refused request (a shape that asks for it)
+            if call.get("stream"):
+                for _ in result:
+                    pass
 
     return run
 
@@ -331,6 +385,11 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "growing": ([{"instructions": SYSTEM, "input": HISTORY[:1]},
                  {"instructions": SYSTEM, "input": HISTORY},
                  {"instructions": SYSTEM, "input": HISTORY}], 1, True),
+    "stream": ([{"instructions": SYSTEM, "input": HISTORY, "stream": True}] * 3, 2, False),
+    "stream_false": ([{"instructions": SYSTEM, "input": HISTORY, "stream": False}] * 3, 2,
+                     True),
+    "stream_too_long": ([{"instructions": SYSTEM, "input": HISTORY, "stream": True,
+                          "max_output_tokens": 10**6}] * 3, 2, False),
     # not plain: typed items, a sampling parameter, a developer prompt (a window segment
     # of its own), the provider's truncation (whose end is the general one too)
     "typed_messages": ([{"input": [{**m, "type": "message"} for m in HISTORY]}] * 3, 0, True),
@@ -338,6 +397,7 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "developer": ([{"input": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3, 0,
                   True),
     "truncation": ([{"input": HISTORY, "truncation": "auto"}] * 3, 0, False),
+    "stream_not_a_bool": ([{"input": HISTORY, "stream": 1}] * 3, 0, False),
 }
 
 
@@ -358,9 +418,12 @@ def test_a_plain_openai_request_records_what_the_general_path_records(
     assert taken >= plain if plain else taken == 0
     recorded = [dict(s[3]) for s in shipped["spans"] if S.ASSEMBLY_BLOCK_ITEM_IDS in dict(s[3])]
     assert len(recorded) == 3
+    # the API's type is the response's attribute (a refused call has none alone)
     assert all(r.get("openai.api.type") == ("responses" if api == "responses" else None)
-               for r in recorded)
+               for r in recorded if not shape.endswith("too_long") or official != "none")
     assert _ENDED[-2:] == [3 if one_pass_end else 0, 0]
+    assert all((s[1] is StatusCode.ERROR) == shape.endswith("too_long")
+               for s in shipped["spans"])
 
 
 def test_the_plain_responses_path_records_the_instructions_and_the_history(

@@ -172,26 +172,26 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
 
 _SYSTEM_BLOCK = "system block"
 #: what a plain request (``messages_plain``) may hold, and a plain system block
-_PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages"))
+_PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages", "stream"))
 _PLAIN_SYSTEM = frozenset(("type", "text", "cache_control"))
 
 
 def messages_plain(kwargs: dict[str, Any]) -> Request | None:
-    """``messages_request((), kwargs, False)`` for a plain request whose system prompt an
-    earlier call read (an agent sends it with every call), its messages each a role and a
-    string (remembered, or made as the general reader makes them), without the general
-    reader's branches; None for any other request (another key (a sampling parameter too:
-    read by the general path), a value that is not a plain one, content blocks, a
-    framework's message ids, a system prompt not seen before), which ``messages_request``
-    reads. Nothing here can hold an iterator (plain values only), so nothing needs settling
-    (``_materialize``)."""
+    """``messages_request((), kwargs, False)`` for a plain request (streaming or not) whose
+    system prompt an earlier call read (an agent sends it with every call), its messages
+    each a role and a string (remembered, or made as the general reader makes them),
+    without the general reader's branches; None for any other request (another key (a
+    sampling parameter too: read by the general path), a value that is not a plain one,
+    content blocks, a framework's message ids, a system prompt not seen before), which
+    ``messages_request`` reads. Nothing here can hold an iterator (plain values only), so
+    nothing needs settling (``_materialize``)."""
     if not kwargs.keys() <= _PLAIN_REQUEST:
         return None
     get = kwargs.get
-    model, reserved, system, messages = (get("model"), get("max_tokens"), get("system"),
-                                         get("messages"))
+    model, reserved, system, messages, stream = (
+        get("model"), get("max_tokens"), get("system"), get("messages"), get("stream"))
     if (type(model) is not str or type(reserved) is not int or type(messages) is not list
-            or KNOWN_MESSAGES.get()):
+            or not (stream is None or type(stream) is bool) or KNOWN_MESSAGES.get()):
         return None
     estimator = _tokens._estimator_key
     blocks: list[Block] = []
@@ -224,7 +224,7 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     if history is None:
         return None
     blocks += history
-    req = Request(PROVIDER, model, reserved, False, 0,
+    req = Request(PROVIDER, model, reserved, stream is True, 0,
                   {"max_tokens": reserved, "temperature": None, "top_p": None,
                    "top_k": None, "stop_sequences": None})
     req.blocks = blocks

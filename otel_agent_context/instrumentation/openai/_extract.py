@@ -286,30 +286,34 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     return req
 
 
-_PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_tokens"))
+#: ``stream_options`` is the SDK's alone (whether the last chunk carries the usage): no
+#: reader reads it
+_PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_tokens", "stream",
+                         "stream_options"))
 
 
 def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     """``chat_request((), kwargs, False)`` for a plain request (``Api.plain``): the model,
-    the output sizes and messages each a role among system, developer, user and assistant
-    and a string (remembered: an agent sends its history again with every call; a new one
-    made as the general reader makes it); None for any other request (another key, a
-    sampling parameter, a value that is not a plain one, a framework's message ids), which
-    ``chat_request`` reads."""
+    the output sizes, whether it streams, and messages each a role among system, developer,
+    user and assistant and a string (remembered: an agent sends its history again with every
+    call; a new one made as the general reader makes it); None for any other request
+    (another key, a sampling parameter, a value that is not a plain one, a framework's
+    message ids), which ``chat_request`` reads."""
     if not kwargs.keys() <= _PLAIN_CHAT or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
     model, messages = get("model"), get("messages")
-    completion, legacy = get("max_completion_tokens"), get("max_tokens")
+    completion, legacy, stream = get("max_completion_tokens"), get("max_tokens"), get("stream")
     if (type(model) is not str or type(messages) is not list
             or not (completion is None or type(completion) is int)
-            or not (legacy is None or type(legacy) is int)):
+            or not (legacy is None or type(legacy) is int)
+            or not (stream is None or type(stream) is bool)):
         return None
     blocks = remembered_history(messages, _PLAIN_SPECS)
     if blocks is None:
         return None
     reserved = completion or legacy
-    req = Request(PROVIDER, model, reserved, False, 0, {"max_tokens": reserved})
+    req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
     req.blocks = blocks
     return req
 
@@ -536,25 +540,27 @@ def _new_instructions_block(text: str, capture: bool) -> Block:
     return make_block(f"instructions:{short_digest(text)}", kind, text, capture, point, seg)
 
 
-_PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens"))
+_PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens", "stream"))
 
 
 def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     """``responses_request((), kwargs, False)`` for a plain request (``Api.plain``, as
-    :func:`chat_plain`): the model, the output size, instructions an earlier call read, and
-    input messages each a role among system, developer, user and assistant and a string (or
+    :func:`chat_plain`): the model, the output size, whether it streams, instructions an
+    earlier call read, and input messages each a role among system, developer, user and assistant and a string (or
     the input as one string); None for any other request (a previous response, truncation,
     tools, items of other types, ids, instructions not seen before), which
     ``responses_request`` reads."""
     if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
-    model, items, instructions, reserved = (get("model"), get("input"), get("instructions"),
-                                            get("max_output_tokens"))
+    model, items, instructions, reserved, stream = (
+        get("model"), get("input"), get("instructions"), get("max_output_tokens"),
+        get("stream"))
     if type(items) is str:
         items = [{"role": "user", "content": items}]
     if (type(model) is not str or type(items) is not list
-            or not (reserved is None or type(reserved) is int)):
+            or not (reserved is None or type(reserved) is int)
+            or not (stream is None or type(stream) is bool)):
         return None
     blocks: list[Block] = []
     if type(instructions) is str:
@@ -569,7 +575,7 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     if history is None:
         return None
     blocks += history
-    req = Request(PROVIDER, model, reserved, False, 0, {"max_tokens": reserved})
+    req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
     req.blocks = blocks
     return req
 
