@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -305,6 +306,16 @@ def _folded_row(block: Any) -> None:
 
 CHAT = [{"role": "system", "content": SYSTEM}, *HISTORY]
 
+
+class _OptionsWithIterator(list):  # type: ignore[type-arg]
+    """Three streaming calls whose ``stream_options`` hold an iterator, made afresh for each
+    run of the calls (an iterator is read once)."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for _ in range(3):
+            yield {"messages": CHAT, "stream": True,
+                   "stream_options": {"include_usage": True, "x": iter([1])}}
+
 #: OpenAI chat: name -> (the three calls' arguments, how many of them at least are
 #: plain, whether every call ends in one pass)
 CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
@@ -333,6 +344,11 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
                                           "tool_call_id": "call_1"}]}] * 3, 0, True),
     "stream_not_a_bool": ([{"messages": CHAT, "stream": 1}] * 3, 0, False),
+    # stream options holding an iterator: the general path settles it into a list (as for
+    # any request value) before the SDK sends it
+    "stream_options_iterator": (_OptionsWithIterator(), 0, False),
+    "stream_options_not_a_dict": ([{"messages": CHAT, "stream": True, "stream_options":
+                                    OrderedDict(include_usage=True)}] * 3, 0, False),
 }
 
 

@@ -287,7 +287,8 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
 
 
 #: ``stream_options`` is the SDK's alone (whether the last chunk carries the usage): no
-#: reader reads it
+#: reader reads it, but the general path settles an iterator in it (``_materialize``), so
+#: only a dict of plain values is plain
 _PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_tokens", "stream",
                          "stream_options"))
 
@@ -308,6 +309,10 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
             or not (completion is None or type(completion) is int)
             or not (legacy is None or type(legacy) is int)
             or not (stream is None or type(stream) is bool)):
+        return None
+    options = get("stream_options")
+    if options is not None and (type(options) is not dict or not all(
+            type(v) in _PLAIN_TYPES for v in options.values())):
         return None
     blocks = remembered_history(messages, _PLAIN_SPECS)
     if blocks is None:
@@ -546,10 +551,10 @@ _PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_toke
 def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     """``responses_request((), kwargs, False)`` for a plain request (``Api.plain``, as
     :func:`chat_plain`): the model, the output size, whether it streams, instructions an
-    earlier call read, and input messages each a role among system, developer, user and assistant and a string (or
-    the input as one string); None for any other request (a previous response, truncation,
-    tools, items of other types, ids, instructions not seen before), which
-    ``responses_request`` reads."""
+    earlier call read, and input messages each a role among system, developer, user and
+    assistant and a string (or the input as one string); None for any other request (a
+    previous response, truncation, tools, items of other types, ids, instructions not seen
+    before), which ``responses_request`` reads."""
     if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
