@@ -1678,10 +1678,16 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
     response dropped unparsed finishes the call without response data."""
     parse = raw.parse
     call.invocation.suspend()  # control goes back to the application
-    followed: list[Any] = []
+    followed: list[Any] = []  # what parse() gave, held by raw's own parse (below)
+    # what the finalizer holds: whether parse() was followed, never its result. The
+    # finalizer is held globally until raw is collected, and the result can lead back to
+    # raw (an outer instrumentor's proxy of raw hooks the stream's HTTP response): holding
+    # it would keep raw, the stream and the outer span (current, unended) for good.
+    parsed_once: list[bool] = []
 
     def follow(result: Any) -> Any:
         if not followed:
+            parsed_once.append(True)
             if streaming:
                 followed.append(_follow_stream(call, api, result, is_async))
             else:
@@ -1702,7 +1708,7 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
         return follow(result)
 
     try:
-        weakref.finalize(raw, _unparsed, call, followed)
+        weakref.finalize(raw, _unparsed, call, parsed_once)
         raw.parse = parsed
     except Exception:
         if _strict_now():
@@ -1716,8 +1722,8 @@ _frames.hide(_frames.nested(_follow_raw, "parsed"),
              _frames.nested(OurAsyncStream.__init__, "closing"))
 
 
-def _unparsed(call: Call, followed: list[Any]) -> None:
-    if not followed:
+def _unparsed(call: Call, parsed_once: list[bool]) -> None:
+    if not parsed_once:
         guarded(call.finish)(None)
 
 

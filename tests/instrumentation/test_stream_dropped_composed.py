@@ -3,7 +3,8 @@ wrapper is collected first and ends the shared span, before our inner wrapper en
 The call envelope's closing attributes (``context.lifecycle``, ``context.span_count``) are
 written when the stream is handed back, so the bundle is whole all the same; and nothing is
 written on the ended span (the SDK would warn). Real clients against the stub, the official
-instrumentors themselves, the light path (content capture off) and util-genai's (on)."""
+instrumentors themselves, the light path (content capture off) and util-genai's (on); the
+stream of a raw response (``with_raw_response``) too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from opentelemetry import trace
 from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor
 from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 from stub_server import StubServer
@@ -44,8 +46,27 @@ def _anthropic(url: str) -> None:
     del stream, chunks
 
 
+def _openai_raw(url: str) -> None:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True)
+    chunks = iter(raw.parse())
+    next(chunks)
+    del raw, chunks
+
+
+def _anthropic_raw(url: str) -> None:
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+    raw = client.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=50,
+                                                   messages=MESSAGES, stream=True)
+    chunks = iter(raw.parse())
+    next(chunks)
+    del raw, chunks
+
+
 @pytest.mark.parametrize("capture", [False, True], ids=["light", "util_genai"])
-@pytest.mark.parametrize("call", [_openai, _anthropic], ids=["openai", "anthropic"])
+@pytest.mark.parametrize("call", [_openai, _anthropic, _openai_raw, _anthropic_raw],
+                         ids=["openai", "anthropic", "openai_raw", "anthropic_raw"])
 def test_dropped_stream_keeps_the_envelope(call: Any, capture: bool,
                                            monkeypatch: pytest.MonkeyPatch,
                                            caplog: pytest.LogCaptureFixture) -> None:
@@ -65,6 +86,9 @@ def test_dropped_stream_keeps_the_envelope(call: Any, capture: bool,
         with caplog.at_level(logging.WARNING), StubServer() as stub:
             call(stub.url)
             gc.collect()
+            # the call is over: its span is no longer current (a raw response's wrappers
+            # held from a finalizer would keep the official's invocation attached for good)
+            assert not trace.get_current_span().is_recording()
         (span,) = [s for s in tel.spans() if s.name.startswith("chat ")]
         assert span.end_time is not None
         attrs = dict(span.attributes or {})
