@@ -8,7 +8,9 @@ stream of a raw response (``with_raw_response``) too."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import inspect
 import logging
 from typing import Any
 
@@ -64,9 +66,41 @@ def _anthropic_raw(url: str) -> None:
     del raw, chunks
 
 
+def _raw_async(url: str, api: str) -> None:
+    async def dropped() -> None:
+        if api == "anthropic":
+            raw: Any = await anthropic.AsyncAnthropic(
+                base_url=url, api_key="k", max_retries=0).messages.with_raw_response.create(
+                model="claude-sonnet-4-6", max_tokens=50, messages=MESSAGES, stream=True)
+        else:
+            raw = await openai.AsyncOpenAI(
+                base_url=f"{url}/v1", api_key="k", max_retries=0
+            ).chat.completions.with_raw_response.create(
+                model="gpt-4o-mini", messages=MESSAGES, stream=True)
+        stream = raw.parse()  # the Anthropic client's is a coroutine, OpenAI's is not
+        if inspect.isawaitable(stream):
+            stream = await stream
+        chunks = stream.__aiter__()
+        await chunks.__anext__()
+        del raw, stream, chunks
+        gc.collect()  # in the loop, as the sync calls' test collects after them
+
+    asyncio.run(dropped())
+
+
+def _openai_raw_async(url: str) -> None:
+    _raw_async(url, "openai")
+
+
+def _anthropic_raw_async(url: str) -> None:
+    _raw_async(url, "anthropic")
+
+
 @pytest.mark.parametrize("capture", [False, True], ids=["light", "util_genai"])
-@pytest.mark.parametrize("call", [_openai, _anthropic, _openai_raw, _anthropic_raw],
-                         ids=["openai", "anthropic", "openai_raw", "anthropic_raw"])
+@pytest.mark.parametrize("call", [_openai, _anthropic, _openai_raw, _anthropic_raw,
+                                  _openai_raw_async, _anthropic_raw_async],
+                         ids=["openai", "anthropic", "openai_raw", "anthropic_raw",
+                              "openai_raw_async", "anthropic_raw_async"])
 def test_dropped_stream_keeps_the_envelope(call: Any, capture: bool,
                                            monkeypatch: pytest.MonkeyPatch,
                                            caplog: pytest.LogCaptureFixture) -> None:
