@@ -1687,12 +1687,12 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
 
     def follow(result: Any) -> Any:
         if not followed:
-            parsed_once.append(True)
             if streaming:
                 followed.append(_follow_stream(call, api, result, is_async))
             else:
                 _complete(call, api, result)
                 followed.append(result)
+            parsed_once.append(True)  # followed (a failure above leaves it to the finalizer)
         return followed[0]
 
     async def follow_awaited(pending: Any) -> Any:
