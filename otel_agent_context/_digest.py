@@ -37,8 +37,8 @@ from typing import Any
 from . import _env
 
 __all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_digest", "digest_bytes", "digest_chunks",
-           "digest_str", "ordered_digest", "recall", "remember", "remember_beside",
-           "short_digest"]
+           "digest_str", "message_digests", "ordered_digest", "recall", "remember",
+           "remember_beside", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
 
@@ -152,17 +152,31 @@ def reset() -> None:
 #: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
 #: entries and by the characters the keys hold; forgotten whole when full, or with the key.
 _MEMO: dict[Any, Any] = {}
-#: four entries a message (its digest, its short digest, the instrumentors' message facts
-#: and their remembered block)
+#: two entries a message the instrumentors read (its facts and its remembered block, one
+#: more for each other kind it is sent as), one a text digested directly: 4,096 messages
+#: at four entries each when this bound was set, twice as many messages since run AK
 _MEMO_MAX_ENTRIES = 4 * 4096
 _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
 
 
+#: The assembly hash's state after each conversation's last call (``assembly_digest``), by
+#: its first two blocks, oldest first: bounded apart from the memo and replaced rather than
+#: added to. A conversation whose window slides (an agent keeping its last exchanges) has new
+#: first blocks every call, so its state is never continued; kept in the memo, that was six
+#: objects a call left for the garbage collector until the memo was full (run AK).
+_ASSEMBLY_STATES: dict[Any, Any] = {}
+_ASSEMBLY_MAX_ENTRIES = 512
+_ASSEMBLY_MAX_CHARS = 4 * 2**20
+_assembly_chars = 0
+
+
 def _forget() -> None:
-    global _memo_chars
+    global _memo_chars, _assembly_chars
     _MEMO.clear()
     _memo_chars = 0
+    _ASSEMBLY_STATES.clear()
+    _assembly_chars = 0
 
 
 def _remember(key: Any, chars: int, value: Any) -> None:
@@ -229,28 +243,24 @@ def ordered_digest(parts: Iterable[str]) -> str:
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 
-_ASSEMBLY = "assembly prefix"
-
-
 def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     """``ordered_digest`` of the blocks' ``<i>:<item id>:<digest>`` parts (an assembly's
     hash), continuing from the hash state remembered for the conversation's previous call
     when its blocks are a prefix of these: an agent's next call sends the same history again
     with a few messages added, and hashing it whole cost more than the rest of the call's
-    assembly. The conversation is named by its first two blocks; the state is remembered
-    beside the digests (bounded with them, forgotten with them and with the key), and used
+    assembly. The conversation is named by its first two blocks; its state is kept in
+    ``_ASSEMBLY_STATES`` (bounded, forgotten with the digests and with the key), and used
     only when the previous call's ids and digests equal the start of these, position by
     position. The result is the same bytes hashed the same way: streaming the parts in two
     updates gives the digest of one."""
     keyed = bool(_current_key())
     n = len(item_ids)
-    key = (_ASSEMBLY, tuple(item_ids[:2]), tuple(digests[:2]))
-    found = _MEMO.get(key) if _resolved else None
+    key = (*item_ids[:2], *digests[:2])
+    found = _ASSEMBLY_STATES.get(key) if _resolved else None
     start = 0
     h: Any = None
-    old_chars = 0
     if found is not None:
-        old_ids, old_digests, state, old_chars = found
+        old_ids, old_digests, state, _ = found
         m = len(old_ids)
         if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
             h = state.copy()
@@ -261,15 +271,35 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
         h.update("".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
             range(start, n), item_ids[start:], digests[start:], strict=True)]
         ).encode("utf-8", "surrogatepass"))
-        try:  # the lists' strings are kept alive by the entry: counted as the memo's
+        try:  # the lists' strings are kept alive by the entry: counted
             chars = sum(map(len, item_ids)) + sum(map(len, digests))
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
-        if chars >= 0:
-            # a replaced entry's characters were counted already: only the growth is new
-            _remember(key, max(chars - old_chars, 0) if start else chars,
-                      (list(item_ids), list(digests), h, chars))  # never updated: copied
+        if chars >= 0:  # never updated once kept: copied above when continued
+            _keep_state(key, (list(item_ids), list(digests), h, chars), chars)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
+
+
+def _keep_state(key: Any, state: Any, chars: int) -> None:
+    """Keep a conversation's assembly state as its newest (in place of its last one), the
+    oldest ones dropped past the bounds; one too large for them is not kept."""
+    global _assembly_chars
+    last = _ASSEMBLY_STATES.pop(key, None)
+    if last is not None:
+        _assembly_chars -= last[3]
+    if chars > _ASSEMBLY_MAX_CHARS // 8:
+        return
+    states = _ASSEMBLY_STATES
+    while states and (len(states) >= _ASSEMBLY_MAX_ENTRIES
+                      or _assembly_chars + chars > _ASSEMBLY_MAX_CHARS):
+        try:  # another thread may drop the same oldest state meanwhile
+            dropped = states.pop(next(iter(states)), None)
+        except (StopIteration, RuntimeError):
+            break
+        if dropped is not None:
+            _assembly_chars -= dropped[3]
+    states[key] = state
+    _assembly_chars += chars
 
 
 def digest_str(text: str) -> str:
@@ -280,6 +310,26 @@ def digest_str(text: str) -> str:
     value = digest_bytes(text.encode("utf-8", "surrogatepass"))
     _remember(text, len(text), value)
     return value
+
+
+def message_digests(role: str, text: str) -> tuple[str, str | None]:
+    """A message's ``short_digest(role, text)`` and ``digest_str(text)`` (None for no
+    text), neither remembered: for the caller that remembers what it makes of them (an
+    instrumentor's message facts), so a new message adds one entry to the memo, not three
+    (each entry's key objects stay with the garbage collector until the memo is full)."""
+    data = text.encode("utf-8", "surrogatepass")
+    whole = role.encode("utf-8", "surrogatepass") + b"\x1f" + data
+    if _current_key():
+        inner = _inner.copy()
+        inner.update(whole)
+        short = _keyed(inner)[:12]
+        if not text:
+            return short, None
+        inner = _inner.copy()
+        inner.update(data)
+        return short, HMAC_PREFIX + _keyed(inner)
+    short = hashlib.sha256(whole).hexdigest()[:12]
+    return short, SHA256_PREFIX + hashlib.sha256(data).hexdigest() if text else None
 
 
 def short_digest(*parts: str, length: int = 12) -> str:

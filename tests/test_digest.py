@@ -189,21 +189,27 @@ def test_remembered_message_facts_follow_the_key_and_the_token_estimator(monkeyp
 
 
 def test_a_long_history_is_read_from_memory_on_the_next_call(monkeypatch) -> None:
-    """A history of 1,500 distinct messages (three memo entries each: digest, short digest,
-    message facts) is digested once, not again on every call (the memo must not empty itself
-    in the middle of a call)."""
+    """A history of 1,500 distinct messages (two memo entries each: the message's facts and
+    its block) is digested once, not again on every call (the memo must not empty itself in
+    the middle of a call)."""
+    from otel_agent_context.instrumentation import _common
     from otel_agent_context.instrumentation.openai import _extract as openai_extract
 
     messages = [{"role": "user" if i % 2 else "assistant", "content": f"message number {i}"}
                 for i in range(1500)]
     computed: list[int] = []
-    real = _digest.digest_bytes
+    real, real_message = _digest.digest_bytes, _digest.message_digests
 
     def counting(data: bytes) -> str:
         computed[-1] += 1
         return real(data)
 
+    def counting_message(role: str, text: str) -> tuple[str, str | None]:
+        computed[-1] += 1
+        return real_message(role, text)
+
     monkeypatch.setattr(_digest, "digest_bytes", counting)
+    monkeypatch.setattr(_common, "message_digests", counting_message)
     _digest.reset()
     try:
         for _ in range(3):
@@ -274,8 +280,7 @@ def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeyp
                 assert _digest.assembly_digest(ids, digests) == _assembly_reference(
                     raw, ids, digests), (key, ids, digests)
             # the state for the full history was remembered, and is what the next call uses
-            remembered = [v for k, v in _digest._MEMO.items()
-                          if type(k) is tuple and k[0] == _digest._ASSEMBLY]
+            remembered = list(_digest._ASSEMBLY_STATES.values())
             assert remembered and any(len(v[0]) == 9 for v in remembered)
             extended = history_ids + ["user:x", "user:z"]
             extended_digests = history_digests + ["sha256:y", "sha256:w"]
@@ -286,26 +291,90 @@ def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeyp
 
 
 def test_a_conversations_remembered_hash_counts_its_characters_once() -> None:
-    """The same or a growing conversation, call after call: the memo counts only what is new
-    (it used to add the whole conversation each call, and cleared every digest it held about
-    every few hundred calls)."""
+    """The same or a growing conversation, call after call: its one state is replaced, its
+    characters counted once (they used to be added each call), and the digests' memo is
+    not touched by it."""
     _digest.reset()
     try:
         ids = [f"msg-{i}" for i in range(50)]
         digests = [_digest.digest_str(f"text {i}") for i in range(50)]
+        memo = dict(_digest._MEMO)
         _digest.assembly_digest(ids, digests)
-        after_first = _digest._memo_chars
+        after_first = _digest._assembly_chars
+        assert after_first == sum(map(len, ids)) + sum(map(len, digests))
         for _ in range(200):
             _digest.assembly_digest(ids, digests)
-        assert _digest._memo_chars == after_first
+        assert _digest._assembly_chars == after_first
         grown = [*ids, "msg-50"], [*digests, _digest.digest_str("text 50")]
-        before = _digest._memo_chars
         _digest.assembly_digest(*grown)
-        added = len("msg-50") + len(grown[1][-1])
-        assert _digest._memo_chars - before == added
+        assert _digest._assembly_chars - after_first == len("msg-50") + len(grown[1][-1])
+        assert len(_digest._ASSEMBLY_STATES) == 1
+        assert {k: v for k, v in _digest._MEMO.items() if k != "text 50"} == memo
         assert _digest.digest_str("text 0") == digests[0]
     finally:
         _digest.reset()
+
+
+def test_sliding_windows_keep_a_bounded_number_of_assembly_states(monkeypatch) -> None:
+    """An agent keeping its last exchanges sends new first blocks every call, so no state is
+    ever continued: the states stay within their bounds, the oldest dropped first, while a
+    conversation that keeps growing meanwhile keeps its own (the newest after each call)
+    and is still continued; a state past its share of the bound is not kept."""
+    monkeypatch.setattr(_digest, "_ASSEMBLY_MAX_ENTRIES", 8)
+    _digest.reset()
+    try:
+        growing_ids = ["system:a", "user:b"]
+        growing_digests = ["hmac-sha256:a", "hmac-sha256:b"]
+        for call in range(40):
+            window = [f"user:{i}" for i in range(call, call + 6)]
+            window_digests = [f"hmac-sha256:{i}" for i in range(call, call + 6)]
+            assert _digest.assembly_digest(window, window_digests) == _assembly_reference(
+                _digest._current_key(), window, window_digests)
+            growing_ids.append(f"user:g{call}")
+            growing_digests.append(f"hmac-sha256:g{call}")
+            assert _digest.assembly_digest(growing_ids, growing_digests) == \
+                _assembly_reference(_digest._current_key(), growing_ids, growing_digests)
+            states = _digest._ASSEMBLY_STATES
+            assert len(states) <= 8
+            assert _digest._assembly_chars == sum(v[3] for v in states.values())
+            newest_ids = list(states.values())[-1][0]
+            assert newest_ids == growing_ids  # continued: replaced, not added
+        kept = [v[0][0] for v in _digest._ASSEMBLY_STATES.values()]
+        assert kept == ["user:33", "user:34", "user:35", "user:36", "user:37", "user:38",
+                        "user:39", "system:a"]
+        # a state past an eighth of the characters' bound is not kept; the others stay
+        monkeypatch.setattr(_digest, "_ASSEMBLY_MAX_CHARS", 8 * 40)
+        big = ["x" * 30, "y" * 30]
+        _digest.assembly_digest(big, ["d1", "d2"])
+        assert (*big, "d1", "d2") not in _digest._ASSEMBLY_STATES
+        # a small one fits only once older states make room for it
+        _digest.assembly_digest(["s", "u"], ["d1", "d2"])
+        assert list(_digest._ASSEMBLY_STATES)[-1] == ("s", "u", "d1", "d2")
+        assert _digest._assembly_chars <= 8 * 40
+        assert _digest._assembly_chars == sum(v[3] for v in _digest._ASSEMBLY_STATES.values())
+    finally:
+        _digest.reset()
+    assert not _digest._ASSEMBLY_STATES and _digest._assembly_chars == 0
+
+
+def test_message_digests_are_the_short_and_full_digests_not_remembered(monkeypatch) -> None:
+    """``message_digests`` gives what ``short_digest(role, text)`` and ``digest_str(text)``
+    give, keyed or plain, and leaves the memo as it was (its caller remembers its facts)."""
+    texts = ["", "yes", "a longer message about the refund policy " * 20, "caf\u00e9 \ud800"]
+    for key in ("k1", None):
+        if key is None:
+            monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
+            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST", "sha256")
+        else:
+            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", key)
+        for role in ("user", "assistant"):
+            for text in texts:
+                _digest.reset()
+                got = _digest.message_digests(role, text)
+                assert not _digest._MEMO
+                assert got == (_digest.short_digest(role, text),
+                               _digest.digest_str(text) if text else None), (key, role, text)
+    _digest.reset()
 
 
 def test_an_id_that_is_not_text_is_hashed_not_raised() -> None:
@@ -313,5 +382,28 @@ def test_an_id_that_is_not_text_is_hashed_not_raised() -> None:
     try:
         value = _digest.assembly_digest(["s", "u", 1], ["d1", "d2", "d3"])  # type: ignore[list-item]
         assert value == _digest.assembly_digest(["s", "u", "1"], ["d1", "d2", "d3"])
+    finally:
+        _digest.reset()
+
+
+def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
+    """A message the instrumentors read adds its facts (and its block) to the memo, not its
+    digests as well, and its characters are counted once, with its facts (the memo's bound
+    on characters holds what the entries keep alive)."""
+    from otel_agent_context.instrumentation._common import message_facts, plain_block
+
+    _digest.reset()
+    try:
+        text = "a question nobody asked before " * 10
+        facts = message_facts("user", text)
+        assert len(_digest._MEMO) == 1
+        assert _digest._memo_chars == len(text)
+        plain_block("user", text, "session_history", "message_history", "message_history")
+        assert len(_digest._MEMO) == 2
+        assert _digest._memo_chars == len(text)
+        assert facts == message_facts("user", text)
+        huge = "y" * (_digest._MEMO_MAX_CHARS // 8 + 1)
+        message_facts("user", huge)
+        assert len(_digest._MEMO) == 2 and _digest._memo_chars == len(text)
     finally:
         _digest.reset()

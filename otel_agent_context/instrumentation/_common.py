@@ -55,7 +55,7 @@ from .. import _digest
 from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
-from .._digest import recall, remember_beside
+from .._digest import message_digests, recall, remember, remember_beside
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, ContextKind, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -186,13 +186,14 @@ _FACTS = "message facts"
 
 def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     """A string message's item id (``role:<short digest>``), token estimate and digest,
-    remembered beside the digests (a history is sent again with every call)."""
+    remembered with the digests, the text's characters counted here (a history is sent
+    again with every call; its digests are not remembered on their own)."""
     key = (_FACTS, role, text, _tokens._estimator_key)
     facts = recall(key)
     if facts is None:
-        facts = (f"{role}:{_short_digest(role, text)}", estimate_tokens(text),
-                 digest_text(text) if text else None)
-        remember_beside(key, text, facts)
+        short, digest = message_digests(role, text)
+        facts = (f"{role}:{short}", estimate_tokens(text), digest)
+        remember(key, len(text), facts)
     return facts  # type: ignore[no-any-return]
 
 
@@ -400,6 +401,10 @@ class Request:
     #: the blocks at these positions come back as they are; the others are replaced.
     compaction_call: bool
     kept: frozenset[int]
+    #: Provider attributes the API called gives (OpenAI Responses' ``openai.api.type``),
+    #: written with the response's: on a call that ends without them too (refused, cut
+    #: short), as the GenAI instrumentor writes them at the request.
+    attributes: dict[str, Any] | None
 
     # written out, not the dataclass's: its keyword defaults and factories were ~half the
     # cost of a request's fixed reading; the other fields are set after, when they apply
@@ -421,6 +426,7 @@ class Request:
         self.tool_names = {}
         self.compaction_call = False
         self.kept = _NOTHING_KEPT
+        self.attributes = None
 
     @property
     def estimated_input(self) -> int:
@@ -875,6 +881,9 @@ class Call:
         self.done = True
         inv = self.invocation
         try:
+            if (out is None or not out.attributes) and self.req is not None \
+                    and self.req.attributes:
+                self._put_api_attributes(self.req.attributes)
             # guarded as the two methods are, without their wrappers' calls
             if out is not None:
                 try:
@@ -935,11 +944,21 @@ class Call:
             return
         self.done = True
         try:
+            if (out is None or not out.attributes) and self.req is not None \
+                    and self.req.attributes:
+                self._put_api_attributes(self.req.attributes)
             if out is not None:
                 self._record_outcome(self.invocation, out)
             self._end_stages(exc)
         finally:
             self.invocation.fail(exc)
+
+    @guarded
+    def _put_api_attributes(self, attributes: dict[str, Any]) -> None:
+        """The request's provider attributes (``Request.attributes``) on the call's span."""
+        span = self.target if self.target is not None else self.invocation.span
+        if span.is_recording():
+            set_attributes(span, attributes)
 
     @guarded
     def _record_outcome(self, inv: Any, out: Outcome) -> None:

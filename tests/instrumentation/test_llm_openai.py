@@ -378,3 +378,53 @@ def test_context_length_error_is_a_rejected_overflow(stub) -> None:
     overflows = tel.metrics()[S.METRIC_BUDGET_OVERFLOWS]
     assert overflows == [({"target": "model", "agent": "unknown",
                            "overflow_strategy": "reject"}, 1)]
+
+
+def _responses_ends(c: openai.OpenAI) -> list[str]:
+    """Responses calls that end without a response, each in its own way; their names."""
+    too_long = "x" * 40_000
+    with pytest.raises(openai.BadRequestError):  # refused, a plain request (one pass)
+        c.responses.create(model="gpt-4", input=too_long)
+    with pytest.raises(openai.BadRequestError):  # refused, read by the general reader
+        c.responses.create(model="gpt-4", input=too_long, temperature=0.2)
+    with pytest.raises(openai.BadRequestError):  # refused, streaming
+        c.responses.create(model="gpt-4", input=too_long, stream=True)
+    stream = c.responses.create(model="gpt-4o-mini", input="hi", stream=True)
+    next(iter(stream))
+    stream.close()  # the application stops reading: the stream is cut short
+    with pytest.raises(KeyError), c.responses.create(model="gpt-4o-mini", input="hi",
+                                                     stream=True) as stream:
+        for _ in stream:
+            raise KeyError("the application's own error mid-stream")
+    return ["refused", "refused_general", "refused_stream", "closed", "broken"]
+
+
+@pytest.mark.parametrize("with_official", [False, True])
+def test_a_responses_call_without_a_response_still_records_the_api_type(
+        stub, with_official: bool) -> None:
+    """``openai.api.type`` names the API called, so every Responses call has it, with ours
+    alone as with the GenAI instrumentor (which writes it at the request): a refused call,
+    a stream closed early, a stream the application's error breaks (ours alone used to
+    write it from the response only)."""
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    tel = CapturedTelemetry()
+    settings = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider}
+    ours = OpenAIContextInstrumentor()
+    official = OpenAIInstrumentor() if with_official else None
+    ours.instrument(**settings, agent_context=tel.agent_context)
+    if official is not None:
+        official.instrument(**settings)
+    try:
+        names = _responses_ends(client(stub))
+    finally:
+        if official is not None:
+            official.uninstrument()
+        ours.uninstrument()
+        tel.shutdown()
+    spans = [s for s in tel.spans() if S.ASSEMBLY_BLOCK_ITEM_IDS in (s.attributes or {})]
+    assert len(spans) == len(names)
+    for name, span in zip(names, spans, strict=True):
+        assert span.attributes.get("openai.api.type") == "responses", name
+        assert (span.status.status_code is StatusCode.ERROR) == name.startswith(
+            ("refused", "broken")), name

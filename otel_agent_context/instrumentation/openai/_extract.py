@@ -473,6 +473,10 @@ def chat_is_stream(kwargs: dict[str, Any]) -> bool:
 # responses
 
 
+#: the API's type, as the GenAI instrumentor records it (at the request: a refused call too)
+_RESPONSES_API = {"openai.api.type": "responses"}
+
+
 def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
     reserved = _int(kwargs.get("max_output_tokens"))
     truncation = given(kwargs.get("truncation"))
@@ -482,6 +486,7 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
                   overflow_strategy=(OverflowStrategy.TRUNCATE_MIDDLE.value
                                      if truncation == "auto" else OverflowStrategy.REJECT.value),
                   genai=_common_genai(kwargs, reserved))
+    req.attributes = _RESPONSES_API
     inputs: list[InputMessage] = []
     system: list[Any] = []
     instructions = given(kwargs.get("instructions"))
@@ -582,6 +587,7 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     blocks += history
     req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
     req.blocks = blocks
+    req.attributes = _RESPONSES_API
     return req
 
 
@@ -691,9 +697,6 @@ def responses_plain_response(result: Any) -> PlainOutcome | None:
         return None
     return (rid, model, reasons, tokens, output_tokens, read, write, reasoning,
             _RESPONSES_API)
-
-
-_RESPONSES_API = {"openai.api.type": "responses"}
 
 
 class ResponsesAccumulator(Accumulator):
