@@ -171,8 +171,13 @@ _ASSEMBLY_MAX_CHARS = 4 * 2**20
 _assembly_chars = 0
 
 
+#: counts the forgettings: a state hashed under a key forgotten meanwhile is not kept
+_generation = 0
+
+
 def _forget() -> None:
-    global _memo_chars, _assembly_chars
+    global _memo_chars, _assembly_chars, _generation
+    _generation += 1
     _MEMO.clear()
     _memo_chars = 0
     _ASSEMBLY_STATES.clear()
@@ -253,6 +258,7 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     only when the previous call's ids and digests equal the start of these, position by
     position. The result is the same bytes hashed the same way: streaming the parts in two
     updates gives the digest of one."""
+    generation = _generation
     keyed = bool(_current_key())
     n = len(item_ids)
     key = (*item_ids[:2], *digests[:2])
@@ -275,7 +281,7 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
             chars = sum(map(len, item_ids)) + sum(map(len, digests))
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
-        if chars >= 0:  # never updated once kept: copied above when continued
+        if chars >= 0 and generation == _generation:  # never updated once kept: copied
             _keep_state(key, (list(item_ids), list(digests), h, chars), chars)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 

@@ -388,8 +388,10 @@ def test_an_id_that_is_not_text_is_hashed_not_raised() -> None:
 
 def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
     """A message the instrumentors read adds its facts (and its block) to the memo, not its
-    digests as well, and its characters are counted once, with its facts (the memo's bound
-    on characters holds what the entries keep alive)."""
+    digests as well, and its characters are counted with each (an application that builds
+    its messages anew each call gives the block another string than the facts': counted
+    twice rather than not at all, so the memo's bound on characters holds what its entries
+    keep alive)."""
     from otel_agent_context.instrumentation._common import message_facts, plain_block
 
     _digest.reset()
@@ -398,12 +400,38 @@ def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
         facts = message_facts("user", text)
         assert len(_digest._MEMO) == 1
         assert _digest._memo_chars == len(text)
-        plain_block("user", text, "session_history", "message_history", "message_history")
+        plain_block("user", "".join(text), "session_history", "message_history",
+                    "message_history")
         assert len(_digest._MEMO) == 2
-        assert _digest._memo_chars == len(text)
+        assert _digest._memo_chars == 2 * len(text)
         assert facts == message_facts("user", text)
         huge = "y" * (_digest._MEMO_MAX_CHARS // 8 + 1)
         message_facts("user", huge)
-        assert len(_digest._MEMO) == 2 and _digest._memo_chars == len(text)
+        plain_block("user", huge, "session_history", "message_history", "message_history")
+        assert len(_digest._MEMO) == 2 and _digest._memo_chars == 2 * len(text)
+    finally:
+        _digest.reset()
+
+
+def test_a_state_hashed_under_a_key_forgotten_meanwhile_is_not_kept(monkeypatch) -> None:
+    """The digest key changes while an assembly is hashed (another thread's ``reset``, here
+    an id whose formatting resets): its state is not kept, so the next call under the new
+    key hashes the whole again and gets the new key's hash."""
+
+    class Resetting(str):
+        def __format__(self, spec: str) -> str:
+            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+            _digest.reset()
+            return str.__format__(self, spec)
+
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
+    _digest.reset()
+    try:
+        ids = ["system:a", "user:b", Resetting("user:c")]
+        digests = ["d1", "d2", "d3"]
+        _digest.assembly_digest(ids, digests)
+        assert not _digest._ASSEMBLY_STATES
+        grown = [*map(str, ids), "user:d"], [*digests, "d4"]
+        assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
     finally:
         _digest.reset()

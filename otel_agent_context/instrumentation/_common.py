@@ -55,7 +55,7 @@ from .. import _digest
 from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
-from .._digest import message_digests, recall, remember, remember_beside
+from .._digest import message_digests, recall, remember
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, ContextKind, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -99,6 +99,8 @@ __all__ = [
     "async_wrapper",
     "guarded",
     "distinct_ids",
+    "helper_aexit",
+    "helper_exit",
     "is_context_length_error",
     "known_message_id",
     "make_block",
@@ -216,7 +218,9 @@ def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Bl
         item_id, tokens, digest = message_facts(role, text)
         block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
                       None, None, False, None, text or None)
-        remember_beside(key, text, block)
+        # its text counted again: an application that builds its messages anew each call
+        # gives the block another string than the facts' (twice counted beats uncounted)
+        remember(key, len(text), block)
     return block  # type: ignore[no-any-return]
 
 
@@ -1280,8 +1284,12 @@ class OurSyncStream(_StreamMixin, SyncStreamWrapper[Any]):
                     return close(*args, **kwargs)
                 finally:
                     if not self._self_finalized and not acc.reading:
+                        error = _HELPER_EXIT_ERROR.get()
                         with self._execution_context():
-                            self._finalize_success()
+                            if error is None:
+                                self._finalize_success()
+                            else:
+                                self._finalize_failure(error)
 
             with contextlib.suppress(Exception):  # a response we cannot patch
                 response.close = closing
@@ -1342,8 +1350,12 @@ class OurAsyncStream(_StreamMixin, AsyncStreamWrapper[Any]):
                     return await aclose(*args, **kwargs)
                 finally:
                     if not self._self_finalized and not acc.reading:
+                        error = _HELPER_EXIT_ERROR.get()
                         with self._execution_context():
-                            self._finalize_success()
+                            if error is None:
+                                self._finalize_success()
+                            else:
+                                self._finalize_failure(error)
 
             with contextlib.suppress(Exception):
                 response.aclose = closing
@@ -1744,6 +1756,47 @@ _frames.hide(_frames.nested(_follow_raw, "parsed"),
 def _unparsed(call: Call, parsed_once: list[bool]) -> None:
     if not parsed_once:
         guarded(call.finish)(None)
+
+
+#: The application's error leaving an SDK stream helper's ``with`` block (OpenAI's
+#: ``responses.stream()``, ``chat.completions.stream()``): the helper's manager exits by
+#: closing the stream's HTTP response, which ends the call (``OurSyncStream``'s
+#: ``closing``) as failed with it rather than as a stream closed early.
+_HELPER_EXIT_ERROR: contextvars.ContextVar[BaseException | None] = contextvars.ContextVar(
+    "otel_agent_context.helper_exit_error", default=None)
+
+
+def _exit_error(args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException | None:
+    """The exception an ``__exit__(exc_type, exc, tb)`` call was given, if any."""
+    error = args[1] if len(args) > 1 else kwargs.get("exc")
+    return error if isinstance(error, BaseException) else None
+
+
+def helper_exit(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    """A stream helper manager's ``__exit__``: the application's error known to the call's
+    end while the manager closes the stream."""
+    error = _exit_error(args, kwargs)
+    if error is None:
+        return wrapped(*args, **kwargs)
+    token = _HELPER_EXIT_ERROR.set(error)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _HELPER_EXIT_ERROR.reset(token)
+
+
+async def helper_aexit(wrapped: Any, instance: Any, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> Any:
+    """:func:`helper_exit` for an async manager's ``__aexit__``."""
+    error = _exit_error(args, kwargs)
+    if error is None:
+        return await wrapped(*args, **kwargs)
+    token = _HELPER_EXIT_ERROR.set(error)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _HELPER_EXIT_ERROR.reset(token)
 
 
 def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -428,3 +429,89 @@ def test_a_responses_call_without_a_response_still_records_the_api_type(
         assert span.attributes.get("openai.api.type") == "responses", name
         assert (span.status.status_code is StatusCode.ERROR) == name.startswith(
             ("refused", "broken")), name
+
+
+def _helper_calls(stub: Any, api: str, asynchronous: bool, ways: list[str]) -> None:
+    """One call a way through the SDK's ``stream()`` helper of ``api``, its block left as
+    the way says: drained, left early (``break``), or by the application's error
+    mid-stream (which must reach the application unchanged)."""
+    kwargs: dict[str, Any] = (
+        {"model": "gpt-4o-mini", "input": "hi"} if api == "responses" else
+        {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+
+    def manager(c: Any) -> Any:
+        return (c.responses.stream(**kwargs) if api == "responses"
+                else c.chat.completions.stream(**kwargs))
+
+    def read(how: str) -> None:
+        with manager(client(stub)) as stream:
+            for _ in stream:
+                if how == "broken":
+                    raise KeyError("the application's own error")
+                if how == "left":
+                    break
+
+    async def read_async(ac: openai.AsyncOpenAI, how: str) -> None:
+        async with manager(ac) as stream:
+            async for _ in stream:
+                if how == "broken":
+                    raise KeyError("the application's own error")
+                if how == "left":
+                    break
+
+    async def all_async() -> None:
+        ac = aclient(stub)
+        for how in ways:
+            if how == "broken":
+                with pytest.raises(KeyError, match="the application's own error"):
+                    await read_async(ac, how)
+            else:
+                await read_async(ac, how)
+        await ac.close()
+
+    if asynchronous:
+        asyncio.run(all_async())
+        return
+    for how in ways:
+        if how == "broken":
+            with pytest.raises(KeyError, match="the application's own error"):
+                read(how)
+        else:
+            read(how)
+
+
+@pytest.mark.parametrize(("api", "official"), [
+    ("responses", "none"), ("responses", "outer"), ("responses", "inner"),
+    # not ("chat", "outer"): the GenAI instrumentor's own span of a chat helper's stream
+    # left early is an error (``_OTHER``), alone as outermost (benchmarks, run AK)
+    ("chat", "none"), ("chat", "inner")])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_error_leaving_a_stream_helpers_block_fails_the_call(
+        stub, api: str, asynchronous: bool, official: str) -> None:
+    """The ``stream()`` helpers' managers close the stream's HTTP response on exit, error or
+    not: the application's error leaving the block fails the call (it was recorded as a
+    stream closed early: no error status, with ours alone), and reaches the application
+    unchanged; a drained or a left stream is no error."""
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    tel = CapturedTelemetry()
+    settings = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider}
+    ours, theirs = OpenAIContextInstrumentor(), OpenAIInstrumentor()
+    order = {"none": [ours], "outer": [ours, theirs], "inner": [theirs, ours]}[official]
+    for inst in order:  # the last instrumented is the outermost wrapper
+        inst.instrument(**settings, **({"agent_context": tel.agent_context}
+                                       if inst is ours else {}))
+    ways = ["drained", "left", "broken"]
+    try:
+        _helper_calls(stub, api, asynchronous, ways)
+    finally:
+        for inst in reversed(order):
+            inst.uninstrument()
+        tel.shutdown()
+    spans = [s for s in tel.spans() if S.ASSEMBLY_BLOCK_ITEM_IDS in (s.attributes or {})]
+    assert len(spans) == len(ways)
+    for how, span in zip(ways, spans, strict=True):
+        failed = span.status.status_code is StatusCode.ERROR
+        assert failed == (how == "broken"), (how, span.status)
+        if failed and official != "outer":  # ours ends it (the official's own type: _OTHER)
+            assert span.attributes[S.ERROR_TYPE] == "KeyError"

@@ -26,7 +26,16 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from .._common import Api, ClientTelemetry, async_wrapper, sync_wrapper, unwrap_all, wrap_all
+from .._common import (
+    Api,
+    ClientTelemetry,
+    async_wrapper,
+    helper_aexit,
+    helper_exit,
+    sync_wrapper,
+    unwrap_all,
+    wrap_all,
+)
 from . import _extract as X
 
 __all__ = ["OpenAIContextInstrumentor"]
@@ -35,6 +44,8 @@ _instruments = ("openai >= 1.40.0, < 4",)
 
 _CHAT = "openai.resources.chat.completions"
 _RESPONSES = "openai.resources.responses.responses"
+_CHAT_HELPER = "openai.lib.streaming.chat._completions"
+_RESPONSES_HELPER = "openai.lib.streaming.responses._responses"
 
 
 class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -72,6 +83,11 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             (_RESPONSES, "AsyncResponses.parse", async_wrapper(tel, responses)),
             (_RESPONSES, "Responses.compact", sync_wrapper(tel, compact)),
             (_RESPONSES, "AsyncResponses.compact", async_wrapper(tel, compact)),
+            # the stream() helpers' managers: an error leaving their block fails the call
+            (_RESPONSES_HELPER, "ResponseStreamManager.__exit__", helper_exit),
+            (_RESPONSES_HELPER, "AsyncResponseStreamManager.__aexit__", helper_aexit),
+            (_CHAT_HELPER, "ChatCompletionStreamManager.__exit__", helper_exit),
+            (_CHAT_HELPER, "AsyncChatCompletionStreamManager.__aexit__", helper_aexit),
         ))
 
     def _uninstrument(self, **kwargs: Any) -> None:
