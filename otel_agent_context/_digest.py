@@ -282,13 +282,20 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
         if chars >= 0 and generation == _generation:  # never updated once kept: copied
-            _keep_state(key, (list(item_ids), list(digests), h, chars), chars)
+            _keep_state(key, (list(item_ids), list(digests), h, chars), chars, generation)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 
-def _keep_state(key: Any, state: Any, chars: int) -> None:
+def _keep_state(key: Any, state: Any, chars: int, generation: int) -> None:
     """Keep a conversation's assembly state as its newest (in place of its last one), the
-    oldest ones dropped past the bounds; one too large for them is not kept."""
+    oldest ones dropped past the bounds; one too large for them is not kept, nor one
+    hashed under a key forgotten since (checked under the lock ``reset`` holds)."""
+    with _lock:
+        if generation == _generation:
+            _keep_state_now(key, state, chars)
+
+
+def _keep_state_now(key: Any, state: Any, chars: int) -> None:
     global _assembly_chars
     last = _ASSEMBLY_STATES.pop(key, None)
     if last is not None:

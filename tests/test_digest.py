@@ -435,3 +435,27 @@ def test_a_state_hashed_under_a_key_forgotten_meanwhile_is_not_kept(monkeypatch)
         assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
     finally:
         _digest.reset()
+
+
+def test_a_key_forgotten_just_before_the_state_is_kept_keeps_none(monkeypatch) -> None:
+    """The key forgotten after the hash and just before its state is stored (another
+    thread's ``reset`` in that window): the check is made again where it is stored, under
+    the lock ``reset`` holds, so nothing under the old key is kept."""
+    real = _digest._keep_state
+
+    def reset_first(*args: object) -> None:
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+        _digest.reset()
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
+    _digest.reset()
+    monkeypatch.setattr(_digest, "_keep_state", reset_first)
+    try:
+        _digest.assembly_digest(["system:a", "user:b"], ["d1", "d2"])
+        assert not _digest._ASSEMBLY_STATES
+        monkeypatch.setattr(_digest, "_keep_state", real)
+        grown = ["system:a", "user:b", "user:c"], ["d1", "d2", "d3"]
+        assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
+    finally:
+        _digest.reset()
