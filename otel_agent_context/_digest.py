@@ -290,29 +290,26 @@ def _keep_state(key: Any, state: Any, chars: int, generation: int) -> None:
     """Keep a conversation's assembly state as its newest (in place of its last one), the
     oldest ones dropped past the bounds; one too large for them is not kept, nor one
     hashed under a key forgotten since (checked under the lock ``reset`` holds)."""
-    with _lock:
-        if generation == _generation:
-            _keep_state_now(key, state, chars)
-
-
-def _keep_state_now(key: Any, state: Any, chars: int) -> None:
     global _assembly_chars
-    last = _ASSEMBLY_STATES.pop(key, None)
-    if last is not None:
-        _assembly_chars -= last[3]
-    if chars > _ASSEMBLY_MAX_CHARS // 8:
-        return
-    states = _ASSEMBLY_STATES
-    while states and (len(states) >= _ASSEMBLY_MAX_ENTRIES
-                      or _assembly_chars + chars > _ASSEMBLY_MAX_CHARS):
-        try:  # another thread may drop the same oldest state meanwhile
-            dropped = states.pop(next(iter(states)), None)
-        except (StopIteration, RuntimeError):
-            break
-        if dropped is not None:
-            _assembly_chars -= dropped[3]
-    states[key] = state
-    _assembly_chars += chars
+    with _lock:
+        if generation != _generation:
+            return
+        last = _ASSEMBLY_STATES.pop(key, None)
+        if last is not None:
+            _assembly_chars -= last[3]
+        if chars > _ASSEMBLY_MAX_CHARS // 8:
+            return
+        states = _ASSEMBLY_STATES
+        while states and (len(states) >= _ASSEMBLY_MAX_ENTRIES
+                          or _assembly_chars + chars > _ASSEMBLY_MAX_CHARS):
+            try:  # another thread may drop the same oldest state meanwhile
+                dropped = states.pop(next(iter(states)), None)
+            except (StopIteration, RuntimeError):
+                break
+            if dropped is not None:
+                _assembly_chars -= dropped[3]
+        states[key] = state
+        _assembly_chars += chars
 
 
 def digest_str(text: str) -> str:

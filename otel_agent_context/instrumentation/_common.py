@@ -885,9 +885,8 @@ class Call:
         self.done = True
         inv = self.invocation
         try:
-            if (out is None or not out.attributes) and self.req is not None \
-                    and self.req.attributes:
-                self._put_api_attributes(self.req.attributes)
+            if self.req is not None and self.req.attributes:
+                self._put_api_attributes(out)
             # guarded as the two methods are, without their wrappers' calls
             if out is not None:
                 try:
@@ -948,9 +947,8 @@ class Call:
             return
         self.done = True
         try:
-            if (out is None or not out.attributes) and self.req is not None \
-                    and self.req.attributes:
-                self._put_api_attributes(self.req.attributes)
+            if self.req is not None and self.req.attributes:
+                self._put_api_attributes(out)
             if out is not None:
                 self._record_outcome(self.invocation, out)
             self._end_stages(exc)
@@ -958,11 +956,14 @@ class Call:
             self.invocation.fail(exc)
 
     @guarded
-    def _put_api_attributes(self, attributes: dict[str, Any]) -> None:
-        """The request's provider attributes (``Request.attributes``) on the call's span."""
+    def _put_api_attributes(self, out: Outcome | None) -> None:
+        """The request's provider attributes (``Request.attributes``) on the call's span
+        when the response (``out``) gives none."""
+        if out is not None and out.attributes:
+            return
         span = self.target if self.target is not None else self.invocation.span
         if span.is_recording():
-            set_attributes(span, attributes)
+            set_attributes(span, self.req.attributes)  # type: ignore[union-attr,arg-type]
 
     @guarded
     def _record_outcome(self, inv: Any, out: Outcome) -> None:
