@@ -152,7 +152,7 @@ def reset() -> None:
 #: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
 #: entries and by the characters the keys hold; forgotten whole when full, or with the key.
 _MEMO: dict[Any, Any] = {}
-#: two entries a message the instrumentors read (its facts and its remembered block, one
+#: two entries a message the instrumentors read (its facts and its block's row, one
 #: more for each other kind it is sent as), one a text digested directly: 4,096 messages
 #: at four entries each when this bound was set, twice as many messages since run AK
 _MEMO_MAX_ENTRIES = 4 * 4096
@@ -268,7 +268,7 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     if found is not None:
         old_ids, old_digests, state, _ = found
         m = len(old_ids)
-        if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
+        if m <= n and tuple(item_ids[:m]) == old_ids and tuple(digests[:m]) == old_digests:
             h = state.copy()
             start = m
     if h is None:
@@ -282,7 +282,9 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
         if chars >= 0 and generation == _generation:  # never updated once kept: copied
-            _keep_state(key, (list(item_ids), list(digests), h, chars), chars, generation)
+            # tuples of strings (and a hash object, which the collector never tracks):
+            # untracked at the first collection, not walked by every full one after
+            _keep_state(key, (tuple(item_ids), tuple(digests), h, chars), chars, generation)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 

@@ -91,9 +91,10 @@ def _block_row(block: Any) -> Row:
 def block_columns(blocks: Sequence[Any]) -> list[tuple[Any, ...]]:
     """The fields of the blocks a call's records read (``Row``), as columns: element i of
     each is block i's. Each block's row is kept on it when first read (a block is not
-    changed once read; a renamed one is a copy), so a remembered block (a history sent
-    again) is read once, and the columns are one comprehension and a ``zip`` in C instead
-    of a comprehension per field and reader (ids, segments, the fold's arrays)."""
+    changed once read; a renamed one is a copy; a remembered message's block is made
+    with the row remembered for it, so a history sent again is read once), and the
+    columns are one comprehension and a ``zip`` in C instead of a comprehension per field
+    and reader (ids, segments, the fold's arrays)."""
     rows = [b._row or _block_row(b) for b in blocks]
     # not strict: every row is ``_block_row``'s tuple of 8 (the check cost ~2K a call)
     return list(zip(*rows, strict=False)) if rows else _NO_ROWS

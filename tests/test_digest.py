@@ -338,7 +338,7 @@ def test_sliding_windows_keep_a_bounded_number_of_assembly_states(monkeypatch) -
             assert len(states) <= 8
             assert _digest._assembly_chars == sum(v[3] for v in states.values())
             newest_ids = list(states.values())[-1][0]
-            assert newest_ids == growing_ids  # continued: replaced, not added
+            assert newest_ids == tuple(growing_ids)  # continued: replaced, not added
         kept = [v[0][0] for v in _digest._ASSEMBLY_STATES.values()]
         assert kept == ["user:33", "user:34", "user:35", "user:36", "user:37", "user:38",
                         "user:39", "system:a"]

@@ -207,21 +207,32 @@ remembered = _memo_get
 
 
 def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Block:
-    """The block of a message that is a role and a string, without content capture:
-    remembered beside the digests under its role, text, kind and the token estimator (a
-    history is sent again with every call; a remembered block is shared by the calls that
-    send it, so it is never changed: :func:`distinct_ids` renames a copy). The same fields
+    """The block of a message that is a role and a string, without content capture, made
+    from its row remembered beside the digests under its role, text, kind and the token
+    estimator (a history is sent again with every call: :func:`row_block`). The same fields
     as ``make_block`` with :func:`message_facts`' id."""
     key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator_key)
-    block = _memo_get(key)  # recall() without its call: once a message, every call
-    if block is None or not _digest._resolved:
+    row = _memo_get(key)  # recall() without its call: once a message, every call
+    if row is None or not _digest._resolved:
         item_id, tokens, digest = message_facts(role, text)
-        block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
-                      None, None, False, None, text or None)
+        # ``_block_row``'s fields of such a block: no cache breakpoint, plain
+        row = (item_id, kind, tokens, point, digest or "", segment, False, True)
         # its text counted again: an application that builds its messages anew each call
-        # gives the block another string than the facts' (twice counted beats uncounted)
-        remember(key, len(text), block)
-    return block  # type: ignore[no-any-return]
+        # gives the key another string than the facts' (twice counted beats uncounted)
+        remember(key, len(text), row)
+    return row_block(row, text)
+
+
+def row_block(row: Row, text: str) -> Block:
+    """The block of a plain message (:func:`plain_block`) from its remembered row, made
+    anew for each call that sends it. What is remembered is a tuple of strings and numbers,
+    which the garbage collector stops tracking at its first collection; a remembered block
+    object stayed tracked until the memo was forgotten, and an agent's new messages (three
+    blocks a call) drove full collections of the application's whole heap (run AL)."""
+    block = Block(row[0], row[1], row[3], row[5], row[2], row[4] or None, None, "inline",
+                  None, None, None, False, None, text or None)
+    block._row = row
+    return block
 
 
 #: plain strings (the readers' too): an enum attribute lookup per block adds up
@@ -270,9 +281,8 @@ def remembered_history(messages: list[Any],
         else:
             return None
         found = _memo_get((_PLAIN_BLOCK, role, content, spec[0], estimator))
-        if found is None:
-            found = plain_block(role, content, *spec)
-        append(found)
+        append(plain_block(role, content, *spec) if found is None
+               else row_block(found, content))
     return blocks
 
 

@@ -1,9 +1,11 @@
 """The short paths of reading and recording a call record what the general ones do.
 
-- A plain message (a role and a string, content capture off) is a block remembered beside
-  the digests (``plain_block``): the same fields as the block the general path builds for
-  the same message, shared by the calls that send it and never changed by one of them
-  (a repeat is renamed on a copy).
+- A plain message (a role and a string, content capture off) is a block made from what is
+  remembered beside the digests (``plain_block``: its row and text, read once by the calls
+  that send it): the same fields as the block the general path builds for the same
+  message, each call's its own (a repeat renamed in one call is not in the next). What is
+  remembered is nothing the garbage collector keeps walking: tuples of strings and
+  numbers, untracked at the first collection.
 - The folded call's attributes, written without the per-value check when every value is
   ours (``checked``), are the ones the checked write records, in the same order; a value
   that is not ours (an API's item id that is not text, a tool call id) takes the check.
@@ -68,7 +70,8 @@ def test_a_chat_message_block_is_the_general_paths() -> None:
     assert fast == general
     again = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
     assert again == fast
-    assert again[2] is fast[2]  # remembered: the same texts in new dicts
+    # remembered: the same texts in new dicts are read once, their row shared
+    assert again[2] is not fast[2] and again[2]._row is fast[2]._row
 
 
 def test_a_responses_message_block_is_the_general_paths() -> None:
@@ -106,9 +109,47 @@ def test_a_repeat_is_renamed_on_a_copy() -> None:
     assert first[5].item_id == shared.item_id + "#2"
     assert first[5] is not shared and first[5].digest == shared.digest
     second = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
-    assert second[5] is shared and "#" not in shared.item_id  # unchanged by the first call
+    assert "#" not in second[5].item_id and "#" not in shared.item_id  # unchanged by it
+    assert second[5]._row is shared._row
     distinct_ids(second)
     assert [b.item_id for b in second] == [b.item_id for b in first]
+
+
+def test_what_is_remembered_is_not_left_for_the_garbage_collector() -> None:
+    """An agent's calls, each with two new messages and a window that slides: after a
+    collection, nothing the memo or the assembly states hold is tracked (a remembered block
+    object was, until the memo was full: each new message's block drove full collections
+    of the application's whole heap), and the blocks and hashes are still the ones made
+    the first time."""
+    import gc
+
+    history = [{"role": "system", "content": "You are ACME's support agent."}]
+    recent: list[dict[str, str]] = []
+    first_blocks = None
+    for turn in range(30):
+        question = {"role": "user", "content": f"Question {turn}?"}
+        sent = [*history, *recent, question]
+        for api, request in ((OX.chat_request, {"messages": sent}),
+                             (AX.messages_request, {"max_tokens": 9, "messages": sent[1:]})):
+            blocks = api((), {"model": "m", **request}, False).blocks
+            columns = _folded.block_columns(blocks)
+            _digest.assembly_digest(list(columns[0]), list(columns[4]))
+        if turn == 0:
+            first_blocks = OX.chat_request((), {"model": "m", "messages": sent}, False).blocks
+        recent = [*recent[-6:], question, {"role": "assistant", "content": f"Answer {turn}."}]
+    # a tuple holding tuples (an assembly state) is untracked at the collection after its
+    # tuples' (by then in the middle generation, never the old one)
+    gc.collect()
+    gc.collect()
+    held = [*_digest._MEMO.items(), *_digest._ASSEMBLY_STATES.items()]
+    assert len(held) > 100
+    # the system prompt's block is remembered as a block (one a conversation, not a turn)
+    tracked = [kv for kv in held if gc.is_tracked(kv[0]) or gc.is_tracked(kv[1])]
+    assert all(type(v) is Block and k[0] != C._PLAIN_BLOCK for k, v in tracked), tracked
+    assert any(k[0] == C._PLAIN_BLOCK for k, _ in held)
+    again = OX.chat_request((), {"model": "m", "messages": [
+        *history, {"role": "user", "content": "Question 0?"}]}, False).blocks
+    assert again == first_blocks
 
 
 def test_known_ids_are_not_remembered() -> None:

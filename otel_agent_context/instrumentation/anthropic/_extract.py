@@ -36,6 +36,7 @@ from .._common import (
     plain_block,
     remembered,
     remembered_history,
+    row_block,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
@@ -146,11 +147,10 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                 append(Block(item_id, kind, _HISTORY, SEG_HISTORY, tokens, digest, None,
                              "inline", None, None, None, False, None, content or None))
                 continue
-            # its remembered block, looked up here (plain_block's lookup without its call)
+            # its remembered row, looked up here (plain_block's lookup without its call)
             found = remembered((_PLAIN_BLOCK, role, content, kind, estimator))
-            if found is None or not resolved:
-                found = plain_block(role, content, kind, _HISTORY, SEG_HISTORY)
-            append(found)
+            append(row_block(found, content) if found is not None and resolved
+                   else plain_block(role, content, kind, _HISTORY, SEG_HISTORY))
             continue
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())

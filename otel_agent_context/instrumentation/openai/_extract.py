@@ -37,6 +37,7 @@ from .._common import (
     plain_block,
     remembered,
     remembered_history,
+    row_block,
     settle_message,
     short_digest,
 )
@@ -208,7 +209,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     for m in messages:
         i += 1
         if lookup and type(m) is dict and len(m) == 2:
-            # a role and a string alone (the usual history): its remembered block, looked
+            # a role and a string alone (the usual history): its remembered row, looked
             # up here (subscripts, no call: a history is read again with every call)
             try:
                 role = m["role"]
@@ -220,11 +221,10 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                         and (kind := _PLAIN_KINDS.get(role)) is not None):
                     if i == last_user:
                         kind = _K_USER_MESSAGE
-                    block = remembered((_PLAIN_BLOCK, role, text, kind, estimator))
-                    if block is None or not resolved:
-                        block = plain_block(role, text, *(
-                            _LATEST_USER if i == last_user else _PLAIN_SPECS[role]))
-                    append(block)
+                    found = remembered((_PLAIN_BLOCK, role, text, kind, estimator))
+                    append(row_block(found, text) if found is not None and resolved
+                           else plain_block(role, text, *(
+                               _LATEST_USER if i == last_user else _PLAIN_SPECS[role])))
                     continue
         if source is not None and type(m) not in _PLAIN_TYPES:
             m = settle_message(source, i, failed)
