@@ -260,6 +260,11 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     updates gives the digest of one."""
     generation = _generation
     keyed = bool(_current_key())
+    # tuples (a call's columns are): kept as they are, compared by slices
+    if type(item_ids) is not tuple:
+        item_ids = tuple(item_ids)
+    if type(digests) is not tuple:
+        digests = tuple(digests)
     n = len(item_ids)
     key = (*item_ids[:2], *digests[:2])
     found = _ASSEMBLY_STATES.get(key) if _resolved else None
@@ -268,7 +273,7 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     if found is not None:
         old_ids, old_digests, state, _ = found
         m = len(old_ids)
-        if m <= n and tuple(item_ids[:m]) == old_ids and tuple(digests[:m]) == old_digests:
+        if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
             h = state.copy()
             start = m
     if h is None:
@@ -281,10 +286,11 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
             chars = sum(map(len, item_ids)) + sum(map(len, digests))
         except TypeError:  # an id that is not text (an invalid request): not remembered
             chars = -1
-        if chars >= 0 and generation == _generation:  # never updated once kept: copied
-            # tuples of strings (and a hash object, which the collector never tracks):
-            # untracked at the first collection, not walked by every full one after
-            _keep_state(key, (tuple(item_ids), tuple(digests), h, chars), chars, generation)
+        if chars >= 0 and generation == _generation:  # never updated once kept
+            # tuples of strings and a hash object, which the collector does not track: the
+            # tuples untracked at their first collection, the state at the one after (by
+            # then at most in the middle generation), not walked by every full one after
+            _keep_state(key, (item_ids, digests, h, chars), chars, generation)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
 
 

@@ -100,7 +100,7 @@ def block_columns(blocks: Sequence[Any]) -> list[tuple[Any, ...]]:
     return list(zip(*rows, strict=False)) if rows else _NO_ROWS
 
 
-def _ours(item_ids: list[Any], max_tokens: Any, reserved_tokens: Any,
+def _ours(item_ids: Sequence[Any], max_tokens: Any, reserved_tokens: Any,
           overflow_strategy: Any) -> bool:
     """Whether the fold's values that are not built here are of the types written as
     they are: the item ids text, the sizes integers."""
@@ -167,8 +167,7 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
 
     ids_col, kinds, tokens, points, digests_col, _, _, plains = (
         block_columns(blocks) if columns is None else columns)
-    item_ids = list(ids_col)  # lists: what the assembly hash's memo compares
-    digests = list(digests_col)
+    item_ids = ids_col
     total = sum(tokens)
     named.update(item_ids)
     counts: list[int] = []
@@ -180,7 +179,7 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
             refs.extend(mine)
             counts.append(len(mine))
     plain = all(plains)
-    assembly_hash = assembly_digest(item_ids, digests)
+    assembly_hash = assembly_digest(item_ids, digests_col)
     _put_assembly(attrs, ids.new("asm"), assembly_hash, total, ids_col, kinds, tokens, points,
                   digests_col)
     # Every value here is built by our own code (ids, digests, kinds, injection points and
@@ -349,15 +348,14 @@ class CallRecord:
         attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(orders)
         attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(reserved)
         attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(used)
-        item_ids = list(ids_col)
-        assembly_hash = assembly_digest(item_ids, list(digests))
+        assembly_hash = assembly_digest(ids_col, digests)
         _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
                       points, digests)
         attrs[S.INJECTION_ID] = new("inj")
         attrs[S.INJECTION_TARGET] = _MODEL
         attrs[S.INJECTION_POINT] = _HISTORY
         attrs[S.INJECTION_HASH] = assembly_hash
-        self._item_ids = set(item_ids)
+        self._item_ids = set(ids_col)
         # the item ids are exactly str (the caller's check); the rest as ``_ours`` checks it
         self._checked = checked = isinstance(owner.producer, str) and (
             max_tokens is None or type(max_tokens) is int) and (

@@ -200,6 +200,7 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
 
 
 _PLAIN_BLOCK = "plain block"
+_PLAIN_ROW = "plain row"
 _memo_get = _digest._MEMO.get  # the memo is cleared, never replaced
 #: what :func:`remember` kept under a key, without :func:`recall`'s check that the digest
 #: key is still the one the value was made with (the caller checks ``_digest._resolved``)
@@ -207,28 +208,42 @@ remembered = _memo_get
 
 
 def plain_block(role: str, text: str, kind: str, point: str, segment: str) -> Block:
-    """The block of a message that is a role and a string, without content capture, made
-    from its row remembered beside the digests under its role, text, kind and the token
-    estimator (a history is sent again with every call: :func:`row_block`). The same fields
-    as ``make_block`` with :func:`message_facts`' id."""
+    """The block of a message that is a role and a string, without content capture, for the
+    general readers: remembered beside the digests under its role, text, kind and the token
+    estimator (a history is sent again with every call; a remembered block is shared by the
+    calls that send it, so it is never changed: :func:`distinct_ids` renames a copy). The
+    same fields as ``make_block`` with :func:`message_facts`' id."""
     key = (_PLAIN_BLOCK, role, text, kind, _tokens._estimator_key)
-    row = _memo_get(key)  # recall() without its call: once a message, every call
+    block = _memo_get(key)  # recall() without its call: once a message, every call
+    if block is None or not _digest._resolved:
+        item_id, tokens, digest = message_facts(role, text)
+        block = Block(item_id, kind, point, segment, tokens, digest, None, "inline", None,
+                      None, None, False, None, text or None)
+        # its text counted again: an application that builds its messages anew each call
+        # gives the block another string than the facts' (twice counted beats uncounted)
+        remember(key, len(text), block)
+    return block  # type: ignore[no-any-return]
+
+
+def plain_row(role: str, text: str, kind: str, point: str, segment: str) -> Row:
+    """The row (``_block_row``'s fields) of :func:`plain_block`'s block, for the one-pass
+    readers (:func:`remembered_history`), which need no block: remembered as a tuple of
+    strings and numbers, which the garbage collector stops tracking at its first
+    collection. A remembered block stays tracked until the memo is forgotten: an agent's
+    new messages, three blocks a call, drove full collections of the application's whole
+    heap (benchmarks/instrumentation.md, run AL)."""
+    key = (_PLAIN_ROW, role, text, kind, _tokens._estimator_key)
+    row = _memo_get(key)
     if row is None or not _digest._resolved:
         item_id, tokens, digest = message_facts(role, text)
-        # ``_block_row``'s fields of such a block: no cache breakpoint, plain
         row = (item_id, kind, tokens, point, digest or "", segment, False, True)
-        # its text counted again: an application that builds its messages anew each call
-        # gives the key another string than the facts' (twice counted beats uncounted)
-        remember(key, len(text), row)
-    return row_block(row, text)
+        remember(key, len(text), row)  # counted again, as plain_block's
+    return row  # type: ignore[no-any-return]
 
 
 def row_block(row: Row, text: str) -> Block:
-    """The block of a plain message (:func:`plain_block`) from its remembered row, made
-    anew for each call that sends it. What is remembered is a tuple of strings and numbers,
-    which the garbage collector stops tracking at its first collection; a remembered block
-    object stayed tracked until the memo was forgotten, and an agent's new messages (three
-    blocks a call) drove full collections of the application's whole heap (run AL)."""
+    """The block of a one-pass reader's message from its row (:func:`plain_row`), made when
+    something asks for the request's blocks (``Request.blocks``)."""
     block = Block(row[0], row[1], row[3], row[5], row[2], row[4] or None, None, "inline",
                   None, None, None, False, None, text or None)
     block._row = row
@@ -240,15 +255,16 @@ _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 
 
-def remembered_history(messages: list[Any],
-                       specs: dict[str, tuple[str, str, str]] | None) -> list[Block] | None:
-    """The blocks (:func:`plain_block`) of a history of plain messages, each a dict of a
-    role and a string, the latest user message its own kind: for a reader's one-pass path
-    (``Api.plain``). ``specs``: a message's (kind, injection point, segment) by its role (a
-    role not in it: None), or None for every role a history message. A message an earlier
-    call read is looked up; a new one (an agent's call adds a reply and a question to what
-    the last one sent) is made as the general reader makes it. None when a message is not
-    such a dict (then the reader reads the request)."""
+def remembered_history(messages: list[Any], specs: dict[str, tuple[str, str, str]] | None
+                       ) -> tuple[list[Row], list[str]] | None:
+    """The rows (:func:`plain_row`) and texts of a history of plain messages, each a dict of
+    a role and a string, the latest user message its own kind: for a reader's one-pass path
+    (``Api.plain``; ``Request.plain_history``: their blocks are made only if something asks
+    for them). ``specs``: a message's (kind, injection point, segment) by its role (a role
+    not in it: None), or None for every role a history message. A message an earlier call
+    read is looked up; a new one (an agent's call adds a reply and a question to what the
+    last one sent) is made as the general reader makes it. None when a message is not such
+    a dict (then the reader reads the request)."""
     last_user = -1
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
@@ -258,8 +274,10 @@ def remembered_history(messages: list[Any],
             last_user = i
             break
     estimator = _tokens._estimator_key
-    blocks: list[Block] = []
-    append = blocks.append
+    rows: list[Row] = []
+    texts: list[str] = []
+    append = rows.append
+    append_text = texts.append
     i = -1  # a counter, not enumerate's tuple a message
     for m in messages:
         i += 1
@@ -280,10 +298,10 @@ def remembered_history(messages: list[Any],
             spec = specs[role]
         else:
             return None
-        found = _memo_get((_PLAIN_BLOCK, role, content, spec[0], estimator))
-        append(plain_block(role, content, *spec) if found is None
-               else row_block(found, content))
-    return blocks
+        found = _memo_get((_PLAIN_ROW, role, content, spec[0], estimator))
+        append(plain_row(role, content, *spec) if found is None else found)
+        append_text(content)
+    return rows, texts
 
 
 _P_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
@@ -398,7 +416,12 @@ class Request:
 
     provider: str
     model: str | None
-    blocks: list[Block]
+    #: the blocks (``blocks``) made so far: all of them but ``_history``'s
+    _blocks: list[Block]
+    #: a one-pass reader's history as rows and texts (``remembered_history``), after
+    #: ``_blocks``: made into blocks when something asks for ``blocks`` (a call's records
+    #: read the rows; most calls never ask)
+    _history: tuple[list[Row], list[str]] | None
     reserved_output: int | None
     overflow_strategy: str
     tool_tokens: int
@@ -428,7 +451,8 @@ class Request:
                  overflow_strategy: str = _REJECT) -> None:
         self.provider = provider
         self.model = model
-        self.blocks = []
+        self._blocks = []
+        self._history = None
         self.reserved_output = reserved_output
         self.overflow_strategy = overflow_strategy
         self.tool_tokens = tool_tokens
@@ -441,6 +465,36 @@ class Request:
         self.compaction_call = False
         self.kept = _NOTHING_KEPT
         self.attributes = None
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The blocks in the order the model sees them."""
+        history = self._history
+        if history is not None:
+            self._history = None
+            self._blocks.extend(map(row_block, *history))
+        return self._blocks
+
+    @blocks.setter
+    def blocks(self, blocks: list[Block]) -> None:
+        self._blocks = blocks
+        self._history = None
+
+    @property
+    def plain_history(self) -> tuple[list[Row], list[str]] | None:
+        """The history a one-pass reader read as rows and texts, not made into blocks."""
+        return self._history
+
+    @plain_history.setter
+    def plain_history(self, history: tuple[list[Row], list[str]]) -> None:
+        self.blocks  # noqa: B018 - a history set before is made into blocks first
+        self._history = history
+
+    @property
+    def block_count(self) -> int:
+        """``len(blocks)``, without making the plain history's blocks."""
+        history = self._history
+        return len(self._blocks) + (len(history[0]) if history is not None else 0)
 
     @property
     def estimated_input(self) -> int:
@@ -764,7 +818,10 @@ class Call:
             return False
         if req is None:
             return False
-        rows = [b._row or _block_row(b) for b in req.blocks]  # a new block read here
+        rows = [b._row or _block_row(b) for b in req._blocks]  # a new block read here
+        history = req._history
+        if history is not None:
+            rows += history[0]
         if not rows:
             return False
         columns = list(zip(*rows, strict=False))  # every row is a Row: 8 fields
@@ -934,7 +991,7 @@ class Call:
                 _put_response(inv, self.target, *fields[:8], None)
                 if tokens is not None:  # what Budget.actual records (``_record_outcome``)
                     record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
-                    record.actual[S.BUDGET_ACTUAL_ITEMS] = len(req.blocks)
+                    record.actual[S.BUDGET_ACTUAL_ITEMS] = req.block_count
             except Exception:
                 if _strict_now():
                     raise
@@ -991,7 +1048,7 @@ class Call:
                     return
                 if type(tokens) is int and tokens >= 0:  # what Budget.actual accepts
                     self.record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
-                    self.record.actual[S.BUDGET_ACTUAL_ITEMS] = len(req.blocks)
+                    self.record.actual[S.BUDGET_ACTUAL_ITEMS] = req.block_count
                     return
             # an odd count from the server goes through Budget.actual's check (logged,
             # raised when strict) as it would without the record

@@ -3,25 +3,23 @@ exact tokenizer (``set_token_estimator(tiktoken_encoding_len)`` for instance).""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 __all__ = ["estimate_tokens", "set_token_estimator"]
 
 _estimator: Callable[[str], int] | None = None
-#: What remembered token counts are keyed by: the estimator, or a token of this setting for
-#: one that is not hashable (a key holding it would fail every lookup)
-_estimator_key: object = None
+#: What remembered token counts are keyed by: None for the heuristic, else a number of this
+#: setting (not the estimator: a key holding a function stays tracked by the garbage
+#: collector, and one holding an unhashable estimator would fail every lookup)
+_estimator_key: int | None = None
+_settings = itertools.count(1)
 
 
 def set_token_estimator(estimator: Callable[[str], int] | None) -> None:
     """Use ``estimator(text) -> tokens`` instead of the heuristic (``None`` restores it)."""
     global _estimator, _estimator_key
-    try:
-        hash(estimator)
-        key: object = estimator
-    except Exception:  # noqa: BLE001 - not hashable, or a __hash__ that fails: not remembered
-        key = object()
-    _estimator, _estimator_key = estimator, key
+    _estimator, _estimator_key = estimator, None if estimator is None else next(_settings)
 
 
 def _heuristic(text: str) -> int:

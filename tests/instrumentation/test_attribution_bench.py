@@ -16,15 +16,20 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 import attribution_bench as ab  # noqa: E402
 
-SITE = "/venv/lib/python3.11/site-packages"
-LOOP = "child (/repo/benchmarks/attribution_bench.py:120)"
-SCEN = "chat_turn (/repo/benchmarks/instrumentation_bench.py:281)"
+# a checkout named like the package, in the virtual environment's path too: the package
+# is known by its imported directory, not by its name
+SITE = "/otel_agent_context/.venv/lib/python3.11/site-packages"
+LOOP = f"child ({BENCH_DIR}/attribution_bench.py:120)"
+SCEN = f"chat_turn ({BENCH_DIR}/instrumentation_bench.py:281)"
 OFFICIAL = f"traced_method ({SITE}/opentelemetry/instrumentation/genai/openai/patch.py:72)"
-OURS = "wrapper (/repo/otel_agent_context/instrumentation/_common.py:1818)"
-OURS_READ = "_read_plain (/repo/otel_agent_context/instrumentation/_common.py:760)"
+OURS = f"wrapper ({ab._OURS}instrumentation/_common.py:1818)"
+OURS_READ = f"_read_plain ({ab._OURS}instrumentation/_common.py:760)"
+OURS_STREAM = f"OurSyncStream.__next__ ({ab._OURS}instrumentation/_common.py:1400)"
 DECORATOR = f"wrapper ({SITE}/openai/_utils/_utils.py:298)"
 CREATE = f"Completions.create ({SITE}/openai/resources/chat/completions/completions.py:1611)"
+SSE = f"Stream.__next__ ({SITE}/openai/_streaming.py:40)"
 HTTP = f"send ({SITE}/httpx/_client.py:900)"
+SOCKET = "recv_into (/usr/lib/python3.11/socket.py:705)"
 SDK = f"set_attributes ({SITE}/opentelemetry/sdk/trace/__init__.py:800)"
 GENAI = f"stop ({SITE}/opentelemetry/util/genai/handler.py:200)"
 
@@ -41,13 +46,16 @@ def stack(*frames: str) -> list[str]:
     # the SDK and util-genai are the caller's: ours here, the official's there
     (stack(LOOP, SCEN, OFFICIAL, OURS, OURS_READ, SDK), "ours"),
     (stack(LOOP, SCEN, OFFICIAL, GENAI, SDK), "official"),
-    # the client's decorator above its method: the wrapper that called it
-    (stack(LOOP, SCEN, OURS, OFFICIAL, DECORATOR), "official"),
-    (stack(LOOP, SCEN, OFFICIAL, OURS, DECORATOR), "ours"),
+    # the client's decorator above its method, a stream's reads under our stream wrapper,
+    # the standard library under the HTTP stack: the client's
+    (stack(LOOP, SCEN, OURS, OFFICIAL, DECORATOR), "client"),
+    (stack(LOOP, SCEN, OURS_STREAM, SSE, HTTP, SOCKET), "client"),
+    (stack(LOOP, SCEN, OURS_STREAM), "ours"),
+    (stack(LOOP, SCEN, SSE), "client"),
     # the benchmark's own code, and the process outside the timed calls
     (stack(LOOP, SCEN), "scenario"),
     (stack(LOOP), None),
-    (stack("<module> (/repo/benchmarks/attribution_bench.py:250)"), None),
+    (stack(f"<module> ({BENCH_DIR}/attribution_bench.py:250)"), None),
 ])
 def test_a_sample_goes_to_its_innermost_owner(frames: list[str], expected: str | None) -> None:
     assert ab.owner(frames) == expected
@@ -89,15 +97,19 @@ def test_the_report_gives_medians_of_the_rounds_and_the_ratio_for_composed_ones(
         "official GenAI": [run(0, 50, 1000, 2000), run(0, 60, 1000, 3000)],
         "official + ours": [run(40, 50, 1000, 9000), run(30, 60, 1000, 11000)],
     }}
+    results["chat"]["ours + official"] = [run(80, 20, 1000, 9000), run(70, 20, 1000, 9000)]
     lines = ab.report(results).splitlines()
     assert lines[0] == "#### chat"
     official = next(line for line in lines if line.startswith("| official GenAI |"))
     composed = next(line for line in lines if line.startswith("| official + ours |"))
+    inner = next(line for line in lines if line.startswith("| ours + official |"))
     # official: shares 0.05 and 0.06, no ratio; the collector 2.0 and 3.0 µs
-    assert official.split(" | ")[1:5] == ["0.000", "0.055", "–", "2.5"]
+    assert official.split(" | ")[1:6] == ["0.000", "0.055", "–", "–", "2.5"]
     # composed rounds: (40 + 50) / 50 = 1.8 and (30 + 60) / 60 = 1.5, each against the
-    # official process of its own round
-    assert composed.split(" | ")[1:5] == ["0.035", "0.055", "1.650", "10.0"]
+    # official process of its own round; in the composed process alone the same here
+    assert composed.split(" | ")[1:6] == ["0.035", "0.055", "1.650", "1.650", "10.0"]
+    # ours outermost: the official's share in its process is not its whole work
+    assert inner.split(" | ")[1:6] == ["0.075", "0.020", "1.750", "–", "9.0"]
     assert composed.endswith("| 40 / 50 / 1000, 30 / 60 / 1000 |")
 
 

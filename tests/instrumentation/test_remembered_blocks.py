@@ -1,11 +1,12 @@
 """The short paths of reading and recording a call record what the general ones do.
 
-- A plain message (a role and a string, content capture off) is a block made from what is
-  remembered beside the digests (``plain_block``: its row and text, read once by the calls
-  that send it): the same fields as the block the general path builds for the same
-  message, each call's its own (a repeat renamed in one call is not in the next). What is
-  remembered is nothing the garbage collector keeps walking: tuples of strings and
-  numbers, untracked at the first collection.
+- A plain message (a role and a string, content capture off) is a block remembered beside
+  the digests (``plain_block``): the same fields as the block the general path builds for
+  the same message, shared by the calls that send it and never changed by one of them
+  (a repeat is renamed on a copy).
+- A one-pass reader (``Api.plain``) keeps a history as rows and texts (``plain_row``), made
+  into the same blocks only when something asks; what it remembers is nothing the garbage
+  collector keeps walking (tuples of strings and numbers).
 - The folded call's attributes, written without the per-value check when every value is
   ours (``checked``), are the ones the checked write records, in the same order; a value
   that is not ours (an API's item id that is not text, a tool call id) takes the check.
@@ -70,8 +71,7 @@ def test_a_chat_message_block_is_the_general_paths() -> None:
     assert fast == general
     again = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
     assert again == fast
-    # remembered: the same texts in new dicts are read once, their row shared
-    assert again[2] is not fast[2] and again[2]._row is fast[2]._row
+    assert again[2] is fast[2]  # remembered: the same texts in new dicts
 
 
 def test_a_responses_message_block_is_the_general_paths() -> None:
@@ -109,47 +109,93 @@ def test_a_repeat_is_renamed_on_a_copy() -> None:
     assert first[5].item_id == shared.item_id + "#2"
     assert first[5] is not shared and first[5].digest == shared.digest
     second = OX.chat_request((), {"model": "m", "messages": _fresh(HISTORY)}, False).blocks
-    assert "#" not in second[5].item_id and "#" not in shared.item_id  # unchanged by it
-    assert second[5]._row is shared._row
+    assert second[5] is shared and "#" not in shared.item_id  # unchanged by the first call
     distinct_ids(second)
     assert [b.item_id for b in second] == [b.item_id for b in first]
 
 
-def test_what_is_remembered_is_not_left_for_the_garbage_collector() -> None:
-    """An agent's calls, each with two new messages and a window that slides: after a
-    collection, nothing the memo or the assembly states hold is tracked (a remembered block
-    object was, until the memo was full: each new message's block drove full collections
-    of the application's whole heap), and the blocks and hashes are still the ones made
-    the first time."""
+@pytest.mark.parametrize("estimator", [None, len], ids=["heuristic", "custom estimator"])
+def test_what_a_one_pass_reader_remembers_is_not_left_for_the_garbage_collector(
+        estimator: Any) -> None:
+    """An agent's calls, each with two new messages and a window that slides, read in one
+    pass: after two collections nothing the memo or the assembly states hold is tracked (a
+    remembered block object was, until the memo was full, and an agent's new messages drove
+    full collections of the application's whole heap; a key holding the token estimator
+    function was too). The rows are still the ones made the first time."""
     import gc
 
-    history = [{"role": "system", "content": "You are ACME's support agent."}]
-    recent: list[dict[str, str]] = []
-    first_blocks = None
-    for turn in range(30):
-        question = {"role": "user", "content": f"Question {turn}?"}
-        sent = [*history, *recent, question]
-        for api, request in ((OX.chat_request, {"messages": sent}),
-                             (AX.messages_request, {"max_tokens": 9, "messages": sent[1:]})):
-            blocks = api((), {"model": "m", **request}, False).blocks
-            columns = _folded.block_columns(blocks)
-            _digest.assembly_digest(list(columns[0]), list(columns[4]))
-        if turn == 0:
-            first_blocks = OX.chat_request((), {"model": "m", "messages": sent}, False).blocks
-        recent = [*recent[-6:], question, {"role": "assistant", "content": f"Answer {turn}."}]
-    # a tuple holding tuples (an assembly state) is untracked at the collection after its
-    # tuples' (by then in the middle generation, never the old one)
-    gc.collect()
-    gc.collect()
-    held = [*_digest._MEMO.items(), *_digest._ASSEMBLY_STATES.items()]
-    assert len(held) > 100
-    # the system prompt's block is remembered as a block (one a conversation, not a turn)
-    tracked = [kv for kv in held if gc.is_tracked(kv[0]) or gc.is_tracked(kv[1])]
-    assert all(type(v) is Block and k[0] != C._PLAIN_BLOCK for k, v in tracked), tracked
-    assert any(k[0] == C._PLAIN_BLOCK for k, _ in held)
-    again = OX.chat_request((), {"model": "m", "messages": [
-        *history, {"role": "user", "content": "Question 0?"}]}, False).blocks
-    assert again == first_blocks
+    from otel_agent_context.instrumentation import _tokens
+
+    _tokens.set_token_estimator(estimator)
+    try:
+        system = {"role": "system", "content": "You are ACME's support agent."}
+        recent: list[dict[str, str]] = []
+        first_rows = None
+        for turn in range(30):
+            question = {"role": "user", "content": f"Question {turn}?"}
+            sent = [system, *recent, question]
+            for req in (OX.chat_plain({"model": "m", "messages": sent}),
+                        AX.messages_plain({"model": "m", "max_tokens": 9,
+                                           "messages": sent[1:]})):
+                assert req is not None and req.plain_history is not None
+                rows = req.plain_history[0]
+                _digest.assembly_digest([r[0] for r in rows], [r[4] for r in rows])
+                if first_rows is None:
+                    first_rows = rows
+            recent = [*recent[-6:], question,
+                      {"role": "assistant", "content": f"Answer {turn}."}]
+        # a tuple holding tuples (an assembly state) is untracked at the collection after
+        # its tuples' (by then in the middle generation, never the old one)
+        gc.collect()
+        gc.collect()
+        held = [*_digest._MEMO.items(), *_digest._ASSEMBLY_STATES.items()]
+        assert len(held) > 100 and any(k[0] == C._PLAIN_ROW for k, _ in held)
+        assert [kv for kv in held if gc.is_tracked(kv[0]) or gc.is_tracked(kv[1])] == []
+        again = OX.chat_plain({"model": "m", "messages": [
+            system, {"role": "user", "content": "Question 0?"}]})
+        assert again is not None and again.plain_history is not None
+        assert again.plain_history[0] == first_rows
+        assert again.plain_history[0][1] is first_rows[1]  # remembered, not made again
+    finally:
+        _tokens.set_token_estimator(None)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "anthropic"])
+def test_a_one_pass_readers_history_becomes_blocks_only_when_asked(api: str) -> None:
+    """A one-pass reader keeps the history as rows and texts (its records read the rows);
+    its blocks, made when something asks (a provider's compaction, a truncation), are the
+    general reader's, after the system prompt's, counted without being made."""
+    messages = _fresh(HISTORY[2:4] + HISTORY[6:])
+    if api == "chat":
+        kwargs = {"model": "m", "messages": [HISTORY[0], *messages]}
+        plain, general = OX.chat_plain(kwargs), OX.chat_request((), kwargs, False)
+    elif api == "responses":
+        kwargs = {"model": "m", "input": messages, "instructions": "Be brief."}
+        OX.responses_request((), kwargs, False)  # the instructions' block remembered
+        plain, general = OX.responses_plain(kwargs), OX.responses_request((), kwargs, False)
+    else:
+        kwargs = {"model": "m", "max_tokens": 9, "system": "Be brief.", "messages": messages}
+        AX.messages_request((), kwargs, False)  # the system prompt's block remembered
+        plain = AX.messages_plain(kwargs)
+        general = AX.messages_request((), kwargs, False)
+    assert plain is not None
+    history = plain.plain_history
+    # chat's system message is a message of its history; the others' come first as blocks
+    sent = [HISTORY[0], *messages] if api == "chat" else messages
+    first = 0 if api == "chat" else 1
+    assert history is not None and history[1] == [m["content"] for m in sent]
+    assert plain.block_count == len(general.blocks) == first + len(sent)
+    assert plain.plain_history is history  # counted, not made
+    assert plain.estimated_input == general.estimated_input
+    assert plain.plain_history is None  # asked: made
+    assert plain.blocks == general.blocks
+    assert [b._row for b in plain.blocks[first:]] == list(history[0])
+    # blocks set again replace the history; a history set after blocks follows them
+    plain.blocks = []
+    assert plain.block_count == 0 and plain.plain_history is None
+    plain.blocks = general.blocks[:first]
+    plain.plain_history = history
+    assert plain.block_count == len(general.blocks) and plain.blocks == general.blocks
 
 
 def test_known_ids_are_not_remembered() -> None:

@@ -36,7 +36,6 @@ from .._common import (
     plain_block,
     remembered,
     remembered_history,
-    row_block,
     short_digest,
 )
 from ..openai._extract import _get, _int, _tool_tokens, given
@@ -147,10 +146,11 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                 append(Block(item_id, kind, _HISTORY, SEG_HISTORY, tokens, digest, None,
                              "inline", None, None, None, False, None, content or None))
                 continue
-            # its remembered row, looked up here (plain_block's lookup without its call)
+            # its remembered block, looked up here (plain_block's lookup without its call)
             found = remembered((_PLAIN_BLOCK, role, content, kind, estimator))
-            append(row_block(found, content) if found is not None and resolved
-                   else plain_block(role, content, kind, _HISTORY, SEG_HISTORY))
+            if found is None or not resolved:
+                found = plain_block(role, content, kind, _HISTORY, SEG_HISTORY)
+            append(found)
             continue
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
@@ -223,11 +223,11 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     history = remembered_history(messages, None)
     if history is None:
         return None
-    blocks += history
     req = Request(PROVIDER, model, reserved, stream is True, 0,
                   {"max_tokens": reserved, "temperature": None, "top_p": None,
                    "top_k": None, "stop_sequences": None})
     req.blocks = blocks
+    req.plain_history = history
     return req
 
 

@@ -37,7 +37,6 @@ from .._common import (
     plain_block,
     remembered,
     remembered_history,
-    row_block,
     settle_message,
     short_digest,
 )
@@ -209,7 +208,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
     for m in messages:
         i += 1
         if lookup and type(m) is dict and len(m) == 2:
-            # a role and a string alone (the usual history): its remembered row, looked
+            # a role and a string alone (the usual history): its remembered block, looked
             # up here (subscripts, no call: a history is read again with every call)
             try:
                 role = m["role"]
@@ -221,10 +220,11 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                         and (kind := _PLAIN_KINDS.get(role)) is not None):
                     if i == last_user:
                         kind = _K_USER_MESSAGE
-                    found = remembered((_PLAIN_BLOCK, role, text, kind, estimator))
-                    append(row_block(found, text) if found is not None and resolved
-                           else plain_block(role, text, *(
-                               _LATEST_USER if i == last_user else _PLAIN_SPECS[role])))
+                    block = remembered((_PLAIN_BLOCK, role, text, kind, estimator))
+                    if block is None or not resolved:
+                        block = plain_block(role, text, *(
+                            _LATEST_USER if i == last_user else _PLAIN_SPECS[role]))
+                    append(block)
                     continue
         if source is not None and type(m) not in _PLAIN_TYPES:
             m = settle_message(source, i, failed)
@@ -314,12 +314,12 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     if options is not None and (type(options) is not dict or not all(
             type(v) in _PLAIN_TYPES for v in options.values())):
         return None
-    blocks = remembered_history(messages, _PLAIN_SPECS)
-    if blocks is None:
+    history = remembered_history(messages, _PLAIN_SPECS)
+    if history is None:
         return None
     reserved = completion or legacy
     req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
-    req.blocks = blocks
+    req.plain_history = history
     return req
 
 
@@ -584,9 +584,9 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     history = remembered_history(items, _PLAIN_SPECS)
     if history is None:
         return None
-    blocks += history
     req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
     req.blocks = blocks
+    req.plain_history = history
     req.attributes = _RESPONSES_API
     return req
 
