@@ -152,7 +152,7 @@ def reset() -> None:
 #: (the text's hash is cached in the str) replaces an HMAC over the whole text. Bounded by
 #: entries and by the characters the keys hold; forgotten whole when full, or with the key.
 _MEMO: dict[Any, Any] = {}
-#: two entries a message the instrumentors read (its facts and its block's row, one
+#: two entries a message the instrumentors read (its facts and its block or row, one
 #: more for each other kind it is sent as), one a text digested directly: 4,096 messages
 #: at four entries each when this bound was set, twice as many messages since run AK
 _MEMO_MAX_ENTRIES = 4 * 4096

@@ -37,6 +37,7 @@ import inspect
 import logging
 import os
 import re
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -410,6 +411,10 @@ def make_block(item_id: str, kind: str, text: str | None, capture: bool, point: 
                  cache_breakpoint, None, text or None)
 
 
+#: held while a request's blocks are made from its history (``Request.blocks``): rare
+_MAKING_BLOCKS = threading.Lock()
+
+
 @dataclass(slots=True, init=False)
 class Request:
     """A model call's input, provider-neutral."""
@@ -469,10 +474,12 @@ class Request:
     @property
     def blocks(self) -> list[Block]:
         """The blocks in the order the model sees them."""
-        history = self._history
-        if history is not None:
-            self._history = None
-            self._blocks.extend(map(row_block, *history))
+        if self._history is not None:
+            with _MAKING_BLOCKS:  # another thread asking meanwhile waits for the whole list
+                history = self._history
+                if history is not None:
+                    self._blocks = self._blocks + list(map(row_block, *history))
+                    self._history = None  # after the list: None means it is whole
         return self._blocks
 
     @blocks.setter

@@ -19,6 +19,8 @@ _settings = itertools.count(1)
 def set_token_estimator(estimator: Callable[[str], int] | None) -> None:
     """Use ``estimator(text) -> tokens`` instead of the heuristic (``None`` restores it)."""
     global _estimator, _estimator_key
+    if estimator is _estimator:
+        return  # the same again: what was remembered with it still holds
     _estimator, _estimator_key = estimator, None if estimator is None else next(_settings)
 
 

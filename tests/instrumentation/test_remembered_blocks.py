@@ -198,6 +198,67 @@ def test_a_one_pass_readers_history_becomes_blocks_only_when_asked(api: str) -> 
     assert plain.block_count == len(general.blocks) and plain.blocks == general.blocks
 
 
+def test_setting_the_same_estimator_again_keeps_what_was_remembered() -> None:
+    """An application that sets its estimator before every turn does not lose the memo (a
+    new key each time missed every remembered row: ~20x a call on a 61-message history)."""
+    from otel_agent_context.instrumentation import _tokens
+
+    def estimator(text: str) -> int:
+        return len(text) // 3
+
+    kwargs = {"model": "m", "messages": _fresh(HISTORY[2:4])}
+    try:
+        _tokens.set_token_estimator(estimator)
+        first = OX.chat_plain(kwargs)
+        _tokens.set_token_estimator(estimator)
+        again = OX.chat_plain(kwargs)
+        assert first is not None and again is not None
+        assert first.plain_history is not None and again.plain_history is not None
+        assert again.plain_history[0][0] is first.plain_history[0][0]
+        assert first.plain_history[0][0][2] == len(HISTORY[2]["content"]) // 3
+        # another estimator (or the heuristic again) is another key
+        _tokens.set_token_estimator(len)
+        other = OX.chat_plain(kwargs)
+        assert other is not None and other.plain_history is not None
+        assert other.plain_history[0][0][2] == len(HISTORY[2]["content"])
+    finally:
+        _tokens.set_token_estimator(None)
+
+
+def test_a_history_made_into_blocks_is_whole_for_a_thread_asking_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads asking for the blocks of one request (unusual) each get the whole list,
+    once: the second waits while the first makes them."""
+    import threading
+
+    req = OX.chat_plain({"model": "m", "messages": _fresh(HISTORY[2:4] + HISTORY[6:])})
+    assert req is not None
+    expected = [C.row_block(r, t) for r, t in zip(*req.plain_history, strict=True)]
+    entered, release = threading.Event(), threading.Event()
+    made = C.row_block
+
+    def slow_row_block(row: Any, text: str) -> Block:
+        if not entered.is_set():
+            entered.set()
+            release.wait(5)
+        return made(row, text)
+
+    monkeypatch.setattr(C, "row_block", slow_row_block)
+    seen: dict[str, list[Block]] = {}
+    first = threading.Thread(target=lambda: seen.setdefault("first", req.blocks))
+    second = threading.Thread(target=lambda: seen.setdefault("second", req.blocks))
+    first.start()
+    assert entered.wait(5)
+    second.start()
+    second.join(0.3)
+    assert second.is_alive()  # waiting for the first, not reading half a list
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert seen["first"] == seen["second"] == expected
+    assert req.blocks == expected and req.plain_history is None
+
+
 def test_known_ids_are_not_remembered() -> None:
     token = KNOWN_MESSAGES.set({("user", "Where is my order?"): ["lc-1", "lc-2"]})
     try:
