@@ -220,12 +220,17 @@ def _keyed(inner: Any) -> str:
     return str(outer.hexdigest())
 
 
+def _hmac_hex(data: bytes) -> str:
+    """The keyed hash of ``data`` in hex (the caller checked that a key is set)."""
+    inner = _inner.copy()
+    inner.update(data)
+    return _keyed(inner)
+
+
 def digest_bytes(data: bytes) -> str:
     """The digest of ``data``: ``hmac-sha256:<hex>``, or ``sha256:<hex>`` when asked."""
     if _current_key():
-        inner = _inner.copy()
-        inner.update(data)
-        return HMAC_PREFIX + _keyed(inner)
+        return HMAC_PREFIX + _hmac_hex(data)
     return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
 
 
@@ -338,14 +343,8 @@ def message_digests(role: str, text: str) -> tuple[str, str | None]:
     data = text.encode("utf-8", "surrogatepass")
     whole = role.encode("utf-8", "surrogatepass") + b"\x1f" + data
     if _current_key():
-        inner = _inner.copy()
-        inner.update(whole)
-        short = _keyed(inner)[:12]
-        if not text:
-            return short, None
-        inner = _inner.copy()
-        inner.update(data)
-        return short, HMAC_PREFIX + _keyed(inner)
+        short = _hmac_hex(whole)[:12]
+        return short, HMAC_PREFIX + _hmac_hex(data) if text else None
     short = hashlib.sha256(whole).hexdigest()[:12]
     return short, SHA256_PREFIX + hashlib.sha256(data).hexdigest() if text else None
 
@@ -359,9 +358,7 @@ def short_digest(*parts: str, length: int = 12) -> str:
         return found
     data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
     if _current_key():
-        inner = _inner.copy()
-        inner.update(data)
-        value = _keyed(inner)[:length]
+        value = _hmac_hex(data)[:length]
     else:
         value = hashlib.sha256(data).hexdigest()[:length]
     _remember(memo_key, sum(map(len, parts)), value)

@@ -167,27 +167,26 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
 
     ids_col, kinds, tokens, points, digests_col, _, _, plains = (
         block_columns(blocks) if columns is None else columns)
-    item_ids = ids_col
     total = sum(tokens)
-    named.update(item_ids)
+    named.update(ids_col)
     counts: list[int] = []
     refs: list[str] = []
     if sources:
-        for item_id, found in zip(item_ids, sources, strict=False):
+        for item_id, found in zip(ids_col, sources, strict=False):
             mine = [r for r in dict.fromkeys(found) if r != item_id] if found else []
             named.update(mine)
             refs.extend(mine)
             counts.append(len(mine))
     plain = all(plains)
-    assembly_hash = assembly_digest(item_ids, digests_col)
+    assembly_hash = assembly_digest(ids_col, digests_col)
     _put_assembly(attrs, ids.new("asm"), assembly_hash, total, ids_col, kinds, tokens, points,
                   digests_col)
     # Every value here is built by our own code (ids, digests, kinds, injection points and
     # token counts of the instrumentors' blocks, our window sizes) but the item ids, which
     # may be an application's or an API's: text, or the SDK checks the whole write.
-    checked = _ours(item_ids, max_tokens, reserved_tokens, overflow_strategy)
+    checked = _ours(ids_col, max_tokens, reserved_tokens, overflow_strategy)
     if refs:
-        counts.extend([0] * (len(item_ids) - len(counts)))
+        counts.extend([0] * (len(ids_col) - len(counts)))
         attrs[S.ASSEMBLY_BLOCK_SOURCE_COUNTS] = counts
         attrs[S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS] = refs
         checked = False
