@@ -10,10 +10,12 @@ another core than the benchmark. Most scenarios send the same request every call
 prompt and a history of nine messages); the two "new turn" scenarios (since run AI) send
 what an agent's next call sends: the last four exchanges again, the reply to the last
 question and a new question, text no call sent before (what ours digests is then new
-every call, where the peers' cost does not depend on it). Configurations (each with the
-same SDK ``TracerProvider``: a ``SimpleSpanProcessor`` into an ``InMemorySpanExporter``, so
-every span's cost, export included, lands on the calling thread alike; content capture off
-everywhere):
+every call, where the peers' cost does not depend on it); the two "tools" scenarios (since
+run AM) send the same request with two tool definitions, as an agent does (the chat one a
+temperature too; the Anthropic SDK installed here takes no sampling parameter).
+Configurations (each with the same SDK ``TracerProvider``: a ``SimpleSpanProcessor`` into
+an ``InMemorySpanExporter``, so every span's cost, export included, lands on the calling
+thread alike; content capture off everywhere):
 
 - ``uninstrumented``: each process's baseline, below;
 - ``official GenAI``: ``opentelemetry-instrumentation-genai-openai`` / ``-anthropic``;
@@ -264,6 +266,30 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             for _ in s:
                 pass
 
+    # an agent's call: its tool definitions sent with every call
+    schema = {"type": "object", "properties": {"order_id": {"type": "string"},
+                                               "amount": {"type": "number"}},
+              "required": ["order_id"]}
+    chat_tools = [{"type": "function", "function": {
+                      "name": "lookup_order", "description": "Find an order by its id.",
+                      "parameters": schema}},
+                  {"type": "function", "function": {
+                      "name": "refund", "description": "Refund an order.",
+                      "parameters": schema}}]
+    messages_tools = [{"name": t["function"]["name"],
+                       "description": t["function"]["description"],
+                       "input_schema": t["function"]["parameters"]} for t in chat_tools]
+
+    def chat_with_tools() -> Any:
+        return oa.chat.completions.create(model="gpt-4o-mini", messages=HISTORY,
+                                          tools=chat_tools, temperature=0.2,
+                                          max_completion_tokens=300)
+
+    def messages_with_tools() -> Any:
+        return an.messages.create(model="claude-sonnet-4-6", max_tokens=300,
+                                  tools=messages_tools, system=ANTHROPIC_SYSTEM,
+                                  messages=ANTHROPIC_MESSAGES)
+
     # an agent's conversation: each call sends the last four exchanges again, the reply to
     # the last question and a new question (text no call sent before), as an agent does
     turn = itertools.count()
@@ -290,7 +316,9 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             "openai chat.completions async": chat_async, "openai responses": responses,
             "anthropic messages": messages, "anthropic messages.stream": messages_stream,
             "openai chat.completions new turn": chat_turn,
-            "anthropic messages new turn": messages_turn}
+            "anthropic messages new turn": messages_turn,
+            "openai chat.completions tools": chat_with_tools,
+            "anthropic messages tools": messages_with_tools}
 
 
 def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],

@@ -145,6 +145,7 @@ _INJECTED = {"target": _MODEL, "injection_point": _HISTORY}
 #: ``SEG_*``)
 _SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 _SEG_HISTORY = _HISTORY
+_SEG_TOOLS = "tool_definitions"
 _SEG_OUTPUT = "output"
 
 
@@ -303,10 +304,11 @@ class CallRecord:
 
     def begin_plain(self, max_tokens: int | None, reserved_tokens: int | None,
                     overflow_strategy: str | None, columns: list[tuple[Any, ...]],
-                    first: int) -> None:
+                    first: int, tool_tokens: int = 0) -> None:
         """:meth:`begin` for a plain request (``Call._read_plain``): every block plain, its
         item id our own text and distinct, the first ``first`` blocks the system prompt and
-        the rest the history, no tools. The same attributes in the same order as ``begin``
+        the rest the history, ``tool_tokens`` the tool definitions' estimate (a segment of
+        its own between the two). The same attributes in the same order as ``begin``
         (``_fill`` and ``_segments``) with no pass of their own: one function, as a call
         through the client runs it cold (the client's own work between two calls evicts
         ours; benchmarks/instrumentation.md, run AG)."""
@@ -319,14 +321,17 @@ class CallRecord:
         budget_id = self._budget_id = new("bud")
         attrs = self._opening()
         _put_budget(attrs, budget_id, max_tokens, reserved_tokens, overflow_strategy)
-        # the window's segments as ``_segments`` lays them out (system, history, the output
-        # reserve, the prefix up to each cache breakpoint), None as -1 (``_ints``)
+        # the window's segments as ``_segments`` lays them out (system, tools, history, the
+        # output reserve, the prefix up to each cache breakpoint), None as -1 (``_ints``)
         n = len(tokens)
         names: list[str] = []
         used: list[int] = []
         if first:
             names.append(_SEG_SYSTEM)
             used.append(sum(tokens[:first]))
+        if tool_tokens:
+            names.append(_SEG_TOOLS)
+            used.append(tool_tokens)
         if n > first:
             names.append(_SEG_HISTORY)
             used.append(sum(tokens[first:]))

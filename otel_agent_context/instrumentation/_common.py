@@ -806,8 +806,8 @@ class Call:
         outside any application envelope, on a recording span, without content capture,
         every block plain (an earlier call's remembered, with its row; a new message's made
         and read here), their ids distinct, the system prompt's blocks first and the
-        history's after, no tools. False, having recorded nothing, for any other request: the
-        general path reads it."""
+        history's after (the tool definitions a segment between them). False, having
+        recorded nothing, for any other request: the general path reads it."""
         if tel.capture or not tel.fold or not _digest._resolved:
             return False
         if env is UNREAD:
@@ -835,7 +835,7 @@ class Call:
         ids, segs = columns[0], columns[5]
         n = len(ids)
         first = segs.count(SEG_SYSTEM)
-        if (len(set(ids)) != n or not all(columns[7]) or req.tool_tokens
+        if (len(set(ids)) != n or not all(columns[7])
                 or not set(map(type, ids)) <= _TEXT
                 or segs[first:].count(SEG_HISTORY) != n - first):  # then the first are system
             return False
@@ -849,7 +849,8 @@ class Call:
         self.own_env = True
         self.target = span
         record = self.record = CallRecord(tel.ctx, span)
-        record.begin_plain(window, req.reserved_output, req.overflow_strategy, columns, first)
+        record.begin_plain(window, req.reserved_output, req.overflow_strategy, columns, first,
+                           req.tool_tokens)
         return True
 
     def _begin(self, inv: Any, req: Request, env: Any = UNREAD) -> None:

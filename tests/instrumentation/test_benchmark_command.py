@@ -22,7 +22,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "instrumentation_be
 SCENARIOS = ("openai chat.completions", "openai chat.completions stream",
              "openai chat.completions async", "openai responses", "anthropic messages",
              "anthropic messages.stream", "openai chat.completions new turn",
-             "anthropic messages new turn")
+             "anthropic messages new turn", "openai chat.completions tools",
+             "anthropic messages tools")
 CONFIGS = ("official GenAI", "OpenInference", "OpenLLMetry", "ours", "ours + official",
            "official + ours", "bare span")
 #: ours and the official instrumentors are always installed with the test extra; the

@@ -41,6 +41,39 @@ _TOO_LONG = [*HISTORY[:-1], {"role": "user", "content": "Where is it? " * 4000}]
 #: a call made through ``messages.stream()`` (the key is not sent)
 _HELPER = "_stream_helper"
 
+
+
+class _Fresh(list):  # type: ignore[type-arg]
+    """Three calls whose arguments ``make`` builds afresh for each run of the calls (an
+    iterator among them is read once)."""
+
+    def __init__(self, make: Callable[[], dict[str, Any]]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for _ in range(3):
+            yield self._make()
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._make() if index == 0 else super().__getitem__(index)
+
+
+_SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"},
+                                            "amount": {"type": "number"}},
+           "required": ["order_id"]}
+ANTHROPIC_TOOLS = [{"name": "lookup_order", "description": "Find an order by its id.",
+                    "input_schema": _SCHEMA},
+                   {"name": "refund", "description": "Refund an order.",
+                    "input_schema": _SCHEMA, "cache_control": {"type": "ephemeral"}}]
+CHAT_TOOLS = [{"type": "function", "function": {"name": "lookup_order",
+                                                "description": "Find an order by its id.",
+                                                "parameters": _SCHEMA}},
+              {"type": "function", "function": {"name": "refund", "parameters": _SCHEMA,
+                                                "strict": True}}]
+RESPONSES_TOOLS = [{"type": "function", "name": "lookup_order", "parameters": _SCHEMA,
+                    "strict": False}]
+
 #: name -> (the three calls' arguments, how many of them at least are plain)
 SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
     "system_str": ([{"system": SYSTEM, "messages": HISTORY}] * 3, 2),
@@ -79,8 +112,22 @@ SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
         0),
     "metadata": ([{"system": SYSTEM, "messages": HISTORY,
                    "metadata": {"user_id": "u-1"}}] * 3, 0),
+    # an agent's call: tool definitions, how to choose among them, sampling parameters
     "stop_sequences": ([{"system": SYSTEM, "messages": HISTORY,
-                         "stop_sequences": ["END"]}] * 3, 0),
+                         "stop_sequences": ["END"]}] * 3, 2),
+    "tools": ([{"system": SYSTEM, "messages": HISTORY, "tools": ANTHROPIC_TOOLS,
+                "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}] * 3, 2),
+    "tools_empty": ([{"system": SYSTEM, "messages": HISTORY, "tools": []}] * 3, 2),
+    # not plain: an iterator of tools or in the tool choice (the general path settles it),
+    # a tuple of stop sequences (the SDK here takes no sampling parameter: see
+    # test_an_anthropic_requests_sampling_parameters_are_read_as_the_general_reader_reads_them)
+    "tools_iterator": (_Fresh(lambda: {"system": SYSTEM, "messages": HISTORY,
+                                       "tools": iter(ANTHROPIC_TOOLS)}), 0),
+    "tool_choice_iterator": (_Fresh(lambda: {"system": SYSTEM, "messages": HISTORY,
+                                             "tools": ANTHROPIC_TOOLS, "tool_choice": {
+                                                 "type": "tool", "name": iter("x")}}), 0),
+    "stop_tuple": ([{"system": SYSTEM, "messages": HISTORY,
+                     "stop_sequences": ("END",)}] * 3, 0),
     "system_citations": ([{"system": [{"type": "text", "text": SYSTEM, "citations": None}],
                            "messages": HISTORY}] * 3, 0),
     "named_message": ([{"system": SYSTEM, "messages": [
@@ -298,6 +345,43 @@ def test_an_iterator_anywhere_in_a_system_block_is_left_to_the_general_path() ->
     assert _extract.messages_plain({**base, "messages": iter(HISTORY)}) is None
 
 
+@pytest.mark.parametrize(("extras", "plain"), [
+    ({"temperature": 0.3, "top_p": 1, "top_k": 5, "stop_sequences": ["END"]}, True),
+    ({"temperature": 0, "stop_sequences": [], "tools": ANTHROPIC_TOOLS,
+      "tool_choice": {"type": "any"}}, True),
+    ({"tools": ANTHROPIC_TOOLS + [{"name": "x", "input_schema": {"enum": (1, 2)}}]}, True),
+    ({"temperature": True}, False),
+    ({"top_k": 5.0}, False),
+    ({"top_p": "1"}, False),
+    ({"stop_sequences": ["END", 1]}, False),
+    ({"tools": [{"name": "x", "input_schema": {"type": object}}]}, False),
+    ({"tools": ({"name": "x"},)}, False),
+    ({"tool_choice": {"type": "tool", "name": ("x",)}}, False),
+])
+def test_an_anthropic_requests_sampling_parameters_are_read_as_the_general_reader_reads_them(
+        extras: dict[str, Any], plain: bool) -> None:
+    """The Anthropic SDK installed here takes no sampling parameters (older ones do): the
+    one-pass reader's fields for them, the tool definitions' estimate and which requests it
+    leaves to the general reader, checked on the readers themselves."""
+    from otel_agent_context.instrumentation.anthropic import _extract
+
+    kwargs = {"model": "claude-sonnet-4-6", "max_tokens": 50, "system": SYSTEM,
+              "messages": HISTORY, **extras}
+    general = _extract.messages_request((), dict(kwargs), False)
+    for block in general.blocks[:1]:  # the system prompt, remembered as an agent's
+        _folded_row(block)
+    one_pass = _extract.messages_plain(dict(kwargs))
+    if not plain:
+        assert one_pass is None
+        return
+    assert one_pass is not None
+    assert one_pass.genai == general.genai
+    assert list(one_pass.genai) == list(general.genai)  # written in this order
+    assert one_pass.tool_tokens == general.tool_tokens
+    assert (one_pass.tool_tokens > 0) == bool(extras.get("tools"))
+    assert one_pass.reserved_output == general.reserved_output == 50
+
+
 def _folded_row(block: Any) -> None:
     from otel_agent_context._folded import block_columns
 
@@ -328,22 +412,40 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "stream": ([{"messages": CHAT, "max_completion_tokens": 50, "stream": True,
                  "stream_options": {"include_usage": True}}] * 3, 2, False),
     "stream_without_usage": ([{"messages": CHAT, "stream": True}] * 3, 2, False),
+    # an agent's call: tool definitions, how to choose among them, sampling parameters
+    "temperature": ([{"messages": CHAT, "temperature": 0.2}] * 3, 2, True),
+    "tools": ([{"messages": CHAT, "tools": CHAT_TOOLS, "tool_choice": "auto",
+                "parallel_tool_calls": False, "temperature": 1, "top_p": 0.9,
+                "frequency_penalty": 0.1, "presence_penalty": 0.0, "seed": 7,
+                "stop": ["END", "STOP"], "max_completion_tokens": 50}] * 3, 2, True),
+    "tools_stream": ([{"messages": CHAT, "tools": CHAT_TOOLS, "stream": True,
+                       "tool_choice": {"type": "function", "function": {"name": "refund"}},
+                       "stop": "END"}] * 3, 2, False),
+    "tools_empty": ([{"messages": CHAT, "tools": []}] * 3, 2, True),
     "stream_false": ([{"messages": CHAT, "stream": False}] * 3, 2, True),
     # the provider refuses the request (the context-length error): a failed call, which
     # says whether it was asked to stream
     "too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6}] * 3, 2, False),
     "stream_too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6,
                           "stream": True}] * 3, 2, False),
-    # not plain: a developer prompt (a window segment of its own), a sampling parameter, a
-    # system prompt after the history, a tool message
+    # not plain: a developer prompt (a window segment of its own), a system prompt after
+    # the history, a tool message, tools or sampling parameters that are not plain values
     "developer": ([{"messages": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3,
                   0, True),
-    "temperature": ([{"messages": CHAT, "temperature": 0.2}] * 3, 0, True),
     "late_system": ([{"messages": [*HISTORY, {"role": "system", "content": SYSTEM}]}] * 3, 0,
                     True),
     "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
                                           "tool_call_id": "call_1"}]}] * 3, 0, True),
     "stream_not_a_bool": ([{"messages": CHAT, "stream": 1}] * 3, 0, False),
+    "tools_iterator": (_Fresh(lambda: {"messages": CHAT, "tools": iter(CHAT_TOOLS)}), 0,
+                       True),
+    "tool_choice_iterator": (_Fresh(lambda: {"messages": CHAT, "tools": CHAT_TOOLS,
+                                             "tool_choice": {"type": "function", "function":
+                                                             {"name": iter("x")}}}), 0, True),
+    "seed_a_float": ([{"messages": CHAT, "seed": 1.5}] * 3, 0, True),
+    "tool_holding_an_iterator": (_Fresh(lambda: {"messages": CHAT, "tools": [
+        {"type": "function", "function": {"name": "refund", "parameters": _SCHEMA},
+         "x": iter(["a"])}]}), 0, True),
     # stream options holding an iterator: the general path settles it into a list (as for
     # any request value) before the SDK sends it
     "stream_options_iterator": (_OptionsWithIterator(), 0, False),
@@ -404,12 +506,17 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "stream": ([{"instructions": SYSTEM, "input": HISTORY, "stream": True}] * 3, 2, False),
     "stream_false": ([{"instructions": SYSTEM, "input": HISTORY, "stream": False}] * 3, 2,
                      True),
+    "temperature": ([{"input": HISTORY, "temperature": 0.2}] * 3, 2, True),
+    "tools": ([{"instructions": SYSTEM, "input": HISTORY, "tools": RESPONSES_TOOLS,
+                "tool_choice": "required", "parallel_tool_calls": True, "top_p": 0.5}] * 3,
+              2, True),
+    "tools_iterator": (_Fresh(lambda: {"instructions": SYSTEM, "input": HISTORY,
+                                       "tools": iter(RESPONSES_TOOLS)}), 0, True),
     "stream_too_long": ([{"instructions": SYSTEM, "input": HISTORY, "stream": True,
                           "max_output_tokens": 10**6}] * 3, 2, False),
     # not plain: typed items, a sampling parameter, a developer prompt (a window segment
     # of its own), the provider's truncation (whose end is the general one too)
     "typed_messages": ([{"input": [{**m, "type": "message"} for m in HISTORY]}] * 3, 0, True),
-    "temperature": ([{"input": HISTORY, "temperature": 0.2}] * 3, 0, True),
     "developer": ([{"input": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3, 0,
                   True),
     "truncation": ([{"input": HISTORY, "truncation": "auto"}] * 3, 0, False),

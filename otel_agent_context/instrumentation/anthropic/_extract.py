@@ -38,7 +38,15 @@ from .._common import (
     remembered_history,
     short_digest,
 )
-from ..openai._extract import _get, _int, _tool_tokens, given
+from ..openai._extract import (
+    _NUMBERS,
+    _get,
+    _int,
+    _tool_tokens,
+    given,
+    plain_data,
+    plain_tool_tokens,
+)
 
 PROVIDER = "anthropic"
 _HISTORY = InjectionPoint.MESSAGE_HISTORY.value
@@ -172,19 +180,24 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
 
 _SYSTEM_BLOCK = "system block"
 #: what a plain request (``messages_plain``) may hold, and a plain system block
-_PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages", "stream"))
+#: what an agent's plain request may carry beside its messages: its tool definitions, how
+#: the model chooses among them, and sampling parameters (as the general reader records them)
+_PLAIN_EXTRAS = frozenset(("tools", "tool_choice", "temperature", "top_p", "top_k",
+                           "stop_sequences"))
+_PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages", "stream",
+                            *_PLAIN_EXTRAS))
 _PLAIN_SYSTEM = frozenset(("type", "text", "cache_control"))
 
 
 def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     """``messages_request((), kwargs, False)`` for a plain request (streaming or not) whose
     system prompt an earlier call read (an agent sends it with every call), its messages
-    each a role and a string (remembered, or made as the general reader makes them),
-    without the general reader's branches; None for any other request (another key (a
-    sampling parameter too: read by the general path), a value that is not a plain one,
-    content blocks, a framework's message ids, a system prompt not seen before), which
-    ``messages_request`` reads. Nothing here can hold an iterator (plain values only), so
-    nothing needs settling (``_materialize``)."""
+    each a role and a string (remembered, or made as the general reader makes them), with
+    or without tool definitions and sampling parameters (``_plain_extras``), without the
+    general reader's branches; None for any other request (another key, a value that is
+    not a plain one, content blocks, a framework's message ids, a system prompt not seen
+    before), which ``messages_request`` reads. Nothing here can hold an iterator (plain
+    values only), so nothing needs settling (``_materialize``)."""
     if not kwargs.keys() <= _PLAIN_REQUEST:
         return None
     get = kwargs.get
@@ -220,16 +233,39 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
         append(found)
     elif system is not None:
         return None
+    extras = _plain_extras(kwargs, reserved)
+    if extras is None:
+        return None
     history = remembered_history(messages, None)
     if history is None:
         return None
-    req = Request(PROVIDER, model, reserved, stream is True, 0,
-                  {"max_tokens": reserved, "temperature": None, "top_p": None,
-                   "top_k": None, "stop_sequences": None})
+    req = Request(PROVIDER, model, reserved, stream is True, *extras)
     req.blocks = blocks
     req.plain_history = history
     return req
 
+
+
+def _plain_extras(kwargs: dict[str, Any], reserved: int) -> tuple[int, dict[str, Any]] | None:
+    """The tool definitions' token estimate and the request's GenAI fields, as
+    ``messages_request`` takes them, for a plain request's :data:`_PLAIN_EXTRAS`; None when
+    one of them is not a plain value (the general path settles an iterator first)."""
+    if kwargs.keys().isdisjoint(_PLAIN_EXTRAS):  # a request without tools or sampling
+        return 0, {"max_tokens": reserved, "temperature": None, "top_p": None,
+                   "top_k": None, "stop_sequences": None}
+    get = kwargs.get
+    tools, choice, temperature, top_p, top_k, stop = (
+        get("tools"), get("tool_choice"), get("temperature"), get("top_p"), get("top_k"),
+        get("stop_sequences"))
+    tool_tokens = 0 if tools is None else plain_tool_tokens(tools)
+    if (tool_tokens is None or not (choice is None or plain_data(choice))
+            or not (temperature is None or type(temperature) in _NUMBERS)
+            or not (top_p is None or type(top_p) in _NUMBERS)
+            or not (top_k is None or type(top_k) is int)
+            or not (stop is None or type(stop) is list and all(type(s) is str for s in stop))):
+        return None
+    return tool_tokens, {"max_tokens": reserved, "temperature": temperature, "top_p": top_p,
+                         "top_k": top_k, "stop_sequences": list(stop) if stop else None}
 
 
 def _system_block(text: str, breakpoint_: bool, capture: bool) -> Block:

@@ -153,10 +153,134 @@ def _tool_tokens(tools: Any) -> int:
     tools = given(tools)
     if not tools:
         return 0
+    listed = type(tools) is list
+    if listed:
+        found = _remembered_tool_tokens(tools)
+        if found is not None:
+            return found
     try:
-        return estimate_tokens(json.dumps(list(tools), default=str))
+        text = json.dumps(list(tools), default=str)
     except (TypeError, ValueError):
         return 0
+    tokens = estimate_tokens(text)
+    if listed:
+        _remember_tool_tokens(tools, text, tokens)
+    return tokens
+
+
+#: Token estimates of tool definitions an agent sent lately, by the list's id: (the list,
+#: held so its id is not another's; its JSON read back, to compare with; the estimator's
+#: key; the estimate). An agent sends the same definitions with every call, and encoding
+#: them is the costliest part of reading a request (~60 us for 15 tools of 13K characters,
+#: against ~3 us to compare them with what was encoded). Definitions equal (``==``) to the
+#: ones encoded get their estimate: a number changed in place to an equal one of another
+#: type (``1`` to ``1.0``) keeps it, a token off at most.
+_TOOL_TOKENS: dict[int, tuple[list[Any], Any, int | None, int]] = {}
+_TOOL_TOKENS_MAX_ENTRIES = 32
+_TOOL_TOKENS_MAX_CHARS = 2**20  # the JSON of one set of definitions, past which none is kept
+_last_tools: list[tuple[list[Any], Any, int | None, int]] = []
+
+
+def _remembered_tool_tokens(tools: list[Any]) -> int | None:
+    """The estimate of definitions equal to these encoded lately (the same list, or the
+    last definitions encoded, an application building its list anew each call)."""
+    entry = _TOOL_TOKENS.get(id(tools))
+    if entry is None or entry[0] is not tools:
+        entry = _last_tools[0] if _last_tools else None
+    if entry is None or entry[2] != _tokens._estimator_key:
+        return None
+    try:
+        if tools != entry[1]:
+            return None
+    except Exception:  # an application's object whose comparison fails: encode it
+        return None
+    return entry[3]
+
+
+def _remember_tool_tokens(tools: list[Any], text: str, tokens: int) -> None:
+    if len(text) > _TOOL_TOKENS_MAX_CHARS:
+        return
+    try:
+        snapshot = json.loads(text)
+    except ValueError:  # not JSON read back (a value encoded by ``str``): never equal
+        return
+    entry = (tools, snapshot, _tokens._estimator_key, tokens)
+    if len(_TOOL_TOKENS) >= _TOOL_TOKENS_MAX_ENTRIES:
+        _TOOL_TOKENS.clear()
+    _TOOL_TOKENS[id(tools)] = entry
+    _last_tools[:] = [entry]
+
+
+#: the numbers a sampling parameter is, in a plain request
+_NUMBERS = frozenset({int, float})
+
+
+def plain_tool_tokens(tools: Any) -> int | None:
+    """:func:`_tool_tokens` of a plain request's tool definitions: a list of JSON data (a
+    function's schema, a provider's built-in tool), whose encoding without a fallback for
+    other objects is the one ``_tool_tokens`` makes; None for anything else (an iterator,
+    an SDK object, a value JSON cannot hold), which the general path settles and reads."""
+    if type(tools) is not list:
+        return None
+    if not tools:
+        return 0
+    found = _remembered_tool_tokens(tools)
+    if found is not None:
+        return found
+    try:
+        text = json.dumps(tools)
+    except (TypeError, ValueError):
+        return None
+    tokens = estimate_tokens(text)
+    _remember_tool_tokens(tools, text, tokens)
+    return tokens
+
+
+def plain_data(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is JSON data of dicts with string keys, lists and scalars, a few
+    levels deep (a ``tool_choice``): nothing the general path would settle."""
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return True
+    if depth > 3:
+        return False
+    if kind is dict:
+        return all(type(k) is str and plain_data(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(plain_data(v, depth + 1) for v in value)
+    return False
+
+
+#: what an agent's plain chat or Responses request may carry beside its messages: its tool
+#: definitions, how the model chooses among them, and sampling parameters (recorded as the
+#: general reader records them; the rest is the SDK's alone)
+_PLAIN_EXTRAS = frozenset({"tools", "tool_choice", "parallel_tool_calls", *_SAMPLING_KEYS})
+
+
+def _plain_extras(kwargs: dict[str, Any], reserved: int | None
+                  ) -> tuple[int, dict[str, Any]] | None:
+    """The tool definitions' token estimate and the request's GenAI fields, as the general
+    readers take them (``_tool_tokens``, ``_common_genai``), for a plain request's
+    :data:`_PLAIN_EXTRAS`; None when one of them is not a plain value (an iterator among
+    them is settled by the general path before anything reads it)."""
+    if kwargs.keys().isdisjoint(_PLAIN_EXTRAS):  # a request without tools or sampling
+        return 0, {"max_tokens": reserved}
+    get = kwargs.get
+    tools, choice, parallel, stop, seed = (get("tools"), get("tool_choice"),
+                                           get("parallel_tool_calls"), get("stop"),
+                                           get("seed"))
+    tool_tokens = 0 if tools is None else plain_tool_tokens(tools)
+    if (tool_tokens is None or not (choice is None or plain_data(choice))
+            or not (parallel is None or type(parallel) is bool)
+            or not (seed is None or type(seed) is int)
+            or not (stop is None or type(stop) is str or (
+                type(stop) is list and all(type(s) is str for s in stop)))):
+        return None
+    for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+        value = get(key)
+        if value is not None and type(value) not in _NUMBERS:
+            return None
+    return tool_tokens, _common_genai(kwargs, reserved)
 
 
 #: roles whose string message takes chat_request's short path (a tool result carries an id)
@@ -290,16 +414,17 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
 #: reader reads it, but the general path settles an iterator in it (``_materialize``), so
 #: only a dict of plain values is plain
 _PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_tokens", "stream",
-                         "stream_options"))
+                         "stream_options", *_PLAIN_EXTRAS))
 
 
 def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     """``chat_request((), kwargs, False)`` for a plain request (``Api.plain``): the model,
     the output sizes, whether it streams, and messages each a role among system, developer,
     user and assistant and a string (remembered: an agent sends its history again with every
-    call; a new one made as the general reader makes it); None for any other request
-    (another key, a sampling parameter, a value that is not a plain one, a framework's
-    message ids), which ``chat_request`` reads."""
+    call; a new one made as the general reader makes it), with or without tool definitions
+    and sampling parameters (``_plain_extras``); None for any other request (another key, a
+    value that is not a plain one, a framework's message ids), which ``chat_request``
+    reads."""
     if not kwargs.keys() <= _PLAIN_CHAT or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
@@ -314,11 +439,14 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     if options is not None and (type(options) is not dict or not all(
             type(v) in _PLAIN_TYPES for v in options.values())):
         return None
+    reserved = completion or legacy
+    extras = _plain_extras(kwargs, reserved)
+    if extras is None:
+        return None
     history = remembered_history(messages, _PLAIN_SPECS)
     if history is None:
         return None
-    reserved = completion or legacy
-    req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
+    req = Request(PROVIDER, model, reserved, stream is True, *extras)
     req.plain_history = history
     return req
 
@@ -550,16 +678,18 @@ def _new_instructions_block(text: str, capture: bool) -> Block:
     return make_block(f"instructions:{short_digest(text)}", kind, text, capture, point, seg)
 
 
-_PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens", "stream"))
+_PLAIN_RESPONSES = frozenset(("model", "input", "instructions", "max_output_tokens", "stream",
+                              *_PLAIN_EXTRAS))
 
 
 def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     """``responses_request((), kwargs, False)`` for a plain request (``Api.plain``, as
     :func:`chat_plain`): the model, the output size, whether it streams, instructions an
     earlier call read, and input messages each a role among system, developer, user and
-    assistant and a string (or the input as one string); None for any other request (a
-    previous response, truncation, tools, items of other types, ids, instructions not seen
-    before), which ``responses_request`` reads."""
+    assistant and a string (or the input as one string), with or without tool definitions
+    and sampling parameters (``_plain_extras``); None for any other request (a previous
+    response, truncation, items of other types, ids, instructions not seen before), which
+    ``responses_request`` reads."""
     if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
         return None
     get = kwargs.get
@@ -581,10 +711,13 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
             blocks.append(found)
     elif instructions is not None:
         return None
+    extras = _plain_extras(kwargs, reserved)
+    if extras is None:
+        return None
     history = remembered_history(items, _PLAIN_SPECS)
     if history is None:
         return None
-    req = Request(PROVIDER, model, reserved, stream is True, 0, {"max_tokens": reserved})
+    req = Request(PROVIDER, model, reserved, stream is True, *extras)
     req.blocks = blocks
     req.plain_history = history
     req.attributes = _RESPONSES_API

@@ -1,0 +1,119 @@
+"""A request's tool definitions are encoded once while they stay the same: an agent sends
+them with every call, and encoding a real tool set (~60 us for 15 tools) cost more than the
+rest of reading the request. The estimate must stay what encoding them would give: for the
+same list sent again, for a list built anew with the same definitions, after a change in
+place, under another token estimator; and a list that is not plain data never takes the
+one-pass reader because of an earlier equal one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from otel_agent_context.instrumentation import _tokens, set_token_estimator
+from otel_agent_context.instrumentation.openai import _extract
+
+SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}},
+          "required": ["order_id"]}
+TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "Find it.",
+                                           "parameters": copy.deepcopy(SCHEMA)}}
+         for i in range(4)]
+
+
+def _encoded(tools: Any) -> int:
+    """What the estimate is without anything remembered."""
+    return _tokens.estimate_tokens(json.dumps(list(tools), default=str))
+
+
+@pytest.fixture()
+def encodings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """The definitions ``json.dumps`` encoded, nothing remembered before or after."""
+    seen: list[Any] = []
+    dumps = json.dumps
+
+    def counted(value: Any, **kwargs: Any) -> str:
+        seen.append(value)
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr(_extract.json, "dumps", counted)
+    _extract._TOOL_TOKENS.clear()
+    _extract._last_tools.clear()
+    yield seen
+    _extract._TOOL_TOKENS.clear()
+    _extract._last_tools.clear()
+
+
+@pytest.mark.parametrize("read", [_extract._tool_tokens, _extract.plain_tool_tokens])
+def test_the_same_definitions_are_encoded_once(read: Any, encodings: list[Any]) -> None:
+    tools = copy.deepcopy(TOOLS)
+    expected = _encoded(tools)
+    encodings.clear()
+    assert read(tools) == expected
+    assert read(tools) == expected
+    assert read(copy.deepcopy(tools)) == expected  # built anew each call: compared, equal
+    assert len(encodings) == 1
+
+
+@pytest.mark.parametrize("read", [_extract._tool_tokens, _extract.plain_tool_tokens])
+def test_definitions_changed_in_place_are_encoded_again(read: Any,
+                                                        encodings: list[Any]) -> None:
+    tools = copy.deepcopy(TOOLS)
+    assert read(tools) == _encoded(tools)
+    tools[0]["function"]["description"] = "Find the order, whatever its state, by its id. " * 8
+    assert read(tools) == _encoded(tools) > _encoded(TOOLS)
+    tools.append({"type": "function", "function": {"name": "refund", "parameters": SCHEMA}})
+    assert read(tools) == _encoded(tools)
+    del tools[1:]
+    assert read(tools) == _encoded(tools)
+    # another agent's definitions between two calls of this one: each its own estimate
+    other = copy.deepcopy(TOOLS[:1])
+    other[0]["function"]["name"] = "another"
+    assert read(other) == _encoded(other)
+    assert read(tools) == _encoded(tools)
+
+
+def test_another_estimator_estimates_again(encodings: list[Any]) -> None:
+    tools = copy.deepcopy(TOOLS)
+    heuristic = _extract.plain_tool_tokens(tools)
+    set_token_estimator(lambda text: 1000 + len(text))
+    try:
+        assert _extract.plain_tool_tokens(tools) == 1000 + len(json.dumps(tools))
+        assert _extract._tool_tokens(tools) == 1000 + len(json.dumps(tools))
+    finally:
+        set_token_estimator(None)
+    assert _extract.plain_tool_tokens(tools) == heuristic
+
+
+def test_definitions_that_are_not_plain_data_are_never_taken_for_equal_ones(
+        encodings: list[Any]) -> None:
+    tools = copy.deepcopy(TOOLS)
+    assert _extract.plain_tool_tokens(tools) == _encoded(tools)
+    # the same definitions, one of them holding an iterator (the general path settles it)
+    odd = copy.deepcopy(TOOLS)
+    odd[0]["function"]["x"] = iter(["a"])
+    assert _extract.plain_tool_tokens(odd) is None
+    odd[0]["function"]["x"] = ("a",)  # JSON can encode a tuple: plain, and not equal
+    assert _extract.plain_tool_tokens(odd) == _encoded(odd)
+
+
+def test_definitions_too_large_are_not_kept(encodings: list[Any],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_extract, "_TOOL_TOKENS_MAX_CHARS", 100)
+    tools = copy.deepcopy(TOOLS)
+    assert _extract.plain_tool_tokens(tools) == _encoded(tools)
+    assert _extract.plain_tool_tokens(tools) == _encoded(tools)
+    assert not _extract._TOOL_TOKENS and not _extract._last_tools
+    assert len([e for e in encodings if e is tools]) == 2
+
+
+def test_the_remembered_definitions_are_bounded(encodings: list[Any]) -> None:
+    kept = [[{"name": f"tool_{i}", "input_schema": SCHEMA}]
+            for i in range(3 * _extract._TOOL_TOKENS_MAX_ENTRIES)]
+    for tools in kept:
+        assert _extract.plain_tool_tokens(tools) == _encoded(tools)
+        assert len(_extract._TOOL_TOKENS) <= _extract._TOOL_TOKENS_MAX_ENTRIES
+    assert _extract.plain_tool_tokens(kept[-1]) == _encoded(kept[-1])  # the newest kept
