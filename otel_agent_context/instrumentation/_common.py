@@ -1922,9 +1922,32 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
             raise
         if streaming is None:  # the client took what we could not read: ask again
             streaming = api.is_stream_call(kwargs)
+        if not streaming and _read_raw(result):
+            # a raw response whose body was read: parsed here, as the sync path parses it
+            # (the SDKs cache what parse() returns), awaited when parse() is a coroutine
+            # (Anthropic's), so the call ends before an outer instrumentor ends the span
+            try:
+                parsed = result.parse()
+                if inspect.isawaitable(parsed):
+                    parsed = await parsed
+            except Exception:
+                _unreadable(call)
+                return result
+            _complete(call, api, parsed)
+            return result
         return _wrap_result(call, api, result, streaming, True)
 
     return wrapper
+
+
+def _read_raw(result: Any) -> bool:
+    """Whether ``result`` is a raw response (``with_raw_response``) whose body was read."""
+    try:
+        return (not hasattr(result, "usage") and hasattr(result, "http_response")
+                and getattr(result.http_response, "is_stream_consumed", False) is True
+                and callable(getattr(result, "parse", None)))
+    except Exception:  # an object of the application's or another wrapper's: not ours
+        return False
 
 
 @guarded

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import warnings
 
 import anthropic
 import openai
@@ -65,6 +66,40 @@ def test_anthropic_raw_response_stream(setup, stub) -> None:
     kinds = [event.type for event in raw.parse()]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     _check(setup.tel, "anthropic", "claude-sonnet-4-6")
+
+
+def test_anthropic_async_raw_response(setup, stub) -> None:
+    # AsyncAnthropic's raw response parses in a coroutine: the call is read from the one the
+    # application awaits (reading it ourselves left a coroutine never awaited, the warning
+    # in the application's process, and the call without its usage)
+    async def run() -> tuple[str, list[str]]:
+        ac = anthropic.AsyncAnthropic(base_url=stub.anthropic_base_url, api_key="sk-test",
+                                      max_retries=0)
+        raw = await ac.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=200, system="You are ACME's support agent.",
+            messages=MESSAGES[1:])
+        message = await raw.parse()
+        assert await raw.parse() is message  # the SDK's cache still holds
+        raw = await ac.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=200, system="You are ACME's support agent.",
+            messages=MESSAGES[1:], stream=True)
+        kinds = [event.type async for event in await raw.parse()]
+        return message.content[0].text, kinds
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text, kinds = asyncio.run(run())
+        gc.collect()
+    assert text.strip() == REPLY
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    spans = inference_spans(setup.tel.spans())
+    assert len(spans) == 2
+    for inf in spans:
+        assert_genai(inf, "anthropic", "claude-sonnet-4-6")
+        assert inf.attributes[S.BUDGET_ACTUAL_TOKENS] == inf.attributes[
+            S.GEN_AI_USAGE_INPUT_TOKENS] > 0
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete"] * 2
 
 
 def test_raw_response_dropped_unparsed_still_ends_the_call(alone, stub) -> None:

@@ -158,57 +158,62 @@ def _tool_tokens(tools: Any) -> int:
         found = _remembered_tool_tokens(tools)
         if found is not None:
             return found
+    estimator = _tokens._estimator_key  # read before estimating: a switch meanwhile
+    data = True
     try:
-        text = json.dumps(list(tools), default=str)
+        try:
+            text = json.dumps(list(tools))
+        except (TypeError, ValueError):  # not JSON data: what ``str`` makes of the rest
+            data = False
+            text = json.dumps(list(tools), default=str)
+        tokens = estimate_tokens(text)
     except (TypeError, ValueError):
         return 0
-    tokens = estimate_tokens(text)
-    if listed:
-        _remember_tool_tokens(tools, text, tokens)
+    if listed and data:
+        _remember_tool_tokens(text, tokens, estimator)
     return tokens
 
 
-#: Token estimates of tool definitions an agent sent lately, by the list's id: (the list,
-#: held so its id is not another's; its JSON read back, to compare with; the estimator's
-#: key; the estimate). An agent sends the same definitions with every call, and encoding
-#: them is the costliest part of reading a request (~60 us for 15 tools of 13K characters,
-#: against ~3 us to compare them with what was encoded). Definitions equal (``==``) to the
-#: ones encoded get their estimate: a number changed in place to an equal one of another
-#: type (``1`` to ``1.0``) keeps it, a token off at most.
-_TOOL_TOKENS: dict[int, tuple[list[Any], Any, int | None, int]] = {}
-_TOOL_TOKENS_MAX_ENTRIES = 32
-_TOOL_TOKENS_MAX_CHARS = 2**20  # the JSON of one set of definitions, past which none is kept
-_last_tools: list[tuple[list[Any], Any, int | None, int]] = []
+#: Token estimates of tool definitions an agent sent lately, newest first: (the definitions
+#: as their JSON reads back, the estimator's key, the estimate). An agent sends the same
+#: definitions with every call, and encoding them was the costliest part of reading its
+#: request (~60 us for 15 tools of 13K characters, against ~3 us to compare them with what
+#: was encoded). Definitions that compare equal (``==``) get the estimate: a number changed
+#: in place to an equal one of another type (``1`` to ``1.0``, ``10**20`` to ``1e20``), or
+#: an object equal to JSON data without being it, keeps the estimate of what was encoded.
+#: Only definitions encoded twice are kept (``_TOOL_TEXTS``): a router sending another set
+#: each call pays no more than encoding them. Nothing of the application's is held.
+_TOOL_ESTIMATES: list[tuple[Any, int | None, int]] = []
+#: the JSON of definitions encoded once lately, newest first
+_TOOL_TEXTS: list[str] = []
+_TOOL_SETS = 8  # each list's length
+_TOOL_SET_MAX_CHARS = 2**18  # the JSON of one set of definitions, past which none is kept
 
 
 def _remembered_tool_tokens(tools: list[Any]) -> int | None:
-    """The estimate of definitions equal to these encoded lately (the same list, or the
-    last definitions encoded, an application building its list anew each call)."""
-    entry = _TOOL_TOKENS.get(id(tools))
-    if entry is None or entry[0] is not tools:
-        entry = _last_tools[0] if _last_tools else None
-    if entry is None or entry[2] != _tokens._estimator_key:
-        return None
-    try:
-        if tools != entry[1]:
+    """The estimate of definitions equal to ones encoded lately, or None."""
+    estimator = _tokens._estimator_key
+    for snapshot, key, tokens in _TOOL_ESTIMATES:  # a list replaced whole, never changed
+        try:
+            if key == estimator and tools == snapshot:
+                return tokens
+        except Exception:  # an application's object whose comparison fails: encode it
             return None
-    except Exception:  # an application's object whose comparison fails: encode it
-        return None
-    return entry[3]
+    return None
 
 
-def _remember_tool_tokens(tools: list[Any], text: str, tokens: int) -> None:
-    if len(text) > _TOOL_TOKENS_MAX_CHARS:
+def _remember_tool_tokens(text: str, tokens: int, estimator: int | None) -> None:
+    """Keep the estimate of definitions encoded as ``text`` (JSON data) once they were
+    encoded before: the lists are replaced whole (another thread reads them unlocked)."""
+    global _TOOL_ESTIMATES, _TOOL_TEXTS
+    if len(text) > _TOOL_SET_MAX_CHARS:
         return
-    try:
-        snapshot = json.loads(text)
-    except ValueError:  # not JSON read back (a value encoded by ``str``): never equal
+    if text not in _TOOL_TEXTS:
+        _TOOL_TEXTS = [text, *_TOOL_TEXTS[:_TOOL_SETS - 1]]
         return
-    entry = (tools, snapshot, _tokens._estimator_key, tokens)
-    if len(_TOOL_TOKENS) >= _TOOL_TOKENS_MAX_ENTRIES:
-        _TOOL_TOKENS.clear()
-    _TOOL_TOKENS[id(tools)] = entry
-    _last_tools[:] = [entry]
+    _TOOL_TEXTS = [t for t in _TOOL_TEXTS if t != text]
+    _TOOL_ESTIMATES = [(json.loads(text), estimator, tokens),
+                       *_TOOL_ESTIMATES[:_TOOL_SETS - 1]]
 
 
 #: the numbers a sampling parameter is, in a plain request
@@ -224,16 +229,22 @@ def plain_tool_tokens(tools: Any) -> int | None:
         return None
     if not tools:
         return 0
+    if not set(map(type, tools)) <= _DICTS:  # a definition of another type compared equal
+        return None
     found = _remembered_tool_tokens(tools)
     if found is not None:
         return found
+    estimator = _tokens._estimator_key
     try:
         text = json.dumps(tools)
+        tokens = estimate_tokens(text)
     except (TypeError, ValueError):
         return None
-    tokens = estimate_tokens(text)
-    _remember_tool_tokens(tools, text, tokens)
+    _remember_tool_tokens(text, tokens, estimator)
     return tokens
+
+
+_DICTS = frozenset({dict})
 
 
 def plain_data(value: Any, depth: int = 0) -> bool:
