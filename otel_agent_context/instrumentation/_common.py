@@ -1933,6 +1933,9 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
             except Exception:
                 _unreadable(call)
                 return result
+            except BaseException:  # cancelled while a parse() paused: the call ends first
+                guarded(call.finish)(None)
+                raise
             _complete(call, api, parsed)
             return result
         return _wrap_result(call, api, result, streaming, True)

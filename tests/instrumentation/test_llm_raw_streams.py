@@ -9,7 +9,9 @@ import warnings
 
 import anthropic
 import openai
+import pytest
 from llm_helpers import assert_folded, assert_genai, inference_spans, one_inference
+from opentelemetry import trace
 from stub_server import REPLY
 
 from otel_agent_context import _semconv as S
@@ -100,6 +102,34 @@ def test_anthropic_async_raw_response(setup, stub) -> None:
         assert inf.attributes[S.BUDGET_ACTUAL_TOKENS] == inf.attributes[
             S.GEN_AI_USAGE_INPUT_TOKENS] > 0
     assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == ["complete"] * 2
+
+
+def test_anthropic_async_raw_response_cancelled_while_parsing(setup, stub, monkeypatch) -> None:
+    # another library's hook makes parse() pause (the SDK's does not on a body already
+    # read): a cancellation meanwhile reaches the application, and the call has ended
+    from anthropic._response import AsyncAPIResponse
+
+    parse = AsyncAPIResponse.parse
+
+    async def paused(self, **kwargs):
+        await asyncio.sleep(0.5)
+        return await parse(self, **kwargs)
+
+    monkeypatch.setattr(AsyncAPIResponse, "parse", paused)
+
+    async def run() -> bool:
+        ac = anthropic.AsyncAnthropic(base_url=stub.anthropic_base_url, api_key="sk-test",
+                                      max_retries=0)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await ac.messages.with_raw_response.create(
+                    model="claude-sonnet-4-6", max_tokens=200, messages=MESSAGES[1:])
+        return trace.get_current_span().get_span_context().is_valid
+
+    assert asyncio.run(run()) is False  # nothing of the call left current
+    (inf,) = inference_spans(setup.tel.spans())  # ended
+    assert inf.attributes[S.GEN_AI_PROVIDER_NAME] == "anthropic"
+    assert S.BUDGET_ACTUAL_TOKENS not in inf.attributes  # nothing was read
 
 
 def test_raw_response_dropped_unparsed_still_ends_the_call(alone, stub) -> None:

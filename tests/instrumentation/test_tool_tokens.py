@@ -200,3 +200,26 @@ def test_an_estimator_switched_while_estimating_keeps_nothing_under_the_new_one(
         assert _extract.plain_tool_tokens(tools) == 1000 + len(json.dumps(tools))
     finally:
         set_token_estimator(None)
+
+
+def test_an_estimator_switched_by_another_thread_meanwhile_keeps_nothing(
+        encodings: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread switches the estimator between the key's read and the estimate (here:
+    while the definitions are encoded): the estimate made is not kept under the key read."""
+    tools = copy.deepcopy(TOOLS)
+    heuristic = _encoded(tools)
+    dumps = json.dumps
+
+    def switching(value: Any, **kwargs: Any) -> str:
+        set_token_estimator(lambda text: 5000 + len(text))
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr(_extract.json, "dumps", switching)
+    try:
+        for _ in range(3):
+            set_token_estimator(None)
+            assert _extract.plain_tool_tokens(tools) == 5000 + len(dumps(tools))
+    finally:
+        set_token_estimator(None)
+    monkeypatch.setattr(_extract.json, "dumps", dumps)
+    assert _extract.plain_tool_tokens(tools) == heuristic

@@ -178,16 +178,19 @@ def _tool_tokens(tools: Any) -> int:
 #: as their JSON reads back, the estimator's key, the estimate). An agent sends the same
 #: definitions with every call, and encoding them was the costliest part of reading its
 #: request (~60 us for 15 tools of 13K characters, against ~3 us to compare them with what
-#: was encoded). Definitions that compare equal (``==``) get the estimate: a number changed
-#: in place to an equal one of another type (``1`` to ``1.0``, ``10**20`` to ``1e20``), or
-#: an object equal to JSON data without being it, keeps the estimate of what was encoded.
+#: was encoded). Definitions that compare equal (``==``) get the estimate of what was
+#: encoded: numbers equal across types or signs (``1``, ``1.0``, ``True``; ``0.0``,
+#: ``-0.0``), the same keys in another order (which an exact tokenizer may count otherwise)
+#: or a nested mapping of another class equal to JSON data keep it.
 #: Only definitions encoded twice are kept (``_TOOL_TEXTS``): a router sending another set
 #: each call pays no more than encoding them. Nothing of the application's is held.
 _TOOL_ESTIMATES: list[tuple[Any, int | None, int]] = []
 #: the JSON of definitions encoded once lately, newest first
 _TOOL_TEXTS: list[str] = []
 _TOOL_SETS = 8  # each list's length
-_TOOL_SET_MAX_CHARS = 2**18  # the JSON of one set of definitions, past which none is kept
+#: the JSON of one set of definitions, past which none is kept (what is kept of a set,
+#: its JSON read back, takes ~18x its characters in memory)
+_TOOL_SET_MAX_CHARS = 2**16
 
 
 def _remembered_tool_tokens(tools: list[Any]) -> int | None:
@@ -206,8 +209,8 @@ def _remember_tool_tokens(text: str, tokens: int, estimator: int | None) -> None
     """Keep the estimate of definitions encoded as ``text`` (JSON data) once they were
     encoded before: the lists are replaced whole (another thread reads them unlocked)."""
     global _TOOL_ESTIMATES, _TOOL_TEXTS
-    if len(text) > _TOOL_SET_MAX_CHARS:
-        return
+    if len(text) > _TOOL_SET_MAX_CHARS or _tokens._estimator_key != estimator:
+        return  # too large, or the estimator was switched while the estimate was made
     if text not in _TOOL_TEXTS:
         _TOOL_TEXTS = [text, *_TOOL_TEXTS[:_TOOL_SETS - 1]]
         return
