@@ -179,11 +179,11 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
 
 
 _SYSTEM_BLOCK = "system block"
-#: what a plain request (``messages_plain``) may hold, and a plain system block
 #: what an agent's plain request may carry beside its messages: its tool definitions, how
 #: the model chooses among them, and sampling parameters (as the general reader records them)
 _PLAIN_EXTRAS = frozenset(("tools", "tool_choice", "temperature", "top_p", "top_k",
                            "stop_sequences"))
+#: what a plain request (``messages_plain``) may hold, and a plain system block
 _PLAIN_REQUEST = frozenset(("model", "max_tokens", "system", "messages", "stream",
                             *_PLAIN_EXTRAS))
 _PLAIN_SYSTEM = frozenset(("type", "text", "cache_control"))
@@ -243,7 +243,6 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     req.blocks = blocks
     req.plain_history = history
     return req
-
 
 
 def _plain_extras(kwargs: dict[str, Any], reserved: int) -> tuple[int, dict[str, Any]] | None:
