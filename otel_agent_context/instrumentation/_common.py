@@ -305,6 +305,26 @@ def remembered_history(messages: list[Any], specs: dict[str, tuple[str, str, str
     return rows, texts
 
 
+def plain_request(provider: str, model: str, reserved: int | None, stream: bool | None,
+                  extras: tuple[int, dict[str, Any]] | None, messages: list[Any],
+                  specs: dict[str, tuple[str, str, str]] | None,
+                  blocks: list[Block] | None = None) -> Request | None:
+    """A one-pass reader's request (``Api.plain``): ``extras`` its tool definitions' estimate
+    and GenAI fields (None: not plain values), its history from ``messages``
+    (:func:`remembered_history` with ``specs``), after ``blocks``, the system prompt's
+    remembered ones; None when the request is not plain."""
+    if extras is None:
+        return None
+    history = remembered_history(messages, specs)
+    if history is None:
+        return None
+    req = Request(provider, model, reserved, stream is True, *extras)
+    if blocks is not None:
+        req.blocks = blocks
+    req.plain_history = history
+    return req
+
+
 _P_HISTORY = InjectionPoint.MESSAGE_HISTORY.value
 #: (kind, injection point, segment) of a history message, and of the latest user message
 _HISTORY_SPEC = (_K_SESSION_HISTORY, _P_HISTORY, SEG_HISTORY)

@@ -34,8 +34,8 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
+    plain_request,
     remembered,
-    remembered_history,
     short_digest,
 )
 from ..openai._extract import (
@@ -233,16 +233,8 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
         append(found)
     elif system is not None:
         return None
-    extras = _plain_extras(kwargs, reserved)
-    if extras is None:
-        return None
-    history = remembered_history(messages, None)
-    if history is None:
-        return None
-    req = Request(PROVIDER, model, reserved, stream is True, *extras)
-    req.blocks = blocks
-    req.plain_history = history
-    return req
+    return plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
+                         messages, None, blocks)
 
 
 def _plain_extras(kwargs: dict[str, Any], reserved: int) -> tuple[int, dict[str, Any]] | None:

@@ -35,8 +35,8 @@ from .._common import (
     make_block,
     message_facts,
     plain_block,
+    plain_request,
     remembered,
-    remembered_history,
     settle_message,
     short_digest,
 )
@@ -454,15 +454,8 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
             type(v) in _PLAIN_TYPES for v in options.values())):
         return None
     reserved = completion or legacy
-    extras = _plain_extras(kwargs, reserved)
-    if extras is None:
-        return None
-    history = remembered_history(messages, _PLAIN_SPECS)
-    if history is None:
-        return None
-    req = Request(PROVIDER, model, reserved, stream is True, *extras)
-    req.plain_history = history
-    return req
+    return plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
+                         messages, _PLAIN_SPECS)
 
 
 def chat_response(result: Any, capture: bool) -> Outcome:
@@ -725,16 +718,10 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
             blocks.append(found)
     elif instructions is not None:
         return None
-    extras = _plain_extras(kwargs, reserved)
-    if extras is None:
-        return None
-    history = remembered_history(items, _PLAIN_SPECS)
-    if history is None:
-        return None
-    req = Request(PROVIDER, model, reserved, stream is True, *extras)
-    req.blocks = blocks
-    req.plain_history = history
-    req.attributes = _RESPONSES_API
+    req = plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
+                        items, _PLAIN_SPECS, blocks)
+    if req is not None:
+        req.attributes = _RESPONSES_API
     return req
 
 
