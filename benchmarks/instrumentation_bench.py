@@ -290,6 +290,38 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
                                   tools=messages_tools, system=ANTHROPIC_SYSTEM,
                                   messages=ANTHROPIC_MESSAGES)
 
+    # an agent's loop: the call after a tool ran, the history holding the model's function
+    # call as the SDK gave it back (``response.choices[0].message``) and the tool's result
+    from openai.types.chat import ChatCompletionMessage
+
+    called = ChatCompletionMessage.model_validate({"role": "assistant", "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "lookup_order", "arguments": '{"order_id": "42"}'}}]})
+    result = {"role": "tool", "tool_call_id": "call_1",
+              "content": '{"status": "shipped", "eta": "tomorrow"}'}
+
+    def chat_agent_loop() -> Any:
+        return oa.chat.completions.create(model="gpt-4o-mini",
+                                          messages=[*HISTORY, called, result],
+                                          tools=chat_tools, max_completion_tokens=300)
+
+    # the same in Anthropic's form: the assistant's content as the SDK gave it back (a text
+    # and a tool use block), the tool's result in a user message
+    from anthropic.types import TextBlock, ToolUseBlock
+
+    used = [TextBlock(type="text", text="Let me look it up."),
+            ToolUseBlock(type="tool_use", id="toolu_1", name="lookup_order",
+                         input={"order_id": "42"})]
+    answered = [{"type": "tool_result", "tool_use_id": "toolu_1",
+                 "content": '{"status": "shipped", "eta": "tomorrow"}'}]
+
+    def messages_agent_loop() -> Any:
+        return an.messages.create(model="claude-sonnet-4-6", max_tokens=300,
+                                  tools=messages_tools, system=ANTHROPIC_SYSTEM,
+                                  messages=[*ANTHROPIC_MESSAGES,
+                                            {"role": "assistant", "content": used},
+                                            {"role": "user", "content": answered}])
+
     # an agent's conversation: each call sends the last four exchanges again, the reply to
     # the last question and a new question (text no call sent before), as an agent does
     turn = itertools.count()
@@ -318,7 +350,9 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             "openai chat.completions new turn": chat_turn,
             "anthropic messages new turn": messages_turn,
             "openai chat.completions tools": chat_with_tools,
-            "anthropic messages tools": messages_with_tools}
+            "anthropic messages tools": messages_with_tools,
+            "openai chat.completions agent loop": chat_agent_loop,
+            "anthropic messages agent loop": messages_agent_loop}
 
 
 def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],

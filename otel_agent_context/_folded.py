@@ -304,11 +304,13 @@ class CallRecord:
 
     def begin_plain(self, max_tokens: int | None, reserved_tokens: int | None,
                     overflow_strategy: str | None, columns: list[tuple[Any, ...]],
-                    first: int, tool_tokens: int = 0) -> None:
-        """:meth:`begin` for a plain request (``Call._read_plain``): every block plain, its
-        item id our own text and distinct, the first ``first`` blocks the system prompt and
-        the rest the history, ``tool_tokens`` the tool definitions' estimate (a segment of
-        its own between the two). The same attributes in the same order as ``begin``
+                    first: int, tool_tokens: int = 0,
+                    tool_call_ids: tuple[str, ...] | None = None) -> None:
+        """:meth:`begin` for a plain request (``Call._read_plain``): every block plain (or
+        inline and naming the tool call in ``tool_call_ids``, "" for none), its item id our
+        own text and distinct, the first ``first`` blocks the system prompt and the rest the
+        history, ``tool_tokens`` the tool definitions' estimate (a segment of its own
+        between the two). The same attributes in the same order as ``begin``
         (``_fill`` and ``_segments``) with no pass of their own: one function, as a call
         through the client runs it cold (the client's own work between two calls evicts
         ours; benchmarks/instrumentation.md, run AG)."""
@@ -355,6 +357,8 @@ class CallRecord:
         assembly_hash = assembly_digest(ids_col, digests)
         _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
                       points, digests)
+        if tool_call_ids is not None:  # exactly str, the readers' check
+            attrs[S.ASSEMBLY_BLOCK_TOOL_CALL_IDS] = tool_call_ids
         attrs[S.INJECTION_ID] = new("inj")
         attrs[S.INJECTION_TARGET] = _MODEL
         attrs[S.INJECTION_POINT] = _HISTORY

@@ -242,11 +242,30 @@ def plain_row(role: str, text: str, kind: str, point: str, segment: str) -> Row:
     return row  # type: ignore[no-any-return]
 
 
-def row_block(row: Row, text: str) -> Block:
-    """The block of a one-pass reader's message from its row (:func:`plain_row`), made when
-    something asks for the request's blocks (``Request.blocks``)."""
+_CALL_ROW = "call row"
+
+
+def call_row(item_id: str, kind: str, text: str) -> Row:
+    """The row of a history message or input item that names a tool call (a call or its
+    result: ``make_block``'s block with ``tool_call_id``, inline), for the one-pass readers:
+    remembered as :func:`plain_row`'s, under its item id (the call's id), kind and text.
+    Not plain: the call's id is recorded beside it (``Request.plain_history``)."""
+    key = (_CALL_ROW, item_id, kind, text, _tokens._estimator_key)
+    row = _memo_get(key)
+    if row is None or not _digest._resolved:
+        digest = message_digests(kind, text)[1]
+        row = (item_id, kind, estimate_tokens(text), _P_HISTORY, digest or "", SEG_HISTORY,
+               False, False)
+        remember(key, len(text) + len(item_id), row)
+    return row  # type: ignore[no-any-return]
+
+
+def row_block(row: Row, text: str, call_id: str | None = None) -> Block:
+    """The block of a one-pass reader's message from its row (:func:`plain_row`,
+    :func:`call_row` with the ``call_id`` it names), made when something asks for the
+    request's blocks (``Request.blocks``)."""
     block = Block(row[0], row[1], row[3], row[5], row[2], row[4] or None, None, "inline",
-                  None, None, None, False, None, text or None)
+                  None, call_id, None, False, None, text or None)
     block._row = row
     return block
 
@@ -256,66 +275,94 @@ _K_USER_MESSAGE = ContextKind.USER_MESSAGE.value
 _K_SESSION_HISTORY = ContextKind.SESSION_HISTORY.value
 
 
-def remembered_history(messages: list[Any], specs: dict[str, tuple[str, str, str]] | None
-                       ) -> tuple[list[Row], list[str]] | None:
+#: a one-pass reader's history: the rows and texts of its blocks (a message's, or each of
+#: its content blocks'), and the tool call ids of those that name one by their position
+#: (None: none does)
+History = tuple[list[Row], list[str], dict[int, str] | None]
+#: a reader's rows of a history message that is not a dict of a role and a string (tool
+#: calls, tool results, an SDK's message object): (row, text, the call's id or None) for
+#: each of its blocks, or None when it is not one it reads so; never for a message the
+#: general reader takes for the latest user message (``remembered_history``'s scan passes
+#: over a user message whose content is a list)
+OtherRows = Callable[[Any], list[tuple[Row, str, str | None]] | None]
+
+
+def remembered_history(messages: list[Any], specs: dict[str, tuple[str, str, str]] | None,
+                       other: OtherRows | None = None) -> History | None:
     """The rows (:func:`plain_row`) and texts of a history of plain messages, each a dict of
     a role and a string, the latest user message its own kind: for a reader's one-pass path
     (``Api.plain``; ``Request.plain_history``: their blocks are made only if something asks
     for them). ``specs``: a message's (kind, injection point, segment) by its role (a role
-    not in it: None), or None for every role a history message. A message an earlier call
-    read is looked up; a new one (an agent's call adds a reply and a question to what the
-    last one sent) is made as the general reader makes it. None when a message is not such
-    a dict (then the reader reads the request)."""
+    not in it: None), or None for every role a history message. ``other``: the reader's rows
+    of any other message (an agent's tool calls and their results). A message an earlier
+    call read is looked up; a new one (an agent's call adds a reply and a question to what
+    the last one sent) is made as the general reader makes it. None when a message is
+    neither (then the reader reads the request)."""
     last_user = -1
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if type(m) is not dict:
-            return None
-        if m.get("role") == "user":
+            if other is None:
+                return None
+            continue  # ``other`` reads no user message
+        if m.get("role") == "user" and (other is None or type(m.get("content")) is not list):
             last_user = i
             break
     estimator = _tokens._estimator_key
     rows: list[Row] = []
     texts: list[str] = []
+    calls: dict[int, str] | None = None
     append = rows.append
     append_text = texts.append
     i = -1  # a counter, not enumerate's tuple a message
     for m in messages:
         i += 1
-        if type(m) is not dict or len(m) != 2:
+        if type(m) is dict and len(m) == 2:
+            try:  # subscripts, no call: a history is read again with every call
+                role = m["role"]
+                content = m["content"]
+            except KeyError:
+                role = content = None
+            if type(content) is str and type(role) is str:
+                if i == last_user:  # a user message (the scan's)
+                    spec = _LATEST_USER_SPEC
+                elif specs is None:
+                    spec = _HISTORY_SPEC
+                elif role in specs:
+                    spec = specs[role]
+                else:
+                    return None
+                found = _memo_get((_PLAIN_ROW, role, content, spec[0], estimator))
+                append(plain_row(role, content, *spec) if found is None else found)
+                append_text(content)
+                continue
+        if other is None or i == last_user:
             return None
-        try:
-            role = m["role"]
-            content = m["content"]
-        except KeyError:
+        read = other(m)
+        if read is None:
             return None
-        if type(content) is not str or type(role) is not str:
-            return None
-        if i == last_user:  # a user message (the scan's)
-            spec = _LATEST_USER_SPEC
-        elif specs is None:
-            spec = _HISTORY_SPEC
-        elif role in specs:
-            spec = specs[role]
-        else:
-            return None
-        found = _memo_get((_PLAIN_ROW, role, content, spec[0], estimator))
-        append(plain_row(role, content, *spec) if found is None else found)
-        append_text(content)
-    return rows, texts
+        for row, text, call_id in read:
+            if call_id is not None:
+                if calls is None:
+                    calls = {}
+                calls[len(rows)] = call_id
+            append(row)
+            append_text(text)
+    return rows, texts, calls
 
 
 def plain_request(provider: str, model: str, reserved: int | None, stream: bool | None,
                   extras: tuple[int, dict[str, Any]] | None, messages: list[Any],
                   specs: dict[str, tuple[str, str, str]] | None,
-                  blocks: list[Block] | None = None) -> Request | None:
+                  blocks: list[Block] | None = None, other: OtherRows | None = None
+                  ) -> Request | None:
     """A one-pass reader's request (``Api.plain``): ``extras`` its tool definitions' estimate
     and GenAI fields (None: not plain values), its history from ``messages``
-    (:func:`remembered_history` with ``specs``), after ``blocks``, the system prompt's
-    remembered ones; None when the request is not plain."""
+    (:func:`remembered_history` with ``specs`` and ``other``), after ``blocks``, the system
+    prompt's remembered ones; None when the request is not plain."""
     if extras is None:
         return None
-    history = remembered_history(messages, specs)
+    history = remembered_history(messages, specs, other)
     if history is None:
         return None
     req = Request(provider, model, reserved, stream is True, *extras)
@@ -443,10 +490,10 @@ class Request:
     model: str | None
     #: the blocks (``blocks``) made so far: all of them but ``_history``'s
     _blocks: list[Block]
-    #: a one-pass reader's history as rows and texts (``remembered_history``), after
+    #: a one-pass reader's history as rows, texts and call ids (``remembered_history``), after
     #: ``_blocks``: made into blocks when something asks for ``blocks`` (a call's records
     #: read the rows; most calls never ask)
-    _history: tuple[list[Row], list[str]] | None
+    _history: History | None
     reserved_output: int | None
     overflow_strategy: str
     tool_tokens: int
@@ -498,7 +545,12 @@ class Request:
             with _MAKING_BLOCKS:  # another thread asking meanwhile waits for the whole list
                 history = self._history
                 if history is not None:
-                    self._blocks = self._blocks + list(map(row_block, *history))
+                    rows, texts, calls = history
+                    made = list(map(row_block, rows, texts))
+                    if calls:
+                        for i, call_id in calls.items():
+                            made[i] = row_block(rows[i], texts[i], call_id)
+                    self._blocks = self._blocks + made
                     self._history = None  # after the list: None means it is whole
         return self._blocks
 
@@ -508,12 +560,13 @@ class Request:
         self._history = None
 
     @property
-    def plain_history(self) -> tuple[list[Row], list[str]] | None:
-        """The history a one-pass reader read as rows and texts, not made into blocks."""
+    def plain_history(self) -> History | None:
+        """The history a one-pass reader read as rows, texts and the tool calls named, not
+        made into blocks."""
         return self._history
 
     @plain_history.setter
-    def plain_history(self, history: tuple[list[Row], list[str]]) -> None:
+    def plain_history(self, history: History) -> None:
         self.blocks  # noqa: B018 - a history set before is made into blocks first
         self._history = history
 
@@ -846,19 +899,30 @@ class Call:
         if req is None:
             return False
         rows = [b._row or _block_row(b) for b in req._blocks]  # a new block read here
+        before = len(rows)
         history = req._history
+        calls = None
         if history is not None:
             rows += history[0]
+            calls = history[2]
         if not rows:
             return False
         columns = list(zip(*rows, strict=False))  # every row is a Row: 8 fields
         ids, segs = columns[0], columns[5]
         n = len(ids)
         first = segs.count(SEG_SYSTEM)
-        if (len(set(ids)) != n or not all(columns[7])
+        if (len(set(ids)) != n
+                # every block plain but the history's naming a tool call (each one of them)
+                or not (all(columns[7]) or calls and columns[7].count(False) == len(calls))
                 or not set(map(type, ids)) <= _TEXT
                 or segs[first:].count(SEG_HISTORY) != n - first):  # then the first are system
             return False
+        call_ids: tuple[str, ...] | None = None
+        if calls:  # the blocks' tool call ids, "" for a block naming none (as ``_fill``)
+            named = [""] * n
+            for i, call_id in calls.items():
+                named[before + i] = call_id
+            call_ids = tuple(named)
         for name, value in req.genai.items():  # as _begin: no messages without capture
             if value is not None:
                 setattr(inv, name, value)
@@ -870,7 +934,7 @@ class Call:
         self.target = span
         record = self.record = CallRecord(tel.ctx, span)
         record.begin_plain(window, req.reserved_output, req.overflow_strategy, columns, first,
-                           req.tool_tokens)
+                           req.tool_tokens, call_ids)
         return True
 
     def _begin(self, inv: Any, req: Request, env: Any = UNREAD) -> None:

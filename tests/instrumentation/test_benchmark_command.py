@@ -23,7 +23,8 @@ SCENARIOS = ("openai chat.completions", "openai chat.completions stream",
              "openai chat.completions async", "openai responses", "anthropic messages",
              "anthropic messages.stream", "openai chat.completions new turn",
              "anthropic messages new turn", "openai chat.completions tools",
-             "anthropic messages tools")
+             "anthropic messages tools", "openai chat.completions agent loop",
+             "anthropic messages agent loop")
 CONFIGS = ("official GenAI", "OpenInference", "OpenLLMetry", "ours", "ours + official",
            "official + ours", "bare span")
 #: ours and the official instrumentors are always installed with the test extra; the

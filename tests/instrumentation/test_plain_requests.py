@@ -75,7 +75,70 @@ RESPONSES_TOOLS = [{"type": "function", "name": "lookup_order", "parameters": _S
                     "strict": False}]
 
 #: name -> (the three calls' arguments, how many of them at least are plain)
+_TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "lookup_order",
+             "input": {"order_id": "42"}}
+_TOOL_RESULTS = {"role": "user", "content": [
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"status": "shipped"}'}]}
+
+
+def _blocks(*blocks: dict[str, Any]) -> list[Any]:
+    """The SDK's content blocks, as a response gives them back (``response.content``)."""
+    from anthropic.types import TextBlock, ToolUseBlock
+
+    return [(TextBlock if b["type"] == "text" else ToolUseBlock).model_validate(b)
+            for b in blocks]
+
+
+#: an agent's loop: the model's text and tool use, the tool's result, the model's answer
+TOOL_LOOP = [HISTORY[0], {"role": "assistant", "content": [
+    {"type": "text", "text": "Looking it up."}, _TOOL_USE]}, _TOOL_RESULTS, *HISTORY[1:]]
+#: the same with the assistant's content as the SDK gave it back, two tool uses, one
+#: failed
+SDK_TOOL_LOOP = [HISTORY[0], {"role": "assistant", "content": _blocks(
+    {"type": "text", "text": "Looking both up."}, _TOOL_USE,
+    {**_TOOL_USE, "id": "toolu_2", "name": "refund", "input": {}})},
+    {"role": "user", "content": [*_TOOL_RESULTS["content"], {
+        "type": "tool_result", "tool_use_id": "toolu_2", "content": "", "is_error": True}]},
+    *HISTORY[1:]]
+
+
+def _odd_loop(assistant: list[Any], results: list[Any] | None = None) -> list[Any]:
+    return [HISTORY[0], {"role": "assistant", "content": assistant},
+            {"role": "user", "content": results or _TOOL_RESULTS["content"]}, *HISTORY[1:]]
+
+
+#: tool uses and results in a form the one-pass reader leaves to the general one
+ODD_TOOL_LOOPS: dict[str, list[Any]] = {
+    "cached_result": _odd_loop([_TOOL_USE], [{**_TOOL_RESULTS["content"][0],
+                                              "cache_control": {"type": "ephemeral"}}]),
+    "result_in_blocks": _odd_loop([_TOOL_USE], [{**_TOOL_RESULTS["content"][0], "content": [
+        {"type": "text", "text": "shipped"}]}]),
+    "text_beside_results": _odd_loop([_TOOL_USE], [*_TOOL_RESULTS["content"],
+                                                   {"type": "text", "text": "And?"}]),
+    "error_not_a_bool": _odd_loop([_TOOL_USE], [{**_TOOL_RESULTS["content"][0],
+                                                 "is_error": "yes"}]),
+    "thinking": _odd_loop([{"type": "thinking", "thinking": "Hm.", "signature": "s"},
+                           _TOOL_USE]),
+    "input_too_deep": _odd_loop([{**_TOOL_USE, "input": {"a": {"b": {"c": {"d": {}}}}}}]),
+    "input_a_tuple_inside": _odd_loop([{**_TOOL_USE, "input": {"ids": ("42",)}}]),
+    "cached_text": _odd_loop([{"type": "text", "text": "Hm.", "cache_control": {
+        "type": "ephemeral"}}, _TOOL_USE]),
+    "empty_content": _odd_loop([]),
+    "result_typed_otherwise": _odd_loop([_TOOL_USE], [{**_TOOL_RESULTS["content"][0],
+                                                      "type": "search_result"}]),
+    "one_use_twice": _odd_loop([_TOOL_USE, _TOOL_USE]),
+}
+
 SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
+    # an agent's loop (the API's forms, the SDK's blocks given back), and the call after the
+    # tool ran (the history ends with its result)
+    "tool_loop": ([{"system": SYSTEM, "messages": TOOL_LOOP, "tools": ANTHROPIC_TOOLS}] * 3,
+                  2),
+    "sdk_tool_loop": ([{"system": SYSTEM, "messages": SDK_TOOL_LOOP}] * 3, 2),
+    "mid_turn": ([{"system": SYSTEM, "messages": TOOL_LOOP[:3]}] * 3, 2),
+    "sdk_mid_turn": ([{"messages": SDK_TOOL_LOOP[:3], "stream": True}] * 3, 2),
+    **{f"odd_{name}": ([{"system": SYSTEM, "messages": messages}] * 3, 0)
+       for name, messages in ODD_TOOL_LOOPS.items()},
     "system_str": ([{"system": SYSTEM, "messages": HISTORY}] * 3, 2),
     "system_cached": ([{"system": CACHED, "messages": HISTORY}] * 3, 2),
     "no_system": ([{"messages": HISTORY}] * 3, 2),
@@ -389,6 +452,97 @@ def _folded_row(block: Any) -> None:
 
 
 CHAT = [{"role": "system", "content": SYSTEM}, *HISTORY]
+_CALL = {"id": "call_1", "type": "function",
+         "function": {"name": "lookup_order", "arguments": '{"order_id": "42"}'}}
+_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "shipped"}'}
+#: a history holding the model's function call and its result (the API's own forms)
+AGENT_LOOP = [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]}, _RESULT,
+              {"role": "assistant", "content": "It shipped."}, *CHAT[2:]]
+PARALLEL_CALLS = [*CHAT[:2], {"role": "assistant", "content": "Looking both up.", "tool_calls": [
+    _CALL, {**_CALL, "id": "call_2", "function": {"name": "refund", "arguments": ""}}]},
+    _RESULT, {**_RESULT, "tool_call_id": "call_2", "content": ""}, *CHAT[2:]]
+
+
+def _sdk_message(**fields: Any) -> Any:
+    """The SDK's assistant message as a response gives it back (appended to the history)."""
+    from openai.types.chat import ChatCompletionMessage, ParsedChatCompletionMessage
+
+    cls = ParsedChatCompletionMessage if "parsed" in fields else ChatCompletionMessage
+    return cls.model_validate({"role": "assistant", **fields})
+
+
+#: the same loop with the assistant's messages the SDK's objects
+SDK_LOOP = [*CHAT[:2], _sdk_message(content=None, tool_calls=[_CALL], refusal=None), _RESULT,
+            _sdk_message(content="It shipped.", annotations=[]), *CHAT[2:]]
+
+
+def _construct(**fields: Any) -> Any:
+    from openai.types.chat import ChatCompletionMessage
+
+    return ChatCompletionMessage.model_construct(**fields)
+
+
+class _Text(str):
+    """An application's own string type."""
+
+
+def _assigned(message: Any, field: str, convert: Callable[[Any], Any]) -> Any:
+    """``message`` with ``field`` converted after the SDK checked it (assignment is not
+    checked)."""
+    setattr(message, field, convert(getattr(message, field)))
+    return message
+
+
+class _Reply(openai.BaseModel):
+    """An application's own model of a message (the SDK sends any model's fields)."""
+
+    role: str
+    content: str
+
+
+def _odd(message: Any) -> list[Any]:
+    return [*CHAT[:2], message, _RESULT, *CHAT[2:]]
+
+
+#: function calls and tool results in a form the one-pass reader leaves to the general one
+ODD_CALLS: dict[str, list[Any]] = {
+    "sdk_custom_call": _odd(_sdk_message(tool_calls=[{"id": "call_1", "type": "custom",
+                                                      "custom": {"name": "grep",
+                                                                 "input": "42"}}])),
+    "another_model": _odd(_Reply(role="assistant", content="It shipped.")),
+    # built without the SDK's checks: the general reader takes it for the latest user's
+    "sdk_message_as_user": [*CHAT, _RESULT, _construct(role="user", content="And now?")],
+    "sdk_content_in_parts": _odd(_construct(role="assistant", content=[
+        {"type": "text", "text": "It shipped."}])),
+    "sdk_calls_a_tuple": _odd(_assigned(_sdk_message(tool_calls=[_CALL]), "tool_calls",
+                                        tuple)),
+    "sdk_arguments_none": _odd(_sdk_message(tool_calls=[
+        {**_CALL, "function": _assigned(_sdk_message(tool_calls=[_CALL]).tool_calls[0].function,
+                                        "arguments", lambda _: None)}])),
+    "sdk_content_a_str_subclass": _odd(_assigned(_sdk_message(content="It shipped."),
+                                                 "content", _Text)),
+    "call_index": _odd({"role": "assistant", "tool_calls": [{**_CALL, "index": 0}]}),
+    "arguments_a_dict": _odd({"role": "assistant", "tool_calls": [
+        {**_CALL, "function": {"name": "lookup_order", "arguments": {"order_id": "42"}}}]}),
+    "name_missing": _odd({"role": "assistant", "tool_calls": [
+        {**_CALL, "function": {"arguments": "{}"}}]}),
+    "no_calls": _odd({"role": "assistant", "content": "", "tool_calls": []}),
+    "calls_a_tuple": _odd({"role": "assistant", "tool_calls": (_CALL,)}),
+    "call_id_an_int": _odd({"role": "assistant", "tool_calls": [{**_CALL, "id": 1}]}),
+    "refusal": _odd({"role": "assistant", "tool_calls": [_CALL], "refusal": None}),
+    "result_named": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]},
+                     {**_RESULT, "name": "lookup_order"}, *CHAT[2:]],
+    "result_parts": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]},
+                     {**_RESULT, "content": [{"type": "text", "text": "shipped"}]}, *CHAT[2:]],
+    "result_without_id": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]},
+                          {**_RESULT, "tool_call_id": ""}, *CHAT[2:]],
+    # one call answered twice: two blocks of one id, renamed by the general path
+    "result_twice": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]}, _RESULT, _RESULT,
+                     *CHAT[2:]],
+    # the latest user message in parts
+    "latest_user_in_parts": [*AGENT_LOOP[:-1], {"role": "user", "content": [
+        {"type": "text", "text": "And when?"}]}],
+}
 
 
 class _OptionsWithIterator(list):  # type: ignore[type-arg]
@@ -428,15 +582,32 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6}] * 3, 2, False),
     "stream_too_long": ([{"messages": CHAT, "max_completion_tokens": 10**6,
                           "stream": True}] * 3, 2, False),
+    # an agent's loop: the model's function calls and their results in the history
+    "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
+                                          "tool_call_id": "call_1"}]}] * 3, 2, True),
+    "agent_loop": ([{"messages": AGENT_LOOP, "tools": CHAT_TOOLS}] * 3, 2, True),
+    "agent_loop_stream": ([{"messages": AGENT_LOOP, "tools": CHAT_TOOLS, "stream": True}] * 3,
+                          2, False),
+    "parallel_calls": ([{"messages": PARALLEL_CALLS, "tools": CHAT_TOOLS}] * 3, 2, True),
+    "sdk_messages": ([{"messages": SDK_LOOP, "tools": CHAT_TOOLS}] * 3, 2, True),
+    # the call after the tool ran: the history ends with its result
+    "mid_turn": ([{"messages": AGENT_LOOP[:4], "tools": CHAT_TOOLS}] * 3, 2, True),
+    "mid_turn_sdk": ([{"messages": SDK_LOOP[:4], "tools": CHAT_TOOLS}] * 3, 2, True),
+    "sdk_parsed_and_empty": ([{"messages": [
+        *CHAT[:2], _sdk_message(content='{"a": 1}', parsed={"a": 1}), _sdk_message(),
+        *CHAT[2:]]}] * 3, 2, True),
+    "agent_loop_too_long": ([{"messages": AGENT_LOOP, "max_completion_tokens": 10**6}] * 3,
+                            2, False),
     # not plain: a developer prompt (a window segment of its own), a system prompt after
-    # the history, a tool message, tools or sampling parameters that are not plain values
+    # the history, tools or sampling parameters that are not plain values, a function call
+    # or a tool result in another form than the API's own (read by the general reader)
     "developer": ([{"messages": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3,
                   0, True),
     "late_system": ([{"messages": [*HISTORY, {"role": "system", "content": SYSTEM}]}] * 3, 0,
                     True),
-    "tool_result": ([{"messages": [*CHAT, {"role": "tool", "content": "{}",
-                                          "tool_call_id": "call_1"}]}] * 3, 0, True),
     "stream_not_a_bool": ([{"messages": CHAT, "stream": 1}] * 3, 0, False),
+    **{f"odd_{name}": ([{"messages": messages}] * 3, 0, True)
+       for name, messages in ODD_CALLS.items()},
     "tools_iterator": (_Fresh(lambda: {"messages": CHAT, "tools": iter(CHAT_TOOLS)}), 0,
                        True),
     "tool_choice_iterator": (_Fresh(lambda: {"messages": CHAT, "tools": CHAT_TOOLS,
@@ -491,6 +662,32 @@ def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool, api: str = "cha
     return run
 
 
+_FUNCTION_CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup_order",
+                  "arguments": '{"order_id": "42"}'}
+_OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": '{"status": "ok"}'}
+FUNCTION_CALLS = [HISTORY[0], {**_FUNCTION_CALL, "id": "fc_1", "status": "completed"},
+                  _OUTPUT, {**_FUNCTION_CALL, "call_id": "call_2", "arguments": ""},
+                  {**_OUTPUT, "call_id": "call_2", "output": ""}, *HISTORY[1:]]
+
+
+def _odd_item(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [HISTORY[0], item, _OUTPUT, *HISTORY[1:]]
+
+
+#: function calls and outputs in a form the one-pass reader leaves to the general one
+ODD_ITEMS: dict[str, list[dict[str, Any]]] = {
+    "status_none": _odd_item({**_FUNCTION_CALL, "status": None}),
+    "arguments_missing": _odd_item({k: v for k, v in _FUNCTION_CALL.items()
+                                    if k != "arguments"}),
+    "call_id_an_int": _odd_item({**_FUNCTION_CALL, "call_id": 1}),
+    "namespace": _odd_item({**_FUNCTION_CALL, "namespace": "x"}),
+    "output_parts": [HISTORY[0], _FUNCTION_CALL, {**_OUTPUT, "output": [
+        {"type": "input_text", "text": "ok"}]}, *HISTORY[1:]],
+    "custom_tool_call": _odd_item({"type": "custom_tool_call", "call_id": "call_1",
+                                   "name": "lookup_order", "input": "42"}),
+    "one_call_twice": [HISTORY[0], _FUNCTION_CALL, _FUNCTION_CALL, _OUTPUT, *HISTORY[1:]],
+}
+
 #: OpenAI Responses: name -> (the three calls' arguments, how many of them at least are
 #: plain, whether every call ends in one pass)
 RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
@@ -514,13 +711,20 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
                                        "tools": iter(RESPONSES_TOOLS)}), 0, True),
     "stream_too_long": ([{"instructions": SYSTEM, "input": HISTORY, "stream": True,
                           "max_output_tokens": 10**6}] * 3, 2, False),
+    # an agent's loop: function calls and their outputs as input items (the API's own
+    # forms, with or without the ids and status of the items the API gave back)
+    "function_calls": ([{"instructions": SYSTEM, "input": FUNCTION_CALLS,
+                         "tools": RESPONSES_TOOLS}] * 3, 2, True),
+    "function_calls_stream": ([{"input": FUNCTION_CALLS, "stream": True}] * 3, 2, False),
     # not plain: typed items, a sampling parameter, a developer prompt (a window segment
-    # of its own), the provider's truncation (whose end is the general one too)
+    # of its own), the provider's truncation (whose end is the general one too), function
+    # calls and outputs in another form
     "typed_messages": ([{"input": [{**m, "type": "message"} for m in HISTORY]}] * 3, 0, True),
     "developer": ([{"input": [{"role": "developer", "content": SYSTEM}, *HISTORY]}] * 3, 0,
                   True),
     "truncation": ([{"input": HISTORY, "truncation": "auto"}] * 3, 0, False),
     "stream_not_a_bool": ([{"input": HISTORY, "stream": 1}] * 3, 0, False),
+    **{f"odd_{name}": ([{"input": items}] * 3, 0, True) for name, items in ODD_ITEMS.items()},
 }
 
 
@@ -634,6 +838,65 @@ def test_a_failing_one_pass_reader_leaves_the_call_to_the_general_reader(
     with pytest.raises(RuntimeError, match="ours"):
         _record("none", run, True, monkeypatch)
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+@pytest.mark.parametrize(("api", "shape"), [
+    ("chat", "agent_loop"), ("chat", "parallel_calls"), ("chat", "tool_result"),
+    ("chat", "sdk_messages"), ("chat", "sdk_parsed_and_empty"),
+    ("chat", "plain"), ("responses", "function_calls"), ("responses", "plain"),
+    ("anthropic", "tool_loop"), ("anthropic", "sdk_tool_loop"), ("anthropic", "plain")])
+def test_a_one_pass_readers_blocks_are_the_general_readers(api: str, shape: str) -> None:
+    """The blocks a one-pass request makes from its history when something asks for them
+    (a context-length error, an edit) are the general reader's, a tool call's or result's
+    with the call's id; made twice (the history's rows remembered the second time)."""
+    from otel_agent_context.instrumentation.anthropic import _extract as _anthropic
+    from otel_agent_context.instrumentation.openai import _extract
+
+    if api == "anthropic":
+        kwargs = {"model": "claude-sonnet-4-6", "max_tokens": 50,
+                  **SHAPES["system_str" if shape == "plain" else shape][0][0]}
+        plain, general = _anthropic.messages_plain, _anthropic.messages_request
+    else:
+        kwargs = {"model": "gpt-4o-mini",
+                  **(CHAT_SHAPES if api == "chat" else RESPONSES_SHAPES)[shape][0][0]}
+        plain, general = ((_extract.chat_plain, _extract.chat_request) if api == "chat"
+                          else (_extract.responses_plain, _extract.responses_request))
+    expected = general((), kwargs, False)  # the system prompt's block remembered
+    for _ in range(2):
+        req = plain(kwargs)
+        assert req is not None
+        assert req.block_count == len(expected.blocks)
+        assert req.blocks == expected.blocks
+        assert (req.tool_tokens, req.genai) == (expected.tool_tokens, expected.genai)
+    assert any(b.tool_call_id for b in expected.blocks) == (
+        shape not in ("plain", "sdk_parsed_and_empty"))
+
+
+def test_a_block_naming_nothing_that_is_not_plain_leaves_the_call_to_the_general_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-pass request whose history names tool calls may hold no other block that is not
+    plain (one with a response id here): the one-pass path records only the call ids."""
+    from otel_agent_context.instrumentation.openai import _extract
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    chat_plain = _extract.chat_plain
+
+    def with_a_reference(kwargs: dict[str, Any]) -> Any:
+        req = chat_plain(kwargs)
+        if req is not None:
+            req._blocks = [_common.make_block(
+                "response:resp_1", "session_history", None, False, "message_history",
+                "message_history", content_mode="ref", tokens=None, response_id="resp_1",
+                content_ref="openai:responses/resp_1")]
+        return req
+
+    monkeypatch.setattr(_extract, "chat_plain", with_a_reference)
+    run = _chat_calls([{"messages": AGENT_LOOP[1:]}] * 2, False)  # no system prompt
+    _, taken = _record("none", run, True, monkeypatch)
+    assert taken == 0
+    monkeypatch.setattr(_extract, "chat_plain", chat_plain)
+    _, taken = _record("none", run, True, monkeypatch)
+    assert taken >= 1
 
 
 # -- the call's end: a response with nothing but its usage to record ----------------------

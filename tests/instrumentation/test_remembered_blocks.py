@@ -233,15 +233,17 @@ def test_a_history_made_into_blocks_is_whole_for_a_thread_asking_meanwhile(
 
     req = OX.chat_plain({"model": "m", "messages": _fresh(HISTORY[2:4] + HISTORY[6:])})
     assert req is not None
-    expected = [C.row_block(r, t) for r, t in zip(*req.plain_history, strict=True)]
+    rows, texts, calls = req.plain_history
+    assert calls is None  # no message names a tool call
+    expected = [C.row_block(r, t) for r, t in zip(rows, texts, strict=True)]
     entered, release = threading.Event(), threading.Event()
     made = C.row_block
 
-    def slow_row_block(row: Any, text: str) -> Block:
+    def slow_row_block(row: Any, text: str, call_id: str | None = None) -> Block:
         if not entered.is_set():
             entered.set()
             release.wait(5)
-        return made(row, text)
+        return made(row, text, call_id)
 
     monkeypatch.setattr(C, "row_block", slow_row_block)
     seen: dict[str, list[Block]] = {}

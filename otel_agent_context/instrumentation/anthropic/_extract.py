@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -16,6 +17,7 @@ from opentelemetry.util.genai.types import (
 from ... import _digest
 from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint
+from ..._folded import Row
 from .. import _tokens
 from .._common import (
     _K_SESSION_HISTORY,
@@ -30,11 +32,13 @@ from .._common import (
     Outcome,
     PlainOutcome,
     Request,
+    call_row,
     known_message_id,
     make_block,
     message_facts,
     plain_block,
     plain_request,
+    plain_row,
     remembered,
     short_digest,
 )
@@ -234,7 +238,92 @@ def messages_plain(kwargs: dict[str, Any]) -> Request | None:
     elif system is not None:
         return None
     return plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
-                         messages, None, blocks)
+                         messages, None, blocks, _content_rows)
+
+
+_MESSAGE = frozenset(("role", "content"))
+_TEXT_PART = frozenset(("type", "text"))
+_TOOL_USE_PART = frozenset(("type", "id", "name", "input"))
+_TOOL_RESULT_PART = frozenset(("type", "tool_use_id", "content"))
+_TOOL_ERROR_PART = frozenset(("type", "tool_use_id", "content", "is_error"))
+_IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY, SEG_HISTORY)
+#: the SDK's content block classes (a response's ``content``) by their modules' names
+_SDK_MODULES = {"TextBlock": "anthropic.types.text_block",
+                "ToolUseBlock": "anthropic.types.tool_use_block"}
+#: the same classes, once the SDK has loaded them
+_SDK_BLOCKS: dict[str, Any] = {}
+
+
+def _sdk_block(name: str) -> Any:
+    """The SDK's ``TextBlock`` or ``ToolUseBlock`` class, or None before the SDK loaded it."""
+    found = _SDK_BLOCKS.get(name)
+    if found is None:
+        found = getattr(sys.modules.get(_SDK_MODULES[name]), name, None)
+        if not isinstance(found, type):
+            return None
+        _SDK_BLOCKS[name] = found
+    return found
+
+
+def _tool_use_row(call_id: Any, name: Any, arguments: Any) -> tuple[Row, str, str | None] | None:
+    """A tool use block's row, as ``_content_block`` makes its block, or None."""
+    if type(call_id) is not str or type(name) is not str or not plain_data(arguments):
+        return None
+    text = f"{name}({json.dumps(arguments)})"
+    return call_row(f"tool_use:{call_id}", _K_SESSION_HISTORY, text), text, call_id
+
+
+def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
+    """The rows of an agent's message whose content is a list of blocks
+    (``remembered_history``'s ``other``), as ``messages_request`` makes their blocks: the
+    assistant's text and tool use blocks (dicts, or the SDK's as a response gave them
+    back), or a user message of tool results in strings; None for any other (a cache
+    breakpoint, an image, thinking, a user's text beside the results)."""
+    if type(m) is not dict or m.keys() != _MESSAGE:
+        return None
+    role, content = m["role"], m["content"]
+    if type(content) is not list or not content:
+        return None
+    rows: list[tuple[Row, str, str | None]] = []
+    if role == "user":  # only tool results: never the latest user message
+        for part in content:
+            if type(part) is not dict or part.get("type") != "tool_result":
+                return None
+            keys, call_id, text = part.keys(), part.get("tool_use_id"), part.get("content")
+            if (type(call_id) is not str or type(text) is not str or not (
+                    keys == _TOOL_RESULT_PART
+                    or keys == _TOOL_ERROR_PART and type(part["is_error"]) is bool)):
+                return None
+            rows.append((call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, text), text,
+                         call_id))
+        return rows
+    if role != "assistant":
+        return None
+    text_block, tool_use_block = _sdk_block("TextBlock"), _sdk_block("ToolUseBlock")
+    for part in content:
+        kind = type(part)
+        row: tuple[Row, str, str | None] | None
+        if kind is dict:
+            keys, ptype = part.keys(), part.get("type")
+            if ptype == "text" and keys == _TEXT_PART and type(text := part["text"]) is str:
+                row = plain_row("assistant", text, *_IN_HISTORY), text, None
+            elif ptype == "tool_use" and keys == _TOOL_USE_PART:
+                row = _tool_use_row(part["id"], part["name"], part["input"])
+            else:
+                return None
+        elif kind is text_block and text_block is not None:
+            text = part.text
+            if type(text) is not str:
+                return None
+            row = plain_row("assistant", text, *_IN_HISTORY), text, None
+        elif kind is tool_use_block and tool_use_block is not None:
+            row = _tool_use_row(part.id, part.name, part.input)
+        else:
+            return None
+        if row is None:
+            return None
+        rows.append(row)
+    return rows
 
 
 def _plain_extras(kwargs: dict[str, Any], reserved: int) -> tuple[int, dict[str, Any]] | None:

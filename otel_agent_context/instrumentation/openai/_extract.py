@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -16,6 +17,7 @@ from opentelemetry.util.genai.types import (
 from ... import _digest
 from ..._digest import remember_beside
 from ..._enums import ContextKind, InjectionPoint, OverflowStrategy
+from ..._folded import Row
 from .. import _tokens
 from .._common import (
     _K_SESSION_HISTORY,
@@ -31,11 +33,13 @@ from .._common import (
     Outcome,
     PlainOutcome,
     Request,
+    call_row,
     known_message_id,
     make_block,
     message_facts,
     plain_block,
     plain_request,
+    plain_row,
     remembered,
     settle_message,
     short_digest,
@@ -431,6 +435,83 @@ _PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_toke
                          "stream_options", *_PLAIN_EXTRAS))
 
 
+_TOOL_MESSAGE = frozenset(("role", "tool_call_id", "content"))
+_CALLING = frozenset(("role", "tool_calls"))
+_CALLING_WITH_TEXT = frozenset(("role", "content", "tool_calls"))
+_FUNCTION_CALL = frozenset(("id", "type", "function"))
+_FUNCTION = frozenset(("name", "arguments"))
+
+
+def _chat_call_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
+    """The row of an agent's chat message that is not a dict of a role and a string
+    (``remembered_history``'s ``other``), as ``chat_request`` makes its block: an assistant
+    message of function calls (its text the calls' names and arguments after any content),
+    the SDK's assistant message given back, or a tool result in a string; None for any
+    other."""
+    if type(m) is not dict:
+        return _sdk_message_rows(m)
+    role = m.get("role")
+    if role == "tool":
+        call_id, text = m.get("tool_call_id"), m.get("content")
+        if (m.keys() != _TOOL_MESSAGE or type(call_id) is not str or not call_id
+                or type(text) is not str):
+            return None
+        return [(call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, text), text, call_id)]
+    if role != "assistant":
+        return None
+    keys, content, calls = m.keys(), m.get("content"), m.get("tool_calls")
+    if (keys not in (_CALLING, _CALLING_WITH_TEXT)
+            or not (content is None or type(content) is str)
+            or type(calls) is not list or not calls):
+        return None
+    full = content or ""
+    for call in calls:
+        if type(call) is not dict or call.keys() != _FUNCTION_CALL:
+            return None
+        fn, call_id = call["function"], call["id"]
+        if (type(fn) is not dict or fn.keys() != _FUNCTION or type(call["type"]) is not str
+                or type(call_id) is not str):
+            return None
+        name, arguments = fn["name"], fn["arguments"]
+        if type(name) is not str or type(arguments) is not str:
+            return None
+        full += f"\n{name}({arguments})"
+    return [(plain_row("assistant", full, *_IN_HISTORY), full, None)]
+
+
+#: the SDK's ChatCompletionMessage class, once the SDK has loaded it
+_SDK_MESSAGE: list[Any] = []
+
+
+def _sdk_message_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
+    """The row of the SDK's assistant message an agent appends to its history as the API
+    gave it back (``response.choices[0].message``), read as ``chat_request`` reads it (its
+    role, content and function calls; the refusal, audio and annotations not), or None."""
+    if not _SDK_MESSAGE:
+        module = sys.modules.get("openai.types.chat.chat_completion_message")
+        found = getattr(module, "ChatCompletionMessage", None)
+        if not isinstance(found, type):
+            return None
+        _SDK_MESSAGE.append(found)
+    if not isinstance(m, _SDK_MESSAGE[0]):
+        return None
+    try:
+        role, content, calls = m.role, m.content, m.tool_calls
+        if role != "assistant" or not (content is None or type(content) is str) or not (
+                calls is None or type(calls) is list):
+            return None
+        full = content or ""
+        for call in calls or ():
+            fn, call_id = call.function, call.id
+            name, arguments = fn.name, fn.arguments
+            if type(call_id) is not str or type(name) is not str or type(arguments) is not str:
+                return None
+            full += f"\n{name}({arguments})"
+    except AttributeError:  # a call of another kind (a custom tool's), another object
+        return None
+    return [(plain_row("assistant", full, *_IN_HISTORY), full, None)]
+
+
 def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     """``chat_request((), kwargs, False)`` for a plain request (``Api.plain``): the model,
     the output sizes, whether it streams, and messages each a role among system, developer,
@@ -455,7 +536,7 @@ def chat_plain(kwargs: dict[str, Any]) -> Request | None:
         return None
     reserved = completion or legacy
     return plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
-                         messages, _PLAIN_SPECS)
+                         messages, _PLAIN_SPECS, other=_chat_call_rows)
 
 
 def chat_response(result: Any, capture: bool) -> Outcome:
@@ -719,10 +800,45 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     elif instructions is not None:
         return None
     req = plain_request(PROVIDER, model, reserved, stream, _plain_extras(kwargs, reserved),
-                        items, _PLAIN_SPECS, blocks)
+                        items, _PLAIN_SPECS, blocks, _responses_call_rows)
     if req is not None:
         req.attributes = _RESPONSES_API
     return req
+
+
+_FUNCTION_CALL_ITEM = frozenset(("type", "call_id", "name", "arguments"))
+_FUNCTION_OUTPUT_ITEM = frozenset(("type", "call_id", "output"))
+#: what an item the API gave back may carry beside its fields (``_response_item`` reads
+#: neither)
+_ITEM_EXTRAS = frozenset(("id", "status"))
+
+
+def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
+    """The row of an agent's Responses input item that is not a role and a string
+    (``remembered_history``'s ``other``), as ``_response_item`` makes its block: a function
+    call, or its output in a string; None for any other."""
+    if type(it) is not dict:
+        return None
+    itype, call_id = it.get("type"), it.get("call_id")
+    if type(call_id) is not str:
+        return None
+    keys: Any = it.keys()
+    if not keys.isdisjoint(_ITEM_EXTRAS):
+        if not all(type(it.get(k)) is str for k in keys & _ITEM_EXTRAS):
+            return None
+        keys = keys - _ITEM_EXTRAS
+    if itype == "function_call":
+        name, arguments = it.get("name"), it.get("arguments")
+        if keys != _FUNCTION_CALL_ITEM or type(name) is not str or type(arguments) is not str:
+            return None
+        text = f"{name}({arguments})"
+        return [(call_row(f"tool_call:{call_id}", _K_SESSION_HISTORY, text), text, call_id)]
+    if itype == "function_call_output":
+        output = it.get("output")
+        if keys != _FUNCTION_OUTPUT_ITEM or type(output) is not str:
+            return None
+        return [(call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, output), output, call_id)]
+    return None
 
 
 def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
