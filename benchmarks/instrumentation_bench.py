@@ -322,6 +322,27 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
                                             {"role": "assistant", "content": used},
                                             {"role": "user", "content": answered}])
 
+    # the same on the Responses API: the response's output items given back as the SDK's
+    # objects (the assistant's earlier answer, then the function call), the call's output
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
+
+    r_tools = [{"type": "function", "name": t["function"]["name"],
+                "description": t["function"]["description"],
+                "parameters": t["function"]["parameters"]} for t in chat_tools]
+    r_call = ResponseFunctionToolCall.model_validate({
+        "type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup_order",
+        "arguments": '{"order_id": "42"}', "status": "completed"})
+    r_out = {"type": "function_call_output", "call_id": "call_1",
+             "output": '{"status": "shipped", "eta": "tomorrow"}'}
+    r_msg = ResponseOutputMessage.model_validate({
+        "type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "It shipped.", "annotations": []}]})
+
+    def responses_agent_loop() -> Any:
+        return oa.responses.create(model="gpt-4o-mini", instructions=HISTORY[0]["content"],
+                                   input=[*HISTORY[1:-1], r_msg, HISTORY[-1], r_call, r_out],
+                                   tools=r_tools, max_output_tokens=300)
+
     # an agent's conversation: each call sends the last four exchanges again, the reply to
     # the last question and a new question (text no call sent before), as an agent does
     turn = itertools.count()
@@ -352,7 +373,8 @@ def scenarios(stub: Any) -> dict[str, Callable[[], Any]]:
             "openai chat.completions tools": chat_with_tools,
             "anthropic messages tools": messages_with_tools,
             "openai chat.completions agent loop": chat_agent_loop,
-            "anthropic messages agent loop": messages_agent_loop}
+            "anthropic messages agent loop": messages_agent_loop,
+            "openai responses agent loop": responses_agent_loop}
 
 
 def time_modes(fn: Callable[[], Any], modes: dict[str, list[Any]], settings: dict[str, Any],

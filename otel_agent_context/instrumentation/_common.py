@@ -37,6 +37,7 @@ import inspect
 import logging
 import os
 import re
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -245,19 +246,36 @@ def plain_row(role: str, text: str, kind: str, point: str, segment: str) -> Row:
 _CALL_ROW = "call row"
 
 
-def call_row(item_id: str, kind: str, text: str) -> Row:
-    """The row of a history message or input item that names a tool call (a call or its
-    result: ``make_block``'s block with ``tool_call_id``, inline), for the one-pass readers:
-    remembered as :func:`plain_row`'s, under its item id (the call's id), kind and text.
-    Not plain: the call's id is recorded beside it (``Request.plain_history``)."""
-    key = (_CALL_ROW, item_id, kind, text, _tokens._estimator_key)
+def call_row(item_id: str, kind: str, text: str, plain: bool = False) -> Row:
+    """The row of a history message or input item with an id of its own, for the one-pass
+    readers: one that names a tool call (a call or its result: ``make_block``'s block with
+    ``tool_call_id``, inline; not plain, the call's id recorded beside it,
+    ``Request.plain_history``), or a ``plain`` one (an item the API gave back, by its id).
+    Remembered as :func:`plain_row`'s, under its item id, kind and text."""
+    key = (_CALL_ROW, item_id, kind, text, plain, _tokens._estimator_key)
     row = _memo_get(key)
     if row is None or not _digest._resolved:
         digest = message_digests(kind, text)[1]
         row = (item_id, kind, estimate_tokens(text), _P_HISTORY, digest or "", SEG_HISTORY,
-               False, False)
+               False, plain)
         remember(key, len(text) + len(item_id), row)
     return row  # type: ignore[no-any-return]
+
+
+#: an SDK's classes by (module, name), once the SDK has loaded them
+_SDK_CLASSES: dict[tuple[str, str], type] = {}
+
+
+def sdk_class(module: str, name: str) -> Any:
+    """The class ``name`` of the SDK's ``module`` if the application has loaded it (an
+    object of it in a request was made by it), else None; never imports."""
+    found = _SDK_CLASSES.get((module, name))
+    if found is None:
+        found = getattr(sys.modules.get(module), name, None)
+        if not isinstance(found, type):
+            return None
+        _SDK_CLASSES[module, name] = found
+    return found
 
 
 def row_block(row: Row, text: str, call_id: str | None = None) -> Block:

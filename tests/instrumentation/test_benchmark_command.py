@@ -24,7 +24,7 @@ SCENARIOS = ("openai chat.completions", "openai chat.completions stream",
              "anthropic messages.stream", "openai chat.completions new turn",
              "anthropic messages new turn", "openai chat.completions tools",
              "anthropic messages tools", "openai chat.completions agent loop",
-             "anthropic messages agent loop")
+             "anthropic messages agent loop", "openai responses agent loop")
 CONFIGS = ("official GenAI", "OpenInference", "OpenLLMetry", "ours", "ours + official",
            "official + ours", "bare span")
 #: ours and the official instrumentors are always installed with the test extra; the

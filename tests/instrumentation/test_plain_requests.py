@@ -102,6 +102,13 @@ SDK_TOOL_LOOP = [HISTORY[0], {"role": "assistant", "content": _blocks(
     *HISTORY[1:]]
 
 
+def _changed(block: Any, **fields: Any) -> Any:
+    """``block`` with ``fields`` set after the SDK built it (its models take any field)."""
+    for name, value in fields.items():
+        setattr(block, name, value)
+    return block
+
+
 def _odd_loop(assistant: list[Any], results: list[Any] | None = None) -> list[Any]:
     return [HISTORY[0], {"role": "assistant", "content": assistant},
             {"role": "user", "content": results or _TOOL_RESULTS["content"]}, *HISTORY[1:]]
@@ -126,6 +133,17 @@ ODD_TOOL_LOOPS: dict[str, list[Any]] = {
     "empty_content": _odd_loop([]),
     "result_typed_otherwise": _odd_loop([_TOOL_USE], [{**_TOOL_RESULTS["content"][0],
                                                       "type": "search_result"}]),
+    # an empty id names no call (the general path records none)
+    "empty_ids": _odd_loop([{**_TOOL_USE, "id": ""}], [{**_TOOL_RESULTS["content"][0],
+                                                       "tool_use_id": ""}]),
+    # the SDK's blocks changed after it built them: a cache breakpoint marked on the last
+    # turn, another type
+    "sdk_text_cached": _odd_loop([_changed(_blocks({"type": "text", "text": "Hm."})[0],
+                                           cache_control={"type": "ephemeral"}), _TOOL_USE]),
+    "sdk_tool_use_cached": _odd_loop([_changed(_blocks(_TOOL_USE)[0],
+                                               cache_control={"type": "ephemeral"})]),
+    "sdk_text_retyped": _odd_loop([_changed(_blocks({"type": "text", "text": "Hm."})[0],
+                                            type="thinking"), _TOOL_USE]),
     "one_use_twice": _odd_loop([_TOOL_USE, _TOOL_USE]),
 }
 
@@ -137,6 +155,10 @@ SHAPES: dict[str, tuple[list[dict[str, Any]], int]] = {
     "sdk_tool_loop": ([{"system": SYSTEM, "messages": SDK_TOOL_LOOP}] * 3, 2),
     "mid_turn": ([{"system": SYSTEM, "messages": TOOL_LOOP[:3]}] * 3, 2),
     "sdk_mid_turn": ([{"messages": SDK_TOOL_LOOP[:3], "stream": True}] * 3, 2),
+    # bytes in a tool use's input: written as the general reader writes them
+    "tool_input_bytes": ([{"system": SYSTEM, "messages": [HISTORY[0], {
+        "role": "assistant", "content": _blocks({**_TOOL_USE, "input": {"blob": b"\x00"}})},
+        _TOOL_RESULTS, *HISTORY[1:]]}] * 3, 2),
     **{f"odd_{name}": ([{"system": SYSTEM, "messages": messages}] * 3, 0)
        for name, messages in ODD_TOOL_LOOPS.items()},
     "system_str": ([{"system": SYSTEM, "messages": HISTORY}] * 3, 2),
@@ -526,10 +548,13 @@ ODD_CALLS: dict[str, list[Any]] = {
         {**_CALL, "function": {"name": "lookup_order", "arguments": {"order_id": "42"}}}]}),
     "name_missing": _odd({"role": "assistant", "tool_calls": [
         {**_CALL, "function": {"arguments": "{}"}}]}),
-    "no_calls": _odd({"role": "assistant", "content": "", "tool_calls": []}),
     "calls_a_tuple": _odd({"role": "assistant", "tool_calls": (_CALL,)}),
     "call_id_an_int": _odd({"role": "assistant", "tool_calls": [{**_CALL, "id": 1}]}),
-    "refusal": _odd({"role": "assistant", "tool_calls": [_CALL], "refusal": None}),
+    "refusal": _odd({"role": "assistant", "tool_calls": [_CALL], "refusal": "No."}),
+    "annotated": _odd({"role": "assistant", "content": "See [1].", "tool_calls": None,
+                       "annotations": [{"type": "url_citation"}]}),
+    "dumped_with_a_name": _odd({**_sdk_message(tool_calls=[_CALL]).model_dump(),
+                                "name": "bot"}),
     "result_named": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]},
                      {**_RESULT, "name": "lookup_order"}, *CHAT[2:]],
     "result_parts": [*CHAT[:2], {"role": "assistant", "tool_calls": [_CALL]},
@@ -593,6 +618,12 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     # the call after the tool ran: the history ends with its result
     "mid_turn": ([{"messages": AGENT_LOOP[:4], "tools": CHAT_TOOLS}] * 3, 2, True),
     "mid_turn_sdk": ([{"messages": SDK_LOOP[:4], "tools": CHAT_TOOLS}] * 3, 2, True),
+    # the SDK's messages as their model_dump() (or without the None fields)
+    "dumped_messages": ([{"messages": [
+        *CHAT[:2], _sdk_message(content=None, tool_calls=[_CALL]).model_dump(), _RESULT,
+        _sdk_message(content="It shipped.", annotations=[]).model_dump(),
+        _sdk_message(content="Anything else?").model_dump(exclude_none=True),
+        {"role": "assistant", "content": "", "tool_calls": []}, *CHAT[2:]]}] * 3, 2, True),
     "sdk_parsed_and_empty": ([{"messages": [
         *CHAT[:2], _sdk_message(content='{"a": 1}', parsed={"a": 1}), _sdk_message(),
         *CHAT[2:]]}] * 3, 2, True),
@@ -665,6 +696,27 @@ def _chat_calls(calls: list[dict[str, Any]], asynchronous: bool, api: str = "cha
 _FUNCTION_CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup_order",
                   "arguments": '{"order_id": "42"}'}
 _OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": '{"status": "ok"}'}
+_OUTPUT_MESSAGE = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": "Looking.", "annotations": []},
+                               {"type": "output_text", "text": "Found it.",
+                                "annotations": []}]}
+
+
+def _sdk_item(item: dict[str, Any]) -> Any:
+    """A response's output item as the SDK gives it back (``response.output``)."""
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseReasoningItem,
+    )
+
+    return {"function_call": ResponseFunctionToolCall, "message": ResponseOutputMessage,
+            "reasoning": ResponseReasoningItem}[item["type"]].model_validate(item)
+
+
+#: the loop with the response's output items given back as the SDK's objects
+SDK_ITEMS = [HISTORY[0], _sdk_item({**_FUNCTION_CALL, "id": "fc_1", "status": "completed"}),
+             _OUTPUT, _sdk_item(_OUTPUT_MESSAGE), *HISTORY[1:]]
 FUNCTION_CALLS = [HISTORY[0], {**_FUNCTION_CALL, "id": "fc_1", "status": "completed"},
                   _OUTPUT, {**_FUNCTION_CALL, "call_id": "call_2", "arguments": ""},
                   {**_OUTPUT, "call_id": "call_2", "output": ""}, *HISTORY[1:]]
@@ -686,6 +738,17 @@ ODD_ITEMS: dict[str, list[dict[str, Any]]] = {
     "custom_tool_call": _odd_item({"type": "custom_tool_call", "call_id": "call_1",
                                    "name": "lookup_order", "input": "42"}),
     "one_call_twice": [HISTORY[0], _FUNCTION_CALL, _FUNCTION_CALL, _OUTPUT, *HISTORY[1:]],
+    "sdk_reasoning": [HISTORY[0], _sdk_item({"type": "reasoning", "id": "rs_1",
+                                             "summary": []}), *HISTORY[1:]],
+    "sdk_refusal": [HISTORY[0], _sdk_item({**_OUTPUT_MESSAGE, "content": [
+        {"type": "refusal", "refusal": "No."}]}), *HISTORY[1:]],
+    "sdk_message_without_id": [HISTORY[0], _sdk_item({**_OUTPUT_MESSAGE, "id": ""}),
+                               *HISTORY[1:]],
+    # an empty id names no call (the general path records none)
+    "empty_call_ids": [HISTORY[0], {**_FUNCTION_CALL, "call_id": ""},
+                       {**_OUTPUT, "call_id": ""}, *HISTORY[1:]],
+    "sdk_empty_call_id": [HISTORY[0], _sdk_item({**_FUNCTION_CALL, "call_id": ""}),
+                          _OUTPUT, *HISTORY[1:]],
 }
 
 #: OpenAI Responses: name -> (the three calls' arguments, how many of them at least are
@@ -716,6 +779,8 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "function_calls": ([{"instructions": SYSTEM, "input": FUNCTION_CALLS,
                          "tools": RESPONSES_TOOLS}] * 3, 2, True),
     "function_calls_stream": ([{"input": FUNCTION_CALLS, "stream": True}] * 3, 2, False),
+    "sdk_items": ([{"instructions": SYSTEM, "input": SDK_ITEMS}] * 3, 2, True),
+    "sdk_items_mid_turn": ([{"input": SDK_ITEMS[:3]}] * 3, 2, True),
     # not plain: typed items, a sampling parameter, a developer prompt (a window segment
     # of its own), the provider's truncation (whose end is the general one too), function
     # calls and outputs in another form
@@ -842,7 +907,8 @@ def test_a_failing_one_pass_reader_leaves_the_call_to_the_general_reader(
 
 @pytest.mark.parametrize(("api", "shape"), [
     ("chat", "agent_loop"), ("chat", "parallel_calls"), ("chat", "tool_result"),
-    ("chat", "sdk_messages"), ("chat", "sdk_parsed_and_empty"),
+    ("chat", "sdk_messages"), ("chat", "sdk_parsed_and_empty"), ("chat", "dumped_messages"),
+    ("responses", "sdk_items"),
     ("chat", "plain"), ("responses", "function_calls"), ("responses", "plain"),
     ("anthropic", "tool_loop"), ("anthropic", "sdk_tool_loop"), ("anthropic", "plain")])
 def test_a_one_pass_readers_blocks_are_the_general_readers(api: str, shape: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -40,6 +39,7 @@ from .._common import (
     plain_request,
     plain_row,
     remembered,
+    sdk_class,
     short_digest,
 )
 from ..openai._extract import (
@@ -247,30 +247,31 @@ _TOOL_USE_PART = frozenset(("type", "id", "name", "input"))
 _TOOL_RESULT_PART = frozenset(("type", "tool_use_id", "content"))
 _TOOL_ERROR_PART = frozenset(("type", "tool_use_id", "content", "is_error"))
 _IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY, SEG_HISTORY)
-#: the SDK's content block classes (a response's ``content``) by their modules' names
-_SDK_MODULES = {"TextBlock": "anthropic.types.text_block",
-                "ToolUseBlock": "anthropic.types.tool_use_block"}
-#: the same classes, once the SDK has loaded them
-_SDK_BLOCKS: dict[str, Any] = {}
-
-
-def _sdk_block(name: str) -> Any:
-    """The SDK's ``TextBlock`` or ``ToolUseBlock`` class, or None before the SDK loaded it."""
-    found = _SDK_BLOCKS.get(name)
-    if found is None:
-        found = getattr(sys.modules.get(_SDK_MODULES[name]), name, None)
-        if not isinstance(found, type):
-            return None
-        _SDK_BLOCKS[name] = found
-    return found
+_SDK_TYPES = "anthropic.types."
 
 
 def _tool_use_row(call_id: Any, name: Any, arguments: Any) -> tuple[Row, str, str | None] | None:
-    """A tool use block's row, as ``_content_block`` makes its block, or None."""
-    if type(call_id) is not str or type(name) is not str or not plain_data(arguments):
+    """A tool use block's row, as ``_content_block`` makes its block, or None (an empty id
+    names no call there)."""
+    if (type(call_id) is not str or not call_id or type(name) is not str
+            or not plain_data(arguments)):
         return None
-    text = f"{name}({json.dumps(arguments)})"
+    text = f"{name}({json.dumps(arguments, default=str)})"  # bytes as the general reader
     return call_row(f"tool_use:{call_id}", _K_SESSION_HISTORY, text), text, call_id
+
+
+def _sdk_field(block: Any, kind: str, name: str) -> Any:
+    """Field ``name`` of the SDK's content block if it is still of ``kind`` and marks no
+    cache breakpoint (set after the SDK built it: its models take fields they do not
+    declare), else None."""
+    try:
+        btype = block.type
+        if (type(btype) is not str or btype != kind
+                or getattr(block, "cache_control", None) is not None):
+            return None
+        return getattr(block, name)
+    except AttributeError:  # a field deleted
+        return None
 
 
 def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
@@ -290,7 +291,7 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
             if type(part) is not dict or part.get("type") != "tool_result":
                 return None
             keys, call_id, text = part.keys(), part.get("tool_use_id"), part.get("content")
-            if (type(call_id) is not str or type(text) is not str or not (
+            if (type(call_id) is not str or not call_id or type(text) is not str or not (
                     keys == _TOOL_RESULT_PART
                     or keys == _TOOL_ERROR_PART and type(part["is_error"]) is bool)):
                 return None
@@ -299,7 +300,8 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
         return rows
     if role != "assistant":
         return None
-    text_block, tool_use_block = _sdk_block("TextBlock"), _sdk_block("ToolUseBlock")
+    text_block = sdk_class(_SDK_TYPES + "text_block", "TextBlock")
+    tool_use_block = sdk_class(_SDK_TYPES + "tool_use_block", "ToolUseBlock")
     for part in content:
         kind = type(part)
         row: tuple[Row, str, str | None] | None
@@ -312,12 +314,16 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
             else:
                 return None
         elif kind is text_block and text_block is not None:
-            text = part.text
+            text = _sdk_field(part, "text", "text")
             if type(text) is not str:
                 return None
             row = plain_row("assistant", text, *_IN_HISTORY), text, None
         elif kind is tool_use_block and tool_use_block is not None:
-            row = _tool_use_row(part.id, part.name, part.input)
+            call_id = _sdk_field(part, "tool_use", "id")
+            try:
+                row = None if call_id is None else _tool_use_row(call_id, part.name, part.input)
+            except AttributeError:  # a field deleted
+                return None
         else:
             return None
         if row is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -41,6 +40,7 @@ from .._common import (
     plain_request,
     plain_row,
     remembered,
+    sdk_class,
     settle_message,
     short_digest,
 )
@@ -438,6 +438,9 @@ _PLAIN_CHAT = frozenset(("model", "messages", "max_completion_tokens", "max_toke
 _TOOL_MESSAGE = frozenset(("role", "tool_call_id", "content"))
 _CALLING = frozenset(("role", "tool_calls"))
 _CALLING_WITH_TEXT = frozenset(("role", "content", "tool_calls"))
+#: what the SDK's ``model_dump()`` of its assistant message adds, which ``chat_request``
+#: does not read: plain when None (the annotations: an empty list)
+_DUMPED = frozenset(("refusal", "annotations", "audio", "function_call"))
 _FUNCTION_CALL = frozenset(("id", "type", "function"))
 _FUNCTION = frozenset(("name", "arguments"))
 
@@ -445,9 +448,9 @@ _FUNCTION = frozenset(("name", "arguments"))
 def _chat_call_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
     """The row of an agent's chat message that is not a dict of a role and a string
     (``remembered_history``'s ``other``), as ``chat_request`` makes its block: an assistant
-    message of function calls (its text the calls' names and arguments after any content),
-    the SDK's assistant message given back, or a tool result in a string; None for any
-    other."""
+    message of function calls (its text the calls' names and arguments after any content;
+    as a dict, its ``model_dump()`` too, or the SDK's message as a response gave it back),
+    or a tool result in a string; None for any other."""
     if type(m) is not dict:
         return _sdk_message_rows(m)
     role = m.get("role")
@@ -459,13 +462,21 @@ def _chat_call_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
         return [(call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, text), text, call_id)]
     if role != "assistant":
         return None
-    keys, content, calls = m.keys(), m.get("content"), m.get("tool_calls")
+    keys: Any = m.keys()
+    if not keys.isdisjoint(_DUMPED):
+        for key in keys & _DUMPED:
+            value = m[key]
+            if not (value is None or key == "annotations" and type(value) is list
+                    and not value):
+                return None
+        keys = keys - _DUMPED
+    content, calls = m.get("content"), m.get("tool_calls")
     if (keys not in (_CALLING, _CALLING_WITH_TEXT)
             or not (content is None or type(content) is str)
-            or type(calls) is not list or not calls):
+            or not (calls is None or type(calls) is list)):
         return None
     full = content or ""
-    for call in calls:
+    for call in calls or ():
         if type(call) is not dict or call.keys() != _FUNCTION_CALL:
             return None
         fn, call_id = call["function"], call["id"]
@@ -479,21 +490,12 @@ def _chat_call_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
     return [(plain_row("assistant", full, *_IN_HISTORY), full, None)]
 
 
-#: the SDK's ChatCompletionMessage class, once the SDK has loaded it
-_SDK_MESSAGE: list[Any] = []
-
-
 def _sdk_message_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
     """The row of the SDK's assistant message an agent appends to its history as the API
     gave it back (``response.choices[0].message``), read as ``chat_request`` reads it (its
     role, content and function calls; the refusal, audio and annotations not), or None."""
-    if not _SDK_MESSAGE:
-        module = sys.modules.get("openai.types.chat.chat_completion_message")
-        found = getattr(module, "ChatCompletionMessage", None)
-        if not isinstance(found, type):
-            return None
-        _SDK_MESSAGE.append(found)
-    if not isinstance(m, _SDK_MESSAGE[0]):
+    message = sdk_class("openai.types.chat.chat_completion_message", "ChatCompletionMessage")
+    if message is None or not isinstance(m, message):
         return None
     try:
         role, content, calls = m.role, m.content, m.tool_calls
@@ -818,9 +820,9 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
     (``remembered_history``'s ``other``), as ``_response_item`` makes its block: a function
     call, or its output in a string; None for any other."""
     if type(it) is not dict:
-        return None
+        return _sdk_item_rows(it)
     itype, call_id = it.get("type"), it.get("call_id")
-    if type(call_id) is not str:
+    if type(call_id) is not str or not call_id:  # an empty id names no call there
         return None
     keys: Any = it.keys()
     if not keys.isdisjoint(_ITEM_EXTRAS):
@@ -838,6 +840,42 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
         if keys != _FUNCTION_OUTPUT_ITEM or type(output) is not str:
             return None
         return [(call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, output), output, call_id)]
+    return None
+
+
+_SDK_ITEMS = "openai.types.responses."
+
+
+def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
+    """The row of an item of a response's ``output`` an agent appends to its input as the
+    SDK gave it back (a function call, the assistant's message of output text), read as
+    ``_response_item`` reads it; None for any other (reasoning, a refusal, ...)."""
+    kind = type(it)
+    try:
+        if kind is sdk_class(_SDK_ITEMS + "response_function_tool_call",
+                             "ResponseFunctionToolCall"):
+            itype, call_id, name, arguments = it.type, it.call_id, it.name, it.arguments
+            if (itype != "function_call" or type(call_id) is not str or not call_id
+                    or type(name) is not str or type(arguments) is not str):
+                return None
+            text = f"{name}({arguments})"
+            return [(call_row(f"tool_call:{call_id}", _K_SESSION_HISTORY, text), text,
+                     call_id)]
+        if kind is sdk_class(_SDK_ITEMS + "response_output_message", "ResponseOutputMessage"):
+            item_id, itype, role, content = it.id, it.type, it.role, it.content
+            part_type = sdk_class(_SDK_ITEMS + "response_output_text", "ResponseOutputText")
+            if (itype != "message" or role != "assistant" or type(item_id) is not str
+                    or not item_id or type(content) is not list or part_type is None):
+                return None
+            texts = []
+            for part in content:
+                if type(part) is not part_type or type(text := part.text) is not str:
+                    return None
+                texts.append(text)
+            text = "\n".join(texts)
+            return [(call_row(item_id, _K_SESSION_HISTORY, text, True), text, None)]
+    except AttributeError:  # not the fields of the SDK known here
+        return None
     return None
 
 
