@@ -749,6 +749,10 @@ ODD_ITEMS: dict[str, list[dict[str, Any]]] = {
                        {**_OUTPUT, "call_id": ""}, *HISTORY[1:]],
     "sdk_empty_call_id": [HISTORY[0], _sdk_item({**_FUNCTION_CALL, "call_id": ""}),
                           _OUTPUT, *HISTORY[1:]],
+    # a role set on the SDK's function call after it was built: the general reader takes
+    # it for the latest user message
+    "sdk_call_given_a_user_role": [HISTORY[0], _changed(_sdk_item(_FUNCTION_CALL),
+                                                        role="user"), _OUTPUT, HISTORY[1]],
 }
 
 #: OpenAI Responses: name -> (the three calls' arguments, how many of them at least are
