@@ -278,6 +278,12 @@ def sdk_class(module: str, name: str) -> Any:
     return found
 
 
+def is_text(value: Any, text: str) -> bool:
+    """Whether ``value`` is the string ``text``: a field of an SDK object, which an
+    application may have set to anything after the SDK built it (its comparison too)."""
+    return type(value) is str and value == text
+
+
 def row_block(row: Row, text: str, call_id: str | None = None) -> Block:
     """The block of a one-pass reader's message from its row (:func:`plain_row`,
     :func:`call_row` with the ``call_id`` it names), made when something asks for the
@@ -564,10 +570,8 @@ class Request:
                 history = self._history
                 if history is not None:
                     rows, texts, calls = history
-                    made = list(map(row_block, rows, texts))
-                    if calls:
-                        for i, call_id in calls.items():
-                            made[i] = row_block(rows[i], texts[i], call_id)
+                    made = (list(map(row_block, rows, texts)) if not calls else
+                            list(map(row_block, rows, texts, map(calls.get, range(len(rows))))))
                     self._blocks = self._blocks + made
                     self._history = None  # after the list: None means it is whole
         return self._blocks

@@ -19,6 +19,7 @@ from ..._enums import ContextKind, InjectionPoint
 from ..._folded import Row
 from .. import _tokens
 from .._common import (
+    _HISTORY_SPEC,
     _K_SESSION_HISTORY,
     _K_USER_MESSAGE,
     _PLAIN_BLOCK,
@@ -32,6 +33,7 @@ from .._common import (
     PlainOutcome,
     Request,
     call_row,
+    is_text,
     known_message_id,
     make_block,
     message_facts,
@@ -246,7 +248,6 @@ _TEXT_PART = frozenset(("type", "text"))
 _TOOL_USE_PART = frozenset(("type", "id", "name", "input"))
 _TOOL_RESULT_PART = frozenset(("type", "tool_use_id", "content"))
 _TOOL_ERROR_PART = frozenset(("type", "tool_use_id", "content", "is_error"))
-_IN_HISTORY = (_K_SESSION_HISTORY, _HISTORY, SEG_HISTORY)
 _SDK_TYPES = "anthropic.types."
 
 
@@ -265,9 +266,7 @@ def _sdk_field(block: Any, kind: str, name: str) -> Any:
     cache breakpoint (set after the SDK built it: its models take fields they do not
     declare), else None."""
     try:
-        btype = block.type
-        if (type(btype) is not str or btype != kind
-                or getattr(block, "cache_control", None) is not None):
+        if not is_text(block.type, kind) or getattr(block, "cache_control", None) is not None:
             return None
         return getattr(block, name)
     except AttributeError:  # a field deleted
@@ -308,7 +307,7 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
         if kind is dict:
             keys, ptype = part.keys(), part.get("type")
             if ptype == "text" and keys == _TEXT_PART and type(text := part["text"]) is str:
-                row = plain_row("assistant", text, *_IN_HISTORY), text, None
+                row = plain_row("assistant", text, *_HISTORY_SPEC), text, None
             elif ptype == "tool_use" and keys == _TOOL_USE_PART:
                 row = _tool_use_row(part["id"], part["name"], part["input"])
             else:
@@ -317,7 +316,7 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
             text = _sdk_field(part, "text", "text")
             if type(text) is not str:
                 return None
-            row = plain_row("assistant", text, *_IN_HISTORY), text, None
+            row = plain_row("assistant", text, *_HISTORY_SPEC), text, None
         elif kind is tool_use_block and tool_use_block is not None:
             call_id = _sdk_field(part, "tool_use", "id")
             try:

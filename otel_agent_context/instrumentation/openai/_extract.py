@@ -33,6 +33,7 @@ from .._common import (
     PlainOutcome,
     Request,
     call_row,
+    is_text,
     known_message_id,
     make_block,
     message_facts,
@@ -499,8 +500,8 @@ def _sdk_message_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
         return None
     try:
         role, content, calls = m.role, m.content, m.tool_calls
-        if not _is(role, "assistant") or not (content is None or type(content) is str) or not (
-                calls is None or type(calls) is list):
+        if (not is_text(role, "assistant") or not (content is None or type(content) is str)
+                or not (calls is None or type(calls) is list)):
             return None
         full = content or ""
         for call in calls or ():
@@ -846,12 +847,6 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
 _SDK_ITEMS = "openai.types.responses."
 
 
-def _is(value: Any, text: str) -> bool:
-    """Whether ``value`` is the string ``text`` (a field an application set after the SDK
-    built the object may be anything, its comparison too)."""
-    return type(value) is str and value == text
-
-
 def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
     """The row of an item of a response's ``output`` an agent appends to its input as the
     SDK gave it back (a function call, the assistant's message of output text), read as
@@ -863,7 +858,7 @@ def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
             itype, call_id, name, arguments = it.type, it.call_id, it.name, it.arguments
             # a role set after the SDK built it: the general reader may take it for the
             # latest user message
-            if (not _is(itype, "function_call") or getattr(it, "role", None) is not None
+            if (not is_text(itype, "function_call") or getattr(it, "role", None) is not None
                     or type(call_id) is not str or not call_id
                     or type(name) is not str or type(arguments) is not str):
                 return None
@@ -873,8 +868,9 @@ def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
         if kind is sdk_class(_SDK_ITEMS + "response_output_message", "ResponseOutputMessage"):
             item_id, itype, role, content = it.id, it.type, it.role, it.content
             part_type = sdk_class(_SDK_ITEMS + "response_output_text", "ResponseOutputText")
-            if (not _is(itype, "message") or not _is(role, "assistant") or type(item_id) is not str
-                    or not item_id or type(content) is not list or part_type is None):
+            if (not is_text(itype, "message") or not is_text(role, "assistant")
+                    or type(item_id) is not str or not item_id or type(content) is not list
+                    or part_type is None):
                 return None
             texts = []
             for part in content:
