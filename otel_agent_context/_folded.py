@@ -35,7 +35,8 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from ._api import AgentContext
 
-__all__ = ["CallRecord", "FoldedBudget", "Segment", "block_columns", "fold_call"]
+__all__ = ["CallRecord", "FoldedBudget", "Segment", "block_columns", "fold_call",
+           "fold_plain"]
 
 #: (name, order or None, reserved tokens or None, used tokens or None)
 Segment = tuple[str, "int | None", "int | None", "int | None"]
@@ -147,6 +148,93 @@ _SEG_SYSTEM = InjectionPoint.SYSTEM_PROMPT.value
 _SEG_HISTORY = _HISTORY
 _SEG_TOOLS = "tool_definitions"
 _SEG_OUTPUT = "output"
+
+
+def fold_plain(env: Envelope, span: Span, *, max_tokens: int | None,
+               reserved_tokens: int | None, overflow_strategy: str | None,
+               columns: list[tuple[Any, ...]], first: int, tool_tokens: int = 0,
+               tool_call_ids: tuple[str, ...] | None = None) -> FoldedBudget:
+    """:func:`fold_call` for a plain request (``Call._read_plain``) in an envelope with no
+    block sources to find (nothing selected or surfaced in it with text): the call's
+    records from its blocks' ``columns`` as :meth:`CallRecord.begin_plain` writes them, the
+    same attributes in the same order as ``fold_call``."""
+    owner = env._owner
+    attrs: dict[str, Any] = {}
+    budget_id, item_ids, checked = _fill_plain(
+        attrs, owner._ids.new, max_tokens, reserved_tokens, overflow_strategy, columns, first,
+        tool_tokens, tool_call_ids)
+    env._named.update(item_ids)
+    budget = FoldedBudget(env, span, budget_id, attrs)
+    if span is not env._span:  # an inference span inside the application's envelope joins it
+        env._target_span(span)
+        attrs[S.CONTEXT_ID] = env.context_id
+    env._set(span, attrs, now=True, checked=checked)
+    env._stages.update(_STAGES)
+    env._assembled = True
+    owner._instruments.injections.add(1, _INJECTED)
+    return budget
+
+
+def _fill_plain(attrs: dict[str, Any], new: Any, max_tokens: int | None,
+                reserved_tokens: int | None, overflow_strategy: str | None,
+                columns: list[tuple[Any, ...]], first: int, tool_tokens: int,
+                tool_call_ids: tuple[str, ...] | None) -> tuple[str, set[Any], bool]:
+    """:func:`_fill` for a plain request: every block plain (or inline and naming the tool
+    call in ``tool_call_ids``, "" for none), its item id our own text and distinct, the
+    first ``first`` blocks the system prompt and the rest the history, ``tool_tokens`` the
+    tool definitions' estimate (a segment of its own between the two). The same attributes
+    in the same order as ``_fill`` and ``_segments`` with no pass of their own: one
+    function, as a call through the client runs it cold (the client's own work between two
+    calls evicts ours; benchmarks/instrumentation.md, run AG). Returns the budget's id,
+    the item ids and whether every value was built by our own code."""
+    ids_col, kinds, tokens, points, digests, _, breakpoints, _ = columns
+    budget_id = new("bud")
+    _put_budget(attrs, budget_id, max_tokens, reserved_tokens, overflow_strategy)
+    # the window's segments as ``_segments`` lays them out (system, tools, history, the
+    # output reserve, the prefix up to each cache breakpoint), None as -1 (``_ints``)
+    n = len(tokens)
+    names: list[str] = []
+    used: list[int] = []
+    if first:
+        names.append(_SEG_SYSTEM)
+        used.append(sum(tokens[:first]))
+    if tool_tokens:
+        names.append(_SEG_TOOLS)
+        used.append(tool_tokens)
+    if n > first:
+        names.append(_SEG_HISTORY)
+        used.append(sum(tokens[first:]))
+    orders = list(range(len(names)))
+    reserved = [-1] * len(names)
+    if reserved_tokens is not None:
+        names.append(_SEG_OUTPUT)
+        orders.append(len(orders))
+        reserved.append(reserved_tokens)
+        used.append(-1)
+    if any(breakpoints):
+        for i, prefix in enumerate(compress(accumulate(tokens), breakpoints), 1):
+            names.append(f"cache_prefix_{i}")
+            orders.append(-1)
+            reserved.append(-1)
+            used.append(prefix)
+    attrs[S.WINDOW_SEGMENT_NAMES] = tuple(names)
+    attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(orders)
+    attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(reserved)
+    attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(used)
+    assembly_hash = assembly_digest(ids_col, digests)
+    _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
+                  points, digests)
+    if tool_call_ids is not None:  # exactly str, the readers' check
+        attrs[S.ASSEMBLY_BLOCK_TOOL_CALL_IDS] = tool_call_ids
+    attrs[S.INJECTION_ID] = new("inj")
+    attrs[S.INJECTION_TARGET] = _MODEL
+    attrs[S.INJECTION_POINT] = _HISTORY
+    attrs[S.INJECTION_HASH] = assembly_hash
+    # the item ids are exactly str (the caller's check); the rest as ``_ours`` checks it
+    checked = (max_tokens is None or type(max_tokens) is int) and (
+        reserved_tokens is None or type(reserved_tokens) is int) and (
+        overflow_strategy is None or type(overflow_strategy) is str)
+    return budget_id, set(ids_col), checked
 
 
 def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
@@ -306,69 +394,18 @@ class CallRecord:
                     overflow_strategy: str | None, columns: list[tuple[Any, ...]],
                     first: int, tool_tokens: int = 0,
                     tool_call_ids: tuple[str, ...] | None = None) -> None:
-        """:meth:`begin` for a plain request (``Call._read_plain``): every block plain (or
-        inline and naming the tool call in ``tool_call_ids``, "" for none), its item id our
-        own text and distinct, the first ``first`` blocks the system prompt and the rest the
-        history, ``tool_tokens`` the tool definitions' estimate (a segment of its own
-        between the two). The same attributes in the same order as ``begin``
-        (``_fill`` and ``_segments``) with no pass of their own: one function, as a call
-        through the client runs it cold (the client's own work between two calls evicts
-        ours; benchmarks/instrumentation.md, run AG)."""
+        """:meth:`begin` for a plain request (``Call._read_plain``; :func:`fold_plain`
+        writes the same in an envelope): the same attributes in the same order as
+        ``begin``."""
         owner = self._owner
         self._max_tokens = max_tokens
         self._reserved = reserved_tokens
         self._strategy = overflow_strategy
-        ids_col, kinds, tokens, points, digests, _, breakpoints, _ = columns
-        new = owner._ids.new
-        budget_id = self._budget_id = new("bud")
         attrs = self._opening()
-        _put_budget(attrs, budget_id, max_tokens, reserved_tokens, overflow_strategy)
-        # the window's segments as ``_segments`` lays them out (system, tools, history, the
-        # output reserve, the prefix up to each cache breakpoint), None as -1 (``_ints``)
-        n = len(tokens)
-        names: list[str] = []
-        used: list[int] = []
-        if first:
-            names.append(_SEG_SYSTEM)
-            used.append(sum(tokens[:first]))
-        if tool_tokens:
-            names.append(_SEG_TOOLS)
-            used.append(tool_tokens)
-        if n > first:
-            names.append(_SEG_HISTORY)
-            used.append(sum(tokens[first:]))
-        orders = list(range(len(names)))
-        reserved = [-1] * len(names)
-        if reserved_tokens is not None:
-            names.append(_SEG_OUTPUT)
-            orders.append(len(orders))
-            reserved.append(reserved_tokens)
-            used.append(-1)
-        if any(breakpoints):
-            for i, prefix in enumerate(compress(accumulate(tokens), breakpoints), 1):
-                names.append(f"cache_prefix_{i}")
-                orders.append(-1)
-                reserved.append(-1)
-                used.append(prefix)
-        attrs[S.WINDOW_SEGMENT_NAMES] = tuple(names)
-        attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(orders)
-        attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(reserved)
-        attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(used)
-        assembly_hash = assembly_digest(ids_col, digests)
-        _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
-                      points, digests)
-        if tool_call_ids is not None:  # exactly str, the readers' check
-            attrs[S.ASSEMBLY_BLOCK_TOOL_CALL_IDS] = tool_call_ids
-        attrs[S.INJECTION_ID] = new("inj")
-        attrs[S.INJECTION_TARGET] = _MODEL
-        attrs[S.INJECTION_POINT] = _HISTORY
-        attrs[S.INJECTION_HASH] = assembly_hash
-        self._item_ids = set(ids_col)
-        # the item ids are exactly str (the caller's check); the rest as ``_ours`` checks it
-        self._checked = checked = isinstance(owner.producer, str) and (
-            max_tokens is None or type(max_tokens) is int) and (
-            reserved_tokens is None or type(reserved_tokens) is int) and (
-            overflow_strategy is None or type(overflow_strategy) is str)
+        self._budget_id, self._item_ids, checked = _fill_plain(
+            attrs, owner._ids.new, max_tokens, reserved_tokens, overflow_strategy, columns,
+            first, tool_tokens, tool_call_ids)
+        self._checked = checked = checked and isinstance(owner.producer, str)
         set_attributes(self.span, attrs, checked)
         self._begun = True
         owner._instruments.injections.add(1, _INJECTED)

@@ -73,6 +73,7 @@ from .._folded import (
     _block_row,
     block_columns,
     fold_call,
+    fold_plain,
 )
 from .._masking import mask_messages
 from .._records import ContextItem, ContextSourceRef
@@ -898,7 +899,9 @@ class Call:
         the reader, ``_begin`` and ``CallRecord.begin`` record for it, without their
         separate walks over the blocks (each pass costs more in a call through the client,
         which runs ours cold, than in a loop: benchmarks/instrumentation.md, run AG). Plain:
-        outside any application envelope, on a recording span, without content capture,
+        outside any envelope (the call's record its own) or in one (the application's, an
+        agent framework's run: the call joins it, ``fold_plain``) that has no item of text
+        to search the blocks for, on a recording span, without content capture,
         every block plain (an earlier call's remembered, with its row; a new message's made
         and read here), their ids distinct, the system prompt's blocks first and the
         history's after (the tool definitions a segment between them). False, having
@@ -908,7 +911,9 @@ class Call:
         if env is UNREAD:
             env = current_envelope()
         span = inv.span
-        if env is not None or not span.is_recording():
+        # in an envelope with items of text selected or surfaced, the blocks' sources are
+        # searched (``_begin``): the general path
+        if env is not None and env._links is not None or not span.is_recording():
             return False
         try:
             req = plain(kwargs)
@@ -952,8 +957,17 @@ class Call:
             inv.request_stream = True
         self.req = req
         self.window = window = context_window(req.model)
-        self.own_env = True
         self.target = span
+        if env is not None:  # the application's (or a framework's) envelope: the call joins it
+            self.own_env = False
+            self.env = env
+            self.budget = fold_plain(env, span, max_tokens=window,
+                                     reserved_tokens=req.reserved_output,
+                                     overflow_strategy=req.overflow_strategy, columns=columns,
+                                     first=first, tool_tokens=req.tool_tokens,
+                                     tool_call_ids=call_ids)
+            return True
+        self.own_env = True
         record = self.record = CallRecord(tel.ctx, span)
         record.begin_plain(window, req.reserved_output, req.overflow_strategy, columns, first,
                            req.tool_tokens, call_ids)
@@ -1086,33 +1100,47 @@ class Call:
             inv.stop()
 
     def finish_plain(self, fields: PlainOutcome) -> bool:
-        """:meth:`finish` of a call whose records (a :class:`CallRecord`) take nothing from
-        the response but its input tokens (``Api.plain_response``), in one pass: what
+        """:meth:`finish` of a call whose records (a :class:`CallRecord`, or a budget in an
+        envelope the call joined) take nothing from the response but its input tokens
+        (``Api.plain_response``), in one pass: what ``_put_api_attributes``,
         ``_record_outcome`` and ``_end_stages`` do for it, without the :class:`Outcome` and
         their checks for what such a response cannot hold (the call's end runs cold, as its
         start: benchmarks/instrumentation.md, run AH). False, having done nothing, for any
-        other call (its input count odd, its truncation the provider's): :meth:`finish`."""
+        other call (its input count odd, its truncation the provider's, its envelope its
+        own): :meth:`finish`."""
         tokens = fields[3]
-        record, req = self.record, self.req
-        if (self.done or record is None or req is None
-                or req.overflow_strategy == _TRUNCATE_MIDDLE
-                or not (tokens is None or (type(tokens) is int and tokens >= 0))):
+        record, req, budget = self.record, self.req, self.budget
+        if (self.done or req is None or req.overflow_strategy == _TRUNCATE_MIDDLE
+                or not (tokens is None or (type(tokens) is int and tokens >= 0))
+                or record is None and (budget is None or self.own_env)):
             return False
         self.done = True
         inv = self.invocation
         try:
-            try:  # as finish() guards _record_outcome; the attributes go with the stop's
-                _put_response(inv, self.target, *fields[:8], None)
-                if tokens is not None:  # what Budget.actual records (``_record_outcome``)
-                    record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
-                    record.actual[S.BUDGET_ACTUAL_ITEMS] = req.block_count
+            try:  # as finish() guards _record_outcome
+                if record is not None:  # the attributes go with the stop's
+                    _put_response(inv, self.target, *fields[:8], None)
+                    if tokens is not None:  # what Budget.actual records
+                        record.actual[S.BUDGET_ACTUAL_TOKENS] = tokens
+                        record.actual[S.BUDGET_ACTUAL_ITEMS] = req.block_count
+                else:  # the API's attributes first (``_put_api_attributes``)
+                    assert budget is not None  # the check above
+                    span, response = self.target, fields[8]
+                    if req.attributes and not response and span.is_recording():
+                        set_attributes(span, req.attributes)
+                    _put_response(inv, span, *fields[:8], response)
+                    if tokens is not None:
+                        budget.actual(tokens=tokens, items=req.block_count)
             except Exception:
                 if _strict_now():
                     raise
                 _log_failed(_RECORD_OUTCOME)
             self.record = None
             try:  # as finish() guards _end_stages
-                record.stop(None, fields[8])
+                if record is not None:
+                    record.stop(None, fields[8])
+                elif budget is not None:  # the check above
+                    budget.stop()
             except Exception:
                 if _strict_now():
                     raise
@@ -1176,7 +1204,7 @@ class Call:
         if budget is None or env is None or req is None:
             return
         if out.input_tokens is not None:
-            budget.actual(tokens=out.input_tokens, items=len(req.blocks))
+            budget.actual(tokens=out.input_tokens, items=req.block_count)
         if (req.overflow_strategy == _TRUNCATE_MIDDLE and self.window
                 and out.input_tokens is not None
                 and (estimated := req.estimated_input) + (req.reserved_output or 0)
@@ -1807,7 +1835,8 @@ def _complete(call: Call, api: Api, result: Any) -> Any:
         if not hasattr(result, "usage") and callable(getattr(result, "parse", None)):
             target = result.parse()  # with_raw_response: parsed once, cached by the SDK
         plain = api.plain_response
-        if plain is not None and call.record is not None and not call.tel.capture:
+        if (plain is not None and (call.record is not None or call.budget is not None)
+                and not call.tel.capture):
             try:
                 fields = plain(target)
             except Exception:  # ours: the general reader reads it (raised when strict)

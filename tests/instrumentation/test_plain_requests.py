@@ -14,6 +14,7 @@ not)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from llm_setup import CAPTURE_ENV, Setup
 from opentelemetry.trace import StatusCode
 from stub_server import StubServer
 
+from otel_agent_context import ContextItem
 from otel_agent_context import _semconv as S
 from otel_agent_context.instrumentation import _common
 from otel_agent_context.testing import CapturedTelemetry
@@ -241,7 +243,8 @@ def _calls(stub: StubServer, calls: list[dict[str, Any]]) -> None:
 def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], None],
             plain: bool,
             monkeypatch: pytest.MonkeyPatch, capture: bool = False,
-            in_envelope: bool = False, strict: bool = True) -> tuple[dict[str, Any], int]:
+            in_envelope: bool | Callable[[Any], None] = False, strict: bool = True,
+            frameworks: tuple[Any, ...] = ()) -> tuple[dict[str, Any], int]:
     taken = [0]
     read_plain = _common.Call._read_plain
     finish_plain = _common.Call.finish_plain
@@ -256,21 +259,30 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
         _ENDED[-1] += done
         return done
 
+    if official.endswith("envelope"):  # "envelope", "outer envelope": the application's
+        in_envelope = True
+        official = official.split()[0] if " " in official else "none"
     _ENDED.append(0)
     monkeypatch.setattr(_common.Call, "_read_plain", counted)
     monkeypatch.setattr(_common.Call, "finish_plain", ended)
     tel = CapturedTelemetry(capture_content=capture, strict=strict)
     setup = Setup(tel, official, capture)
     setup.start()
+    for framework in frameworks:  # a framework's instrumentor (its runs' envelopes)
+        framework.instrument(agent_context=tel.agent_context)
     try:
         with StubServer() as stub:
             run = calls if callable(calls) else (lambda stub: _calls(stub, calls))
             if in_envelope:  # the application's envelope around the calls
-                with tel.agent_context.envelope(scope="turn"):
+                with tel.agent_context.envelope(scope="turn") as env:
+                    if callable(in_envelope):  # what the application records in it first
+                        in_envelope(env)
                     run(stub)
             else:
                 run(stub)
     finally:
+        for framework in frameworks:
+            framework.uninstrument()
         setup.stop()
         monkeypatch.setattr(_common.Call, "_read_plain", read_plain)
         monkeypatch.setattr(_common.Call, "finish_plain", finish_plain)
@@ -285,6 +297,16 @@ def _record(official: str, calls: list[dict[str, Any]] | Callable[[StubServer], 
     return {"spans": spans, "metrics": metrics, "bundles": untimed(tel.bundles())}, taken[0]
 
 
+def _call_spans(recorded: dict[str, Any]) -> list[Any]:
+    """The model calls' spans (the application's envelope's aside: it ends as the
+    application ends it)."""
+    return [s for s in recorded["spans"] if s[0] != "context.envelope"]
+
+
+#: ours alone, with the official instrumentor outside or inside ours, and inside the
+#: application's envelope (alone, or with the official instrumentor outside): the call joins
+#: the envelope, in one pass too
+COMPOSITIONS = ["none", "outer", "inner", "envelope", "outer envelope"]
 _TIMES = frozenset(("server.port", "gen_ai.response.time_to_first_chunk"))  # a stream's
 #: calls that ended through ``Call.finish_plain``, one count per ``_record``, the last one's
 #: last
@@ -300,7 +322,7 @@ def _no_framework_message_ids() -> Iterator[None]:
     _common.KNOWN_MESSAGES.reset(token)
 
 
-@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("official", COMPOSITIONS)
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_plain_request_records_what_the_general_path_records(
         shape: str, official: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -320,7 +342,7 @@ def test_a_plain_request_records_what_the_general_path_records(
     streams = bool(calls[0].get("stream")) or _HELPER in calls[0]
     assert _ENDED[-2:] == [0 if streams else 3, 0]
     assert all((s[1] is StatusCode.ERROR) == shape.endswith("too_long")
-               for s in shipped["spans"])
+               for s in _call_spans(shipped))
 
 
 def test_the_plain_path_records_the_segments_and_blocks_of_the_request(
@@ -388,27 +410,67 @@ def test_a_frameworks_message_ids_take_the_general_path(
         "msg-7", "msg-8"]
 
 
-@pytest.mark.parametrize("mode", ["application_envelope", "content_capture", "stage_spans"])
+@pytest.mark.parametrize("mode", ["content_capture", "stage_spans"])
 def test_what_the_plain_path_leaves_to_the_general_one(
         mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An application's envelope around the call, content capture, the span-and-event form:
-    the general path records them (the same request is plain otherwise)."""
+    """Content capture, the span-and-event form: the general path records them (the same
+    request is plain otherwise)."""
     if mode == "content_capture":
         monkeypatch.setenv(CAPTURE_ENV, "SPAN_ONLY")
     else:
         monkeypatch.delenv(CAPTURE_ENV, raising=False)
     if mode == "stage_spans":
         monkeypatch.setenv("OTEL_AGENT_CONTEXT_STAGE_SPANS", "true")
-    options = {"capture": mode == "content_capture",
-               "in_envelope": mode == "application_envelope"}
+    options = {"capture": mode == "content_capture"}
     calls = [{"system": SYSTEM, "messages": HISTORY}] * 3
     shipped, taken = _record("none", calls, True, monkeypatch, **options)
     ended = _ENDED[-1]
     general, _ = _record("none", calls, False, monkeypatch, **options)
     assert taken == 0
-    assert ended == 0  # no call record (an envelope, stage spans), or content captured
+    assert ended == 0  # no call record (the call's envelope its own), or content captured
     assert shipped == general
     assert shipped["bundles"]
+
+
+@pytest.mark.parametrize("official", ["none", "outer"])
+def test_a_call_in_an_envelope_with_documents_is_left_to_the_general_path(
+        official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Items of text selected in the application's envelope: the general path searches the
+    blocks for them (``context.assembly.block_source_item_refs``), on the calls whose blocks
+    were read before too."""
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    note = "Refunds take five business days from the day the parcel arrives back."
+    system = f"{SYSTEM}\n\nNotes:\n- {note}"
+    taken = [0]
+    read_plain = _common.Call._read_plain
+
+    def counted(self: Any, *args: Any) -> bool:
+        done = read_plain(self, *args)
+        taken[0] += done
+        return done
+
+    monkeypatch.setattr(_common.Call, "_read_plain", counted)
+    tel = CapturedTelemetry(strict=True)
+    setup = Setup(tel, official, False)
+    setup.start()
+    try:
+        with StubServer() as stub:
+            _calls(stub, [{"system": system, "messages": HISTORY}])  # its blocks remembered
+            taken[0] = 0  # (plain outside the envelope, once an earlier test read it)
+            with tel.agent_context.envelope(scope="turn", agent_name="support") as env:
+                with env.selection(intent="retrieval", policy="top_k") as sel:
+                    sel.selected(ContextItem(item_id="kb:refunds",
+                                             context_kind="retrieval_result", content=note),
+                                 rank=1)
+                _calls(stub, [{"system": system, "messages": HISTORY}] * 2)
+    finally:
+        setup.stop()
+    assert taken[0] == 0
+    joined = [dict(s.attributes) for s in tel.spans()
+              if s.attributes.get(S.CONTEXT_ID) == env.context_id
+              and S.ASSEMBLY_BLOCK_ITEM_IDS in s.attributes]
+    assert [tuple(a[S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS]) for a in joined] == [
+        ("kb:refunds",)] * 2
 
 
 def test_an_iterator_anywhere_in_a_system_block_is_left_to_the_general_path() -> None:
@@ -570,6 +632,11 @@ ODD_CALLS: dict[str, list[Any]] = {
 }
 
 
+#: what an agent framework leaves to the API: the SDK's omit (the Agents SDK's requests)
+_OMITTED = {"temperature": openai.omit, "top_p": openai.omit, "tool_choice": openai.omit,
+            "parallel_tool_calls": openai.omit, "stream": openai.omit}
+
+
 class _OptionsWithIterator(list):  # type: ignore[type-arg]
     """Three streaming calls whose ``stream_options`` hold an iterator, made afresh for each
     run of the calls (an iterator is read once)."""
@@ -629,6 +696,14 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
         *CHAT[2:]]}] * 3, 2, True),
     "agent_loop_too_long": ([{"messages": AGENT_LOOP, "max_completion_tokens": 10**6}] * 3,
                             2, False),
+    # an agent framework's request: the SDK's omit for what it does not set, None, keys
+    # the general reader never reads (headers, storage, output options)
+    "framework_keys": ([{"messages": AGENT_LOOP, "tools": CHAT_TOOLS, **_OMITTED,
+                         "n": openai.NOT_GIVEN, "max_completion_tokens": openai.NOT_GIVEN,
+                         "extra_headers": {"User-Agent": "Agents/Python"},
+                         "extra_query": None, "extra_body": None, "store": False,
+                         "metadata": {"run": "1"}, "reasoning_effort": None,
+                         "response_format": {"type": "text"}}] * 3, 2, True),
     # not plain: a developer prompt (a window segment of its own), a system prompt after
     # the history, tools or sampling parameters that are not plain values, a function call
     # or a tool result in another form than the API's own (read by the general reader)
@@ -651,6 +726,14 @@ CHAT_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     # stream options holding an iterator: the general path settles it into a list (as for
     # any request value) before the SDK sends it
     "stream_options_iterator": (_OptionsWithIterator(), 0, False),
+    # a key the general reader reads that the one-pass one does not, one it never reads
+    # holding what the general path settles, or a value beside the known ones
+    "choices": ([{"messages": CHAT, "n": 2}] * 3, 0, True),
+    "metadata_iterator": (_Fresh(lambda: {"messages": CHAT, "metadata": iter(["a"])}), 0,
+                          True),
+    "extra_body": ([{"messages": CHAT, "extra_body": {"messages": []}}] * 3, 0, True),
+    "legacy_functions": ([{"messages": CHAT, "functions": [
+        {"name": "refund", "parameters": _SCHEMA}]}] * 3, 0, True),
     "stream_options_not_a_dict": ([{"messages": CHAT, "stream": True, "stream_options":
                                     OrderedDict(include_usage=True)}] * 3, 0, False),
 }
@@ -722,6 +805,23 @@ FUNCTION_CALLS = [HISTORY[0], {**_FUNCTION_CALL, "id": "fc_1", "status": "comple
                   {**_OUTPUT, "call_id": "call_2", "output": ""}, *HISTORY[1:]]
 
 
+#: the loop's output items as dicts: the model_dump() of each (None fields and all), an
+#: output message without the fields it did not set, with an annotation and logprobs
+DUMPED_ITEMS = [HISTORY[0],
+                _sdk_item({**_FUNCTION_CALL, "id": "fc_1", "status": "completed"}).model_dump(),
+                _OUTPUT, _sdk_item(_OUTPUT_MESSAGE).model_dump(),
+                _sdk_item({**_OUTPUT_MESSAGE, "id": "msg_0"}).model_dump(exclude_unset=True),
+                {**_OUTPUT_MESSAGE, "id": "msg_2", "phase": "final_answer", "content": [
+                    {"type": "output_text", "text": "See [1].", "logprobs": [], "annotations": [
+                        {"type": "url_citation", "url": "https://example.com", "title": "x",
+                         "start_index": 4, "end_index": 7}]}]},
+                *HISTORY[1:]]
+
+
+def _odd_message(**fields: Any) -> list[dict[str, Any]]:
+    return [HISTORY[0], {**_OUTPUT_MESSAGE, **fields}, *HISTORY[1:]]
+
+
 def _odd_item(item: dict[str, Any]) -> list[dict[str, Any]]:
     return [HISTORY[0], item, _OUTPUT, *HISTORY[1:]]
 
@@ -753,6 +853,20 @@ ODD_ITEMS: dict[str, list[dict[str, Any]]] = {
     # it for the latest user message
     "sdk_call_given_a_user_role": [HISTORY[0], _changed(_sdk_item(_FUNCTION_CALL),
                                                         role="user"), _OUTPUT, HISTORY[1]],
+    # output messages as dicts the general reader reads otherwise
+    "message_a_refusal": _odd_message(content=[{"type": "refusal", "refusal": "No."}]),
+    "message_without_id": _odd_message(id=""),
+    "message_of_a_user": _odd_message(role="user"),
+    "message_of_a_string": _odd_message(content="Looking."),
+    "message_with_a_name": _odd_message(name="agent"),
+    "message_phase_a_number": _odd_message(phase=1),
+    "message_part_of_input_text": _odd_message(content=[{"type": "input_text", "text": "x"}]),
+    "message_part_without_text": _odd_message(content=[{"type": "output_text",
+                                                        "annotations": []}]),
+    "message_part_annotations_a_tuple": _odd_message(content=[
+        {"type": "output_text", "text": "x", "annotations": ()}]),
+    "message_part_with_a_name": _odd_message(content=[
+        {"type": "output_text", "text": "x", "name": "y"}]),
 }
 
 #: OpenAI Responses: name -> (the three calls' arguments, how many of them at least are
@@ -785,6 +899,26 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "function_calls_stream": ([{"input": FUNCTION_CALLS, "stream": True}] * 3, 2, False),
     "sdk_items": ([{"instructions": SYSTEM, "input": SDK_ITEMS}] * 3, 2, True),
     "sdk_items_mid_turn": ([{"input": SDK_ITEMS[:3]}] * 3, 2, True),
+    # the response's output items given back as dicts (``model_dump()``, with or without
+    # the unset or None fields: an agent framework's input list)
+    "dumped_items": ([{"instructions": SYSTEM, "input": DUMPED_ITEMS}] * 3, 2, True),
+    # an agent framework's request (the Agents SDK's): the SDK's omit for what it does not
+    # set, None, and keys the general reader never reads
+    "framework_keys": ([{"instructions": SYSTEM, "input": DUMPED_ITEMS,
+                         "tools": RESPONSES_TOOLS, **_OMITTED,
+                         "previous_response_id": openai.omit, "conversation": openai.omit,
+                         "truncation": openai.omit, "max_output_tokens": openai.omit,
+                         "prompt": openai.omit, "include": [],
+                         "extra_headers": {"User-Agent": "Agents/Python"},
+                         "extra_query": None, "extra_body": None, "text": openai.omit,
+                         "store": openai.omit, "reasoning": openai.omit,
+                         "metadata": openai.omit, "prompt_cache_retention": openai.omit,
+                         "context_management": openai.omit}] * 3, 2, True),
+    "framework_keys_stream": ([{"input": DUMPED_ITEMS, "stream": True,
+                                "include": ["message.output_text.logprobs"],
+                                "text": {"verbosity": "low"}, "store": True,
+                                "stream_options": {"include_obfuscation": False}}] * 3, 2,
+                              False),
     # not plain: typed items, a sampling parameter, a developer prompt (a window segment
     # of its own), the provider's truncation (whose end is the general one too), function
     # calls and outputs in another form
@@ -794,11 +928,17 @@ RESPONSES_SHAPES: dict[str, tuple[list[dict[str, Any]], int, bool]] = {
     "truncation": ([{"input": HISTORY, "truncation": "auto"}] * 3, 0, False),
     "stream_not_a_bool": ([{"input": HISTORY, "stream": 1}] * 3, 0, False),
     **{f"odd_{name}": ([{"input": items}] * 3, 0, True) for name, items in ODD_ITEMS.items()},
+    # what a framework's request may hold that the general reader reads (a conversation
+    # the server keeps, a stored prompt, the server's compaction), or that the general path
+    # settles
+    "conversation": ([{"input": HISTORY, "conversation": "conv_1"}] * 3, 0, True),
+    "include_iterator": (_Fresh(lambda: {"input": HISTORY, "include": iter([])}), 0, True),
+    "include_a_tuple": ([{"input": HISTORY, "include": ()}] * 3, 0, True),
 }
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("official", COMPOSITIONS)
 @pytest.mark.parametrize(("api", "shape"), [("chat", s) for s in sorted(CHAT_SHAPES)]
                          + [("responses", s) for s in sorted(RESPONSES_SHAPES)])
 def test_a_plain_openai_request_records_what_the_general_path_records(
@@ -820,7 +960,7 @@ def test_a_plain_openai_request_records_what_the_general_path_records(
                for r in recorded)
     assert _ENDED[-2:] == [3 if one_pass_end else 0, 0]
     assert all((s[1] is StatusCode.ERROR) == shape.endswith("too_long")
-               for s in shipped["spans"])
+               for s in _call_spans(shipped))
 
 
 def test_the_plain_responses_path_records_the_instructions_and_the_history(
@@ -863,7 +1003,7 @@ def _agent_turns(api: str) -> tuple[Callable[[StubServer], None], int]:
                         for t in turns], False), 3
 
 
-@pytest.mark.parametrize("official", ["none", "outer", "inner"])
+@pytest.mark.parametrize("official", COMPOSITIONS)
 @pytest.mark.parametrize("api", ["anthropic", "chat", "responses"])
 def test_new_messages_are_recorded_in_one_pass_as_the_general_path_records_them(
         api: str, official: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -879,6 +1019,90 @@ def test_new_messages_are_recorded_in_one_pass_as_the_general_path_records_them(
     # the same message has the same item id in every call that sends it
     assert recorded[1][S.ASSEMBLY_BLOCK_ITEM_IDS][:2] == recorded[2][S.ASSEMBLY_BLOCK_ITEM_IDS][:2]
 
+
+
+def test_a_call_in_an_envelope_names_the_selected_items_it_carries(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Items the application selected by the API's own ids, with a digest and no text
+    (nothing to search the blocks for): a one-pass call joining the envelope names the
+    ones its blocks carry, as the general path does; the others are not injected."""
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+
+    def select(env: Any) -> None:
+        with env.selection(intent="history", policy="all") as sel:
+            for rank, item_id in enumerate(("msg_1", "msg_9"), start=1):
+                sel.selected(ContextItem(item_id=item_id, context_kind="session_history",
+                                         digest="sha256:" + "0" * 64), rank=rank)
+
+    # msg_1 in the second call only (the first reads the instructions)
+    run = _chat_calls([{"instructions": SYSTEM, "input": HISTORY},
+                       {"instructions": SYSTEM, "input": DUMPED_ITEMS}], False, "responses")
+    shipped, taken = _record("none", run, True, monkeypatch, in_envelope=select)
+    general, _ = _record("none", run, False, monkeypatch, in_envelope=select)
+    assert taken >= 1
+    assert shipped == general
+    (selection,) = [s for b in shipped["bundles"] for s in b.get("context_selections", ())]
+    assert selection["not_injected_item_refs"] == ["msg_9"]
+    assert shipped["metrics"]["context.items.not_injected"] == [
+        ([("agent", "unknown"), ("kind", "session_history")], 1)]
+
+
+def _agents_runs(stub: StubServer) -> None:
+    """A conversation of three OpenAI Agents SDK runs on the Responses API, each given the
+    last one's items back (``to_input_list()``), the first calling a tool: the SDK's own
+    requests (its omit values, headers, the items as dicts) inside each run's envelope."""
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool
+
+    @function_tool
+    def lookup_order(order_id: str) -> str:
+        """Find an order by its id."""
+        return f"Order {order_id} shipped yesterday."
+
+    client = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="k", max_retries=0)
+    agent = Agent(name="Support agent", instructions=SYSTEM, tools=[lookup_order],
+                  model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+    history: list[Any] = []
+    for question in ('Where is order 42? [call:lookup_order {"order_id": "42"}]',
+                     "When does it arrive?", "Thanks."):
+        result = Runner.run_sync(agent, [*history, {"role": "user", "content": question}])
+        history = result.to_input_list()
+
+
+@pytest.mark.parametrize("official", ["none", "outer"])
+def test_an_agents_sdk_conversation_is_recorded_in_one_pass_as_the_general_path_records_it(
+        official: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model calls of an Agents SDK run join the run's envelope; every call after the
+    first (whose instructions no call read before) is read and ended in one pass, and
+    records what the general path records."""
+    from agents import set_tracing_disabled
+
+    from otel_agent_context.instrumentation.openai_agents import (
+        OpenAIAgentsContextInstrumentor,
+    )
+
+    set_tracing_disabled(True)
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    frameworks = (OpenAIAgentsContextInstrumentor(),)
+    shipped, taken = _record(official, _agents_runs, True, monkeypatch,
+                             frameworks=frameworks)
+    ended = _ENDED[-1]
+    general, none_taken = _record(official, _agents_runs, False, monkeypatch,
+                                  frameworks=frameworks)
+    assert none_taken == 0
+    assert shipped == general
+    calls = [attrs for s in _call_spans(shipped)
+             if S.ASSEMBLY_BLOCK_ITEM_IDS in (attrs := dict(s[3]))]
+    assert len(calls) == 4  # the tool's round and three answers
+    assert taken >= 3 and ended == 4
+    envelopes = {b["context_envelope"]["context_id"] for b in shipped["bundles"]}
+    assert {c[S.CONTEXT_ID] for c in calls} <= envelopes and len(envelopes) == 3
+    # the call after the tool ran: the call and its result, named by the call's id
+    second = calls[1]
+    assert second[S.ASSEMBLY_BLOCK_KINDS][-2:] == ("session_history", "tool_result")
+    call_ids = second[S.ASSEMBLY_BLOCK_TOOL_CALL_IDS]
+    assert call_ids[-1] == call_ids[-2] != ""
+    # the last run sends the whole conversation: the same items under the same ids
+    assert calls[3][S.ASSEMBLY_BLOCK_ITEM_IDS][:5] == calls[2][S.ASSEMBLY_BLOCK_ITEM_IDS][:5]
 
 
 @pytest.mark.parametrize("where", ["chat_plain", "chat_plain_response", "responses_plain",
@@ -1133,11 +1357,13 @@ def test_an_odd_input_count_ends_through_the_general_path(
     assert all(dict(s)[S.BUDGET_ACTUAL_TOKENS] > 0 for s in spans)  # the response's own
 
 
+@pytest.mark.parametrize("in_envelope", [False, True])
 def test_a_failing_plain_end_is_logged_and_the_call_ends(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        in_envelope: bool, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """Our error while the one-pass end sets the response's fields is ours: logged, the
     records still stopped and written (without the usage, as the general end), the span
-    ended, the application's reply returned."""
+    ended, the application's reply returned; in the application's envelope too."""
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
 
     def broken(*args: Any, **kwargs: Any) -> None:
@@ -1148,7 +1374,8 @@ def test_a_failing_plain_end_is_logged_and_the_call_ends(
     setup = Setup(tel, "none", False)
     setup.start()
     try:
-        with StubServer() as stub:
+        with StubServer() as stub, (tel.agent_context.envelope(scope="turn") if in_envelope
+                                    else contextlib.nullcontext()):
             client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k",
                                          max_retries=0)
             reply = client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
@@ -1157,10 +1384,14 @@ def test_a_failing_plain_end_is_logged_and_the_call_ends(
         setup.stop()
     assert reply.content[0].text
     assert "_record_outcome failed" in caplog.text
-    (span,) = tel.spans()
+    (span, *envelope) = tel.spans()
     assert span.end_time is not None
-    assert span.attributes[S.CONTEXT_LIFECYCLE] == "injected"  # the records' stop ran
+    assert len(envelope) == in_envelope
+    # the records' stop ran: the call's envelope's, or the budget's in the application's
+    final = (envelope[0] if in_envelope else span).attributes
+    assert final[S.CONTEXT_LIFECYCLE] == "injected"
     assert S.BUDGET_ACTUAL_TOKENS not in span.attributes
+    assert (S.BUDGET_UTILIZATION in span.attributes) is False
     assert tel.bundles()
 
 

@@ -515,16 +515,51 @@ def _sdk_message_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
     return [(plain_row("assistant", full, *_IN_HISTORY), full, None)]
 
 
+#: what a request may carry that the general readers never read (the SDK sends it alone:
+#: headers, storage, output options), beside the keys a one-pass reader reads; an agent
+#: framework sends most of them, most as the SDK's omit
+_UNREAD = frozenset(("extra_headers", "extra_query", "timeout", "store", "metadata", "user",
+                     "safety_identifier", "service_tier", "prompt_cache_key",
+                     "prompt_cache_retention", "prompt_cache_options", "top_logprobs",
+                     "reasoning", "text", "include", "background", "stream_options",
+                     "max_tool_calls", "reasoning_effort", "logprobs", "verbosity",
+                     "modalities", "response_format"))
+_SENTINELS = ("NotGiven", "Omit")
+
+
+def _read_keys(kwargs: dict[str, Any], plain: frozenset[str]) -> dict[str, Any] | None:
+    """``kwargs`` (a request with keys beyond ``plain``) as the general reader reads it:
+    without the SDK's NOT_GIVEN and omit (which ``given`` reads as absent), a None beside
+    the ``plain`` keys, and the :data:`_UNREAD` keys of plain data (nothing the general path
+    would settle); None when another key has a value."""
+    read = {}
+    for key, value in kwargs.items():
+        kind = type(value)
+        if kind not in _VALUE_TYPES and value is not None and kind.__name__ in _SENTINELS:
+            continue
+        if key in plain:
+            read[key] = value
+        elif value is not None and not (key in _UNREAD and plain_data(value)):
+            return None
+    return read
+
+
 def chat_plain(kwargs: dict[str, Any]) -> Request | None:
     """``chat_request((), kwargs, False)`` for a plain request (``Api.plain``): the model,
     the output sizes, whether it streams, and messages each a role among system, developer,
     user and assistant and a string (remembered: an agent sends its history again with every
     call; a new one made as the general reader makes it), with or without tool definitions
-    and sampling parameters (``_plain_extras``); None for any other request (another key, a
-    value that is not a plain one, a framework's message ids), which ``chat_request``
-    reads."""
-    if not kwargs.keys() <= _PLAIN_CHAT or KNOWN_MESSAGES.get():
+    and sampling parameters (``_plain_extras``), beside the SDK's omit values and keys the
+    general reader never reads (``_read_keys``: an agent framework's request); None for any
+    other request (another key, a value that is not a plain one, a framework's message
+    ids), which ``chat_request`` reads."""
+    if KNOWN_MESSAGES.get():
         return None
+    if not kwargs.keys() <= _PLAIN_CHAT:
+        read = _read_keys(kwargs, _PLAIN_CHAT)
+        if read is None:
+            return None
+        kwargs = read
     get = kwargs.get
     model, messages = get("model"), get("messages")
     completion, legacy, stream = get("max_completion_tokens"), get("max_tokens"), get("stream")
@@ -778,11 +813,17 @@ def responses_plain(kwargs: dict[str, Any]) -> Request | None:
     :func:`chat_plain`): the model, the output size, whether it streams, instructions an
     earlier call read, and input messages each a role among system, developer, user and
     assistant and a string (or the input as one string), with or without tool definitions
-    and sampling parameters (``_plain_extras``); None for any other request (a previous
-    response, truncation, items of other types, ids, instructions not seen before), which
-    ``responses_request`` reads."""
-    if not kwargs.keys() <= _PLAIN_RESPONSES or KNOWN_MESSAGES.get():
+    and sampling parameters (``_plain_extras``), beside the SDK's omit values and keys the
+    general reader never reads (``_read_keys``: an agent framework's request); None for any
+    other request (a previous response, truncation, a conversation, items of other types,
+    ids, instructions not seen before), which ``responses_request`` reads."""
+    if KNOWN_MESSAGES.get():
         return None
+    if not kwargs.keys() <= _PLAIN_RESPONSES:
+        read = _read_keys(kwargs, _PLAIN_RESPONSES)
+        if read is None:
+            return None
+        kwargs = read
     get = kwargs.get
     model, items, instructions, reserved, stream = (
         get("model"), get("input"), get("instructions"), get("max_output_tokens"),
@@ -814,6 +855,9 @@ _FUNCTION_OUTPUT_ITEM = frozenset(("type", "call_id", "output"))
 #: what an item the API gave back may carry beside its fields (``_response_item`` reads
 #: neither)
 _ITEM_EXTRAS = frozenset(("id", "status"))
+#: what the SDK's ``model_dump()`` of a function call adds, None when unset (read by
+#: neither reader)
+_ITEM_DUMPED = frozenset(("namespace", "caller", "async_", "async"))
 
 
 def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
@@ -823,6 +867,8 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
     if type(it) is not dict:
         return _sdk_item_rows(it)
     itype, call_id = it.get("type"), it.get("call_id")
+    if itype == "message":
+        return _output_message_rows(it)
     if type(call_id) is not str or not call_id:  # an empty id names no call there
         return None
     keys: Any = it.keys()
@@ -830,6 +876,10 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
         if not all(type(it.get(k)) is str for k in keys & _ITEM_EXTRAS):
             return None
         keys = keys - _ITEM_EXTRAS
+    if not keys.isdisjoint(_ITEM_DUMPED):
+        if not all(it.get(k) is None for k in keys & _ITEM_DUMPED):
+            return None
+        keys = keys - _ITEM_DUMPED
     if itype == "function_call":
         name, arguments = it.get("name"), it.get("arguments")
         if keys != _FUNCTION_CALL_ITEM or type(name) is not str or type(arguments) is not str:
@@ -842,6 +892,50 @@ def _responses_call_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
             return None
         return [(call_row(f"tool_result:{call_id}", _K_TOOL_RESULT, output), output, call_id)]
     return None
+
+
+#: an output message the API gave back, as a dict (the SDK's ``model_dump()``, an agent
+#: framework's input list): the fields it has, and those it may have, None or a string
+_OUTPUT_MESSAGE = frozenset(("id", "type", "role", "content"))
+_OUTPUT_MESSAGE_MAY = frozenset(("status", "phase"))
+#: an output text part: the fields it has, and those it may have (plain lists, or None)
+_OUTPUT_TEXT = frozenset(("type", "text"))
+_OUTPUT_TEXT_MAY = frozenset(("annotations", "logprobs"))
+
+
+def _output_message_rows(it: dict[str, Any]) -> list[tuple[Row, str, str | None]] | None:
+    """The row of an assistant's output message given back as a dict, its content output
+    text parts, read as ``_response_item`` reads it (by its own id, the parts' text
+    joined); None for any other message (a refusal, another role, another field, ...)."""
+    keys: Any = it.keys()
+    if not keys >= _OUTPUT_MESSAGE:
+        return None
+    if keys != _OUTPUT_MESSAGE:
+        extra = keys - _OUTPUT_MESSAGE
+        if not extra <= _OUTPUT_MESSAGE_MAY or not all(
+                it[k] is None or type(it[k]) is str for k in extra):
+            return None
+    item_id, content = it["id"], it["content"]
+    if (not is_text(it["type"], "message") or not is_text(it["role"], "assistant")
+            or type(item_id) is not str or not item_id or type(content) is not list):
+        return None
+    texts = []
+    for part in content:
+        if type(part) is not dict or not is_text(part.get("type"), "output_text"):
+            return None
+        text = part.get("text")
+        pkeys: Any = part.keys()
+        if type(text) is not str or not pkeys >= _OUTPUT_TEXT:
+            return None
+        if pkeys != _OUTPUT_TEXT:  # nothing the general path would settle in the rest
+            extra = pkeys - _OUTPUT_TEXT
+            if not extra <= _OUTPUT_TEXT_MAY or not all(
+                    part[k] is None or (type(part[k]) is list and plain_data(part[k]))
+                    for k in extra):
+                return None
+        texts.append(text)
+    text = "\n".join(texts)
+    return [(call_row(item_id, _K_SESSION_HISTORY, text, True), text, None)]
 
 
 _SDK_ITEMS = "openai.types.responses."
