@@ -145,19 +145,25 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
              **kwargs: Any) -> None:
         if not _hidden or type(stacklevel) is not int:
             return original(message, category, stacklevel + 1, source, **kwargs)
+        if stacklevel == 1 and not kwargs and not _internal(sys._getframe(1).f_code):
+            # the issuer names itself (asyncio's ResourceWarnings, ~9 a model call in an
+            # Agents SDK run): no frame to count, what the general count below finds
+            return original(message, category, 2, source)
         try:
             prefixes = tuple(kwargs.get("skip_file_prefixes") or ())
             # the interpreter's rule: with prefixes, level 1 (the issuer itself) is never named
             level = max(stacklevel, 2) if prefixes else stacklevel
-            here = sys._getframe()
-            caller = here.f_back
-            assert caller is not None
+            # no local holds this frame: a frame holding itself is a reference cycle, which
+            # kept the warning's source and every frame it crossed alive until the
+            # collector's next pass
+            caller = sys._getframe(1)
             target, crossed = _target(caller, level, prefixes)
             if not crossed and not _internal(caller.f_code) and not (
                     prefixes and _skipped(caller.f_code, prefixes)):
                 # none of ours on the way: one level more for this frame names the same
                 return original(message, category, level + 1, source, **kwargs)
-            counted = _level_from(here, target, prefixes) if target is not None else None
+            counted = (_level_from(sys._getframe(), target, prefixes) if target is not None
+                       else None)
         except Exception:  # the count must never break a warning: the plain one then
             return original(message, category, stacklevel + 1, source, **kwargs)
         if counted is not None:
