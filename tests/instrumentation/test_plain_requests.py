@@ -1402,6 +1402,7 @@ def test_a_truncated_input_is_left_to_the_general_end() -> None:
     ``test_a_plain_openai_request_records_what_the_general_path_records``)."""
     call = _common.Call.__new__(_common.Call)
     call.done = False
+    call.budget = None
     call.record = object()  # type: ignore[assignment]
     call.req = _common.Request("openai", "gpt-4o-mini", 50)
     call.req.overflow_strategy = "truncate_middle"
