@@ -28,6 +28,7 @@ this function, so its traceback has one more frame, here, below the client's lin
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import warnings
@@ -140,19 +141,37 @@ def _explicit(original: Callable[..., Any], message: Any, category: Any,
                            source=source)
 
 
+def _level(stacklevel: Any) -> int | None:
+    """The level the interpreter takes ``stacklevel`` for (one at most 0: the issuer, as 1),
+    or None when it refuses it (not an integer, past its range: its own error then)."""
+    try:
+        level = operator.index(stacklevel)
+    except Exception:
+        return None
+    return None if level > sys.maxsize else max(level, 1)
+
+
 def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
     def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
              **kwargs: Any) -> None:
-        if not _hidden or type(stacklevel) is not int:
-            return original(message, category, stacklevel + 1, source, **kwargs)
-        if stacklevel == 1 and not kwargs and not _internal(sys._getframe(1).f_code):
-            # the issuer names itself (asyncio's ResourceWarnings, ~9 a model call in an
-            # Agents SDK run): no frame to count, what the general count below finds
-            return original(message, category, 2, source)
+        level = (stacklevel if type(stacklevel) is int and 0 < stacklevel < sys.maxsize
+                 else _level(stacklevel))
+        if level is None:
+            return original(message, category, stacklevel, source, **kwargs)
+        # one level more for this frame (none past the interpreter's range: that far is
+        # past the top of any stack either way)
+        up = level + 1 if level < sys.maxsize else level
+        if not _hidden:
+            return original(message, category, up, source, **kwargs)
         try:
+            if level == 1 and not kwargs and not _internal(sys._getframe(1).f_code):
+                # the issuer names itself (asyncio's ResourceWarnings, ~9 a model call in an
+                # Agents SDK run): no frame to count, what the general count below finds
+                return original(message, category, 2, source)
             prefixes = tuple(kwargs.get("skip_file_prefixes") or ())
             # the interpreter's rule: with prefixes, level 1 (the issuer itself) is never named
-            level = max(stacklevel, 2) if prefixes else stacklevel
+            if prefixes:
+                level = max(level, 2)
             # no local holds this frame: a frame holding itself is a reference cycle, which
             # kept the warning's source and every frame it crossed alive until the
             # collector's next pass
@@ -161,11 +180,13 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
             if not crossed and not _internal(caller.f_code) and not (
                     prefixes and _skipped(caller.f_code, prefixes)):
                 # none of ours on the way: one level more for this frame names the same
-                return original(message, category, level + 1, source, **kwargs)
+                return original(message, category, level + 1 if level < sys.maxsize else level,
+                                source, **kwargs)
             counted = (_level_from(sys._getframe(), target, prefixes) if target is not None
                        else None)
-        except Exception:  # the count must never break a warning: the plain one then
-            return original(message, category, stacklevel + 1, source, **kwargs)
+        except Exception:  # the count must never break a warning (nor a caller with no
+            # Python frame, called from C: a thread's or atexit's): the plain one then
+            return original(message, category, up, source, **kwargs)
         if counted is not None:
             return original(message, category, counted, source, **kwargs)
         return _explicit(original, message, category, target, source)

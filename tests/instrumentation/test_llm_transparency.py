@@ -11,6 +11,8 @@ import contextlib
 import os
 import re
 import sys
+import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -330,6 +332,82 @@ def test_warnings_crossing_none_of_our_frames_name_the_same_frame() -> None:
     finally:
         _frames.uninstall()
     assert before[-4][0] == "sys"
+
+
+class _Level:
+    """A level that is no int but says which one it stands for (``__index__``)."""
+
+    def __index__(self) -> int:
+        return 2
+
+
+def _outcome(level: Any) -> tuple[Any, ...]:
+    """Where a warning of ``level`` issued two frames down lands, or the error it raises."""
+    try:
+        return _chain(2, level)
+    except Exception as exc:  # the interpreter's refusal of the level, compared as such
+        return type(exc), str(exc)
+
+
+#: levels the interpreter reads its own way: at most 0 names the issuer, as 1 does; a bool
+#: or an object with ``__index__`` is its integer; one past its range, or no integer at all,
+#: is its error
+_ODD_LEVELS = (0, -1, -7, False, True, _Level(), sys.maxsize, sys.maxsize + 1, 1.5, "2", None)
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["no_wrapper_known", "wrappers_known"])
+def test_odd_levels_land_where_they_land_uninstrumented(
+        hidden: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = [_outcome(level) for level in _ODD_LEVELS]
+    monkeypatch.setattr(_frames, "_hidden", set())
+    if hidden:
+        _frames.hide(_frames.nested)  # a code the warnings here never cross
+    _frames.install()
+    try:
+        after = [_outcome(level) for level in _ODD_LEVELS]
+    finally:
+        _frames.uninstall()
+    assert after == before
+    here = _warn_at.__code__.co_filename
+    assert [o[0] for o in before[:6]] == [here] * 6  # the issuer's line, not ours
+    assert before[6] == ("sys", 1)
+    assert [o[0] for o in before[7:]] == [OverflowError, TypeError, TypeError, TypeError]
+
+
+def _issued_by_c(target: Callable[..., Any], *args: Any) -> list[tuple[str, int]]:
+    """Warnings of ``target(*args)`` called by the interpreter with no Python frame below
+    it (a thread started from C), where they land."""
+    import _thread
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _thread.start_new_thread(target, args)
+        for _ in range(500):  # nothing signals the thread's end but its record: bounded
+            if seen:
+                break
+            time.sleep(0.01)
+    return [(w.filename, w.lineno) for w in seen]
+
+
+@pytest.mark.parametrize("level", [1, 2, 0])
+def test_a_warning_with_no_python_caller_is_issued(level: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``warnings.warn`` called straight from C (a thread's target, an ``atexit``
+    callback) has no frame below it: issued from ``sys``, line 1, as uninstrumented, never
+    an error in the thread."""
+    errors: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    monkeypatch.setattr(sys, "unraisablehook", errors.append)
+    before = _issued_by_c(warnings.warn, "probe", UserWarning, level)
+    monkeypatch.setattr(_frames, "_hidden", set())
+    _frames.hide(_frames.nested)
+    _frames.install()
+    try:
+        after = _issued_by_c(warnings.warn, "probe", UserWarning, level)
+    finally:
+        _frames.uninstall()
+    assert before == after == [("sys", 1)]
+    assert errors == []
 
 
 def _issue_plain(level: int) -> None:
