@@ -246,6 +246,52 @@ def test_responses_items_refs_and_compaction_input(setup, stub) -> None:
     assert items["compaction:cmp_old"]["content_mode"] == "opaque"
 
 
+@pytest.mark.parametrize("conversation", ["conv_77", {"id": "conv_77"}], ids=["id", "object"])
+def test_responses_a_stored_conversation_and_prompt_are_ref_blocks(setup, stub,
+                                                                  conversation) -> None:
+    """What the API adds from its own store (a conversation's items, a prompt template) is
+    not in the request: a block naming each, where the API puts it (the prompt with the
+    instructions, the conversation's items before the input); the conversation is the
+    call's ``gen_ai.conversation.id``, as the official instrumentor records it."""
+    prompt = {"id": "pmpt_9", "variables": {"name": "Grace Hopper"}}
+    client(stub).responses.create(model=MODEL, instructions="Be brief.", prompt=prompt,
+                                  conversation=conversation, input="And tomorrow?",
+                                  max_output_tokens=64)
+    ((_, body),) = stub.requests
+    assert body["conversation"] == conversation and body["prompt"] == prompt  # as given
+    spans = setup.tel.spans()
+    inf = one_inference(spans)
+    assert inf.attributes[S.GEN_AI_CONVERSATION_ID] == "conv_77"
+    found = blocks(spans)
+    assert found[0] == ("prompt:pmpt_9", "system_prompt", "system_prompt")
+    assert found[1][0].startswith("instructions:")
+    assert found[2] == ("conversation:conv_77", "session_history", "message_history")
+    assert found[3][1] == "user_message" and len(found) == 4
+    rows = block_rows(inf)
+    assert [r.get(S.ITEM_CONTENT_MODE) for r in rows] == ["ref", None, "ref", None]
+    (bundle,) = setup.tel.bundles()
+    assert bundle["context_envelope"]["metadata"][S.GEN_AI_CONVERSATION_ID] == "conv_77"
+    items = {i["item_id"]: i for i in bundle["context_items"]}
+    assert items["prompt:pmpt_9"]["content_ref"] == "openai:prompts/pmpt_9"
+    assert items["conversation:conv_77"]["content_ref"] == "openai:conversations/conv_77"
+    assert "Grace Hopper" not in json.dumps(bundle)
+
+
+@pytest.mark.parametrize("odd", [
+    {"conversation": ""}, {"conversation": {"id": ""}}, {"conversation": {"name": "x"}},
+    {"conversation": 7}, {"prompt": {"version": "2"}}, {"prompt": {"id": 7}}, {"prompt": "pmpt"},
+    {"prompt": None, "conversation": None}], ids=repr)
+def test_responses_an_odd_conversation_or_prompt_names_nothing(alone, stub, odd) -> None:
+    """A conversation or prompt that names no stored one: no block, no conversation id, the
+    call recorded as without it (the API answers what it makes of the request)."""
+    client(stub).responses.create(model=MODEL, input="Hi", max_output_tokens=64, **odd)
+    spans = alone.tel.spans()
+    inf = one_inference(spans)
+    assert S.GEN_AI_CONVERSATION_ID not in inf.attributes
+    assert [b[1] for b in blocks(spans)] == ["user_message"]
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
 def test_responses_truncation_auto(alone, stub) -> None:
     history = [{"role": "user" if i % 2 else "assistant", "content": "x" * 4000}
                for i in range(12)]

@@ -12,7 +12,9 @@ message or input item, with its context kind, injection point and token estimate
 (the model's window, the reserved output, overflow), the injection on the inference span and,
 from the response, the actual input, cached and output tokens. ``truncation="auto"`` is the
 ``truncate_middle`` overflow strategy, compaction items mark the conversation compacted,
-``previous_response_id`` is a ``ref`` block, and a context-length error is a rejected overflow.
+``previous_response_id``, a stored ``conversation`` and a stored ``prompt`` are ``ref`` blocks
+(the conversation also the call's ``gen_ai.conversation.id``), and a context-length error is a
+rejected overflow.
 ``responses.compact`` is a compaction: the items it replaces are its sources, the user messages
 it keeps are not, its summary is the compaction item.
 """

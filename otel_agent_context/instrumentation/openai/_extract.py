@@ -743,6 +743,11 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     req.attributes = _RESPONSES_API
     inputs: list[InputMessage] = []
     system: list[Any] = []
+    prompt = _stored_prompt(given(kwargs.get("prompt")))
+    if prompt is not None:  # a template stored with the API: its messages come from there
+        kind, point, seg = _SYSTEM
+        req.blocks.append(make_block(f"prompt:{prompt}", kind, None, False, point, seg,
+                                     content_mode="ref", content_ref=f"openai:prompts/{prompt}"))
     instructions = given(kwargs.get("instructions"))
     if isinstance(instructions, str) and instructions:
         req.blocks.append(_instructions_block(instructions, capture))
@@ -755,6 +760,16 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
             f"response:{prev}", _K_SESSION_HISTORY, None, False,
             _HISTORY_POINT, SEG_HISTORY, content_mode="ref", tokens=None, response_id=prev,
             content_ref=f"openai:responses/{prev}"))
+    conversation = _conversation_id(given(kwargs.get("conversation")))
+    if conversation is not None:
+        # the API puts the conversation's stored items before the input: one block naming
+        # them, as a previous response is; the conversation is the call's, as the official
+        # instrumentor records it
+        req.genai["conversation_id"] = conversation
+        req.blocks.append(make_block(
+            f"conversation:{conversation}", _K_SESSION_HISTORY, None, False, _HISTORY_POINT,
+            SEG_HISTORY, content_mode="ref", tokens=None,
+            content_ref=f"openai:conversations/{conversation}"))
     raw = given(kwargs.get("input"))
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
     last_user = _last_user(items)
@@ -780,6 +795,24 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = system
     return req
+
+
+def _conversation_id(conversation: Any) -> str | None:
+    """The id a Responses ``conversation`` names (its id, or ``{"id": ...}``), else None."""
+    found = conversation if isinstance(conversation, str) else _get(conversation, "id")
+    return found if isinstance(found, str) and found else None
+
+
+def _stored_prompt(prompt: Any) -> str | None:
+    """``<id>`` or ``<id>@<version>`` of a Responses ``prompt`` (a stored template), else
+    None. Its variables are content: never recorded (their text reaches the model only
+    through the template)."""
+    if prompt is None:
+        return None
+    found, version = _get(prompt, "id"), given(_get(prompt, "version"))
+    if not (isinstance(found, str) and found):
+        return None
+    return f"{found}@{version}" if isinstance(version, str) and version else found
 
 
 _INSTRUCTIONS_BLOCK = "instructions block"

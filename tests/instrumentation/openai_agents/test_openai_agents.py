@@ -483,3 +483,45 @@ def test_tool_guardrail_rejections_are_redactions_and_policy_refs(capture_setup:
     text = json.dumps(tel.bundles())
     assert "ACCT-4471" not in text  # the withheld result never reaches telemetry
     assert ("Account data withheld." in text) is tel.agent_context.capture_content
+
+
+def test_a_stored_conversation_and_prompt_are_blocks_of_the_model_call(
+        capture_setup: Any) -> None:
+    """A run given a conversation the API keeps (``conversation_id``) and an agent of a
+    prompt stored with the API: what the model sees from them is not in the request, so
+    each is a block naming it (``ref``), in the API's order, and the conversation is the
+    run's and the call's ``gen_ai.conversation.id``."""
+    with _agents_on(capture_setup) as tel, StubServer() as stub:
+        client = AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+        agent = Agent(name="Support agent", instructions="Help.",
+                      prompt={"id": "pmpt_support", "version": "3",
+                              "variables": {"customer": "Ada Lovelace"}},
+                      model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client))
+        result = asyncio.run(Runner.run(agent, "Where is my order?",
+                                        conversation_id="conv_support_7"))
+        ((path, body),) = stub.requests
+    assert result.final_output == REPLY
+    assert path == "/v1/responses"
+    assert body["conversation"] == "conv_support_7" and body["prompt"]["id"] == "pmpt_support"
+
+    (bundle,) = tel.bundles()
+    assert bundle["context_envelope"]["metadata"]["gen_ai.conversation.id"] == "conv_support_7"
+    (assembly,) = bundle["context_assemblies"]
+    ids = [b["item_id"] for b in assembly["ordered_blocks"]]
+    assert ids[0] == "prompt:pmpt_support@3" and ids[1].startswith("instructions:")
+    assert ids[2] == "conversation:conv_support_7" and ids[3].startswith("user:")
+    assert len(ids) == 4
+    items = {i["item_id"]: i for i in bundle["context_items"]}
+    assert items["prompt:pmpt_support@3"]["context_kind"] == "system_prompt"
+    assert items["prompt:pmpt_support@3"]["content_ref"] == "openai:prompts/pmpt_support@3"
+    assert items["conversation:conv_support_7"]["context_kind"] == "session_history"
+    assert items["conversation:conv_support_7"]["content_ref"] == \
+        "openai:conversations/conv_support_7"
+    for ref in ("prompt:pmpt_support@3", "conversation:conv_support_7"):
+        assert items[ref]["content_mode"] == "ref"
+    (chat,) = [s for s in tel.spans() if s.name.startswith("chat ")]
+    assert chat.attributes["gen_ai.conversation.id"] == "conv_support_7"
+    # the template's variables reach the model through the stored prompt: content, never
+    # recorded, captured or not
+    assert "Ada Lovelace" not in json.dumps(tel.bundles())
+    assert all("Ada Lovelace" not in str(v) for s in tel.spans() for v in s.attributes.values())
