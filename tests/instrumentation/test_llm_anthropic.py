@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 from stub_server import REPLY
 
 from otel_agent_context import _semconv as S
+from otel_agent_context._attributes import digest_text
 from otel_agent_context.instrumentation import estimate_tokens
 from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
 from otel_agent_context.testing import CapturedTelemetry
@@ -233,3 +234,43 @@ def test_prompt_too_long_is_a_rejected_overflow(stub) -> None:
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
     assert b[S.BUDGET_OVERFLOW_TOKENS] == 225_005 - 200_000
     assert tel.bundles()[0]["context_budgets"][0]["overflow_strategy"] == "reject"
+
+
+def _media_turn(image: str) -> list[dict]:
+    return [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": image}},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                        "data": "Refund policy: returns within 30 days."}},
+        {"type": "document", "source": {"type": "file", "file_id": "file_011Refunds"}},
+        {"type": "search_result", "source": "https://kb.example/shipping",
+         "title": "Shipping", "content": [{"type": "text", "text": "Orders ship in 2 days."}]},
+        {"type": "text", "text": "Which of these applies to me?"}]}]
+
+
+def test_images_and_documents_are_items_of_their_own(setup, stub) -> None:
+    """An image or a document is named by what it carries (a keyed digest of its data, URL
+    or file id, never written): two images are two items, the same one sent again is one;
+    a text document and a search result are their text (its tokens, its digest)."""
+    c = client(stub)
+    for image in ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB", "R0lGODlhAQABAIAAAAAAAP",
+                  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB"):
+        c.messages.create(model=MODEL, max_tokens=64, messages=_media_turn(image))
+    calls = [block_rows(s) for s in inference_spans(setup.tel.spans())]
+    assert len(calls) == 3
+    ids = [[r[S.ITEM_ID] for r in rows] for rows in calls]
+    assert len(set(ids[0])) == 5
+    assert ids[0][0] != ids[1][0] and ids[2] == ids[0]  # the image: its own identity
+    assert ids[1][1:] == ids[0][1:]  # the rest unchanged
+    digests = [[r[S.BLOCK_DIGEST] for r in rows] for rows in calls]
+    assert digests[0][0] != digests[1][0] and digests[2][0] == digests[0][0]
+    text_doc, search = calls[0][1], calls[0][3]
+    assert text_doc[S.BLOCK_DIGEST] == digest_text("Refund policy: returns within 30 days.")
+    assert text_doc[S.BLOCK_TOKENS] == estimate_tokens(
+        "Refund policy: returns within 30 days.")
+    assert search[S.BLOCK_DIGEST] == digest_text("Shipping\nOrders ship in 2 days.")
+    recorded = str([dict(s.attributes) for s in setup.tel.spans()]) + str(setup.tel.bundles())
+    for private in ("iVBORw0KGgo", "R0lGODlh", "file_011Refunds", "kb.example"):
+        assert private not in recorded
+    for bundle in setup.tel.bundles():
+        assert bundle["rebuild"]["status"] == "complete"

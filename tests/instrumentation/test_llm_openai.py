@@ -292,6 +292,33 @@ def test_responses_an_odd_conversation_or_prompt_names_nothing(alone, stub, odd)
     assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
 
 
+def test_images_and_files_are_named_by_what_they_carry(setup, stub) -> None:
+    """A message's image, audio or file parts are named by a keyed digest of their URL,
+    data or file id (never written): two images are two messages, the same one again is
+    the same message; chat and Responses alike."""
+    c = client(stub)
+    urls = ("https://cdn.example/a.png?sig=1", "https://cdn.example/b.png?sig=2",
+            "https://cdn.example/a.png?sig=1")
+    for url in urls:
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": url}}]}])
+    for file_id in ("file-AAA111", "file-BBB222"):
+        c.responses.create(model=MODEL, max_output_tokens=64, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Summarise the attachment."},
+            {"type": "input_file", "file_id": file_id},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo"}]}])
+    calls = [block_rows(s) for s in inference_spans(setup.tel.spans())]
+    ids = [[r[S.ITEM_ID] for r in rows] for rows in calls]
+    assert len(ids) == 5 and all(len(i) == 1 for i in ids)
+    assert ids[0] != ids[1] and ids[2] == ids[0]
+    assert ids[3] != ids[4]
+    assert calls[0][0][S.BLOCK_DIGEST] != calls[1][0][S.BLOCK_DIGEST]
+    recorded = str([dict(s.attributes) for s in setup.tel.spans()]) + str(setup.tel.bundles())
+    for private in ("cdn.example", "sig=", "file-AAA111", "iVBORw0KGgo"):
+        assert private not in recorded
+
+
 def test_responses_truncation_auto(alone, stub) -> None:
     history = [{"role": "user" if i % 2 else "assistant", "content": "x" * 4000}
                for i in range(12)]

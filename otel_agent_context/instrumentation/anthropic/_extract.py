@@ -50,6 +50,7 @@ from ..openai._extract import (
     _int,
     _tool_tokens,
     given,
+    media_marker,
     plain_data,
     plain_tool_tokens,
 )
@@ -82,7 +83,45 @@ def _block_text(block: Any) -> str:
         return str(_get(block, "thinking") or "")
     if btype == "compaction":
         return str(_get(block, "content") or "")
+    if btype in ("image", "document"):
+        return _source_text(btype, _get(block, "source"))
+    if btype == "search_result":  # a retrieved document given as text: its title and text
+        title = _get(block, "title")
+        body = _texts(_get(block, "content"))
+        return f"{title}\n{body}" if isinstance(title, str) and title else body
+    if btype == "server_tool_use":  # the model's call of a server tool, as a tool use's
+        return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=str)})"
+    if btype == "container_upload":
+        return media_marker(btype, block, (("file_id",),))
+    if type(btype) is str and btype.endswith("_tool_result"):
+        # a server or MCP tool's result: its text when it has one, else the call it answers
+        content = _get(block, "content")
+        if isinstance(content, str) or (isinstance(content, (list, tuple)) and all(
+                _get(b, "type") == "text" for b in content)):
+            return _texts(content)
+        return media_marker(btype, block, (("tool_use_id",),))
     return f"[{btype}]"
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "\n".join(_block_text(b) for b in content)
+    return ""
+
+
+def _source_text(btype: str, source: Any) -> str:
+    """The text an image's or a document's ``source`` gives the model: a text document's
+    own text, else a marker naming the source (``media_marker``: its data, URL or file id)."""
+    stype = _get(source, "type")
+    if stype == "text":
+        data = _get(source, "data")
+        if isinstance(data, str):
+            return data
+    elif stype == "content":
+        return _texts(_get(source, "content"))
+    return media_marker(btype, source, (("data",), ("url",), ("file_id",)))
 
 
 def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:

@@ -95,6 +95,38 @@ def _last_user(messages: list[Any]) -> int:
     return -1
 
 
+#: where a content part that is not text names what it carries (its data, URL or file id),
+#: by its type: the first of these paths (keys, one inside the other) that holds a string
+_MEDIA_REFS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "image_url": (("image_url", "url"), ("image_url",)),
+    "input_image": (("image_url",), ("file_id",)),
+    "input_audio": (("input_audio", "data"), ("data",)),
+    "input_file": (("file_id",), ("file_url",), ("file_data",)),
+    "file": (("file", "file_id"), ("file", "file_data")),
+}
+
+
+def media_marker(ptype: str, part: Any, paths: tuple[tuple[str, ...], ...]) -> str:
+    """What a part that is not text stands as in its block's text: ``[<type> <keyed short
+    digest of what names it>]``, so two images are two items and the same one sent again is
+    one (its data, URL or file id is never written: a signed URL or a file id can be as
+    private as text); ``[<type>]`` when nothing names it."""
+    for path in paths:
+        ref = part
+        for key in path:
+            ref = _get(ref, key)
+        if isinstance(ref, str) and ref:
+            return f"[{ptype} {short_digest(ref)}]"
+    return f"[{ptype}]"
+
+
+def _text_parts(content: list[Any]) -> str:
+    """The text parts of a content list, joined as a framework names its message (LangChain's
+    ``message_text``: strings and parts with a string ``text``, nothing between them)."""
+    return "".join(p if isinstance(p, str) else p["text"] for p in content if isinstance(p, str)
+                   or (isinstance(p, dict) and isinstance(p.get("text"), str)))
+
+
 def text_of(content: Any) -> str:
     """The text of a message content: a string, or the text parts of a list."""
     content = given(content)
@@ -111,9 +143,11 @@ def text_of(content: Any) -> str:
             text = _get(part, "text")
             if isinstance(text, str):
                 out.append(text)
-            elif _get(part, "type") in ("image_url", "input_image", "input_audio",
-                                         "input_file", "file"):
-                out.append(f"[{_get(part, 'type')}]")
+            else:
+                ptype = _get(part, "type")
+                paths = _MEDIA_REFS.get(ptype) if type(ptype) is str else None
+                if paths is not None:
+                    out.append(media_marker(ptype, part, paths))
         return "\n".join(out)
     text = _get(content, "text")
     return text if isinstance(text, str) else str(content)
@@ -387,7 +421,8 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                 append(plain_block(role, text, kind, point, seg))
             continue
         role = _get(m, "role")
-        text = text_of(_get(m, "content"))
+        content = _get(m, "content")
+        text = text_of(content)
         calls = given(_get(m, "tool_calls")) or ()
         call_text = ""
         for call in calls:
@@ -406,6 +441,10 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
         call_id = _get(m, "tool_call_id") if role == "tool" else None
         item_id = (f"tool_result:{call_id}" if call_id
                    else known_message_id(str(role), text)
+                   # a framework names a message of parts by its text parts alone (an image
+                   # is no text to it): the same message by that name
+                   or (known and isinstance(content, list)
+                       and known_message_id(str(role), _text_parts(content)))
                    or f"{role}:{short_digest(str(role), full)}")
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
                                      tool_call_id=call_id))
@@ -774,8 +813,9 @@ def responses_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bo
     items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or ())
     last_user = _last_user(items)
     append = req.blocks.append
+    plain = not capture and not KNOWN_MESSAGES.get()  # a framework's ids: _response_item's
     for i, it in enumerate(items):
-        if (not capture and type(it) is dict and type(text := it.get("content")) is str
+        if (plain and type(it) is dict and type(text := it.get("content")) is str
                 and type(role := it.get("role")) is str and it.get("id") is None
                 and (it.get("type") or "message") == "message"):
             # the usual input message, a role and a string without an id: as
@@ -1023,7 +1063,13 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
             kind, point, seg = _DEVELOPER
         else:
             kind, point, seg = _history_kind(role, latest_user), _HISTORY_POINT, SEG_HISTORY
-        item_id = _get(it, "id") or f"{role}:{short_digest(str(role), text)}"
+        content = _get(it, "content")
+        # a framework's own id of the message first (the one its records use), then the
+        # API's (an item it gave back), then one from the role and text
+        item_id = (known_message_id(str(role), text)
+                   or (isinstance(content, list) and KNOWN_MESSAGES.get()
+                       and known_message_id(str(role), _text_parts(content)))
+                   or _get(it, "id") or f"{role}:{short_digest(str(role), text)}")
         msg = InputMessage(role=str(role), parts=[TextPart(content=text)]) if capture else None
         return make_block(item_id, kind, text, capture, point, seg), msg
     if itype == "function_call":

@@ -127,3 +127,49 @@ def test_async_graph_leaves_the_callers_context_as_it_found_it(both, caplog) -> 
     assert len(bundle["context_injections"]) == 1  # the model call joined the run envelope
     inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
     assert inference.attributes[S.CONTEXT_ID] == bundle["context_envelope"]["context_id"]
+
+
+@pytest.mark.parametrize("content", [
+    [{"type": "text", "text": "What is wrong with this kettle?"},
+     {"type": "image_url", "image_url": {"url": "https://cdn.example/kettle.png"}}],
+    [{"type": "text", "text": "What is wrong "}, {"type": "text", "text": "with this kettle?"}],
+    [{"type": "text", "text": "What is wrong with this kettle?"},
+     {"type": "image", "source_type": "url", "url": "https://cdn.example/kettle.png"}],
+], ids=["openai_image", "two_texts", "standard_image"])
+def test_a_message_of_parts_keeps_its_own_id(both, content) -> None:
+    """A message of several parts (text and an image, two texts) is the model call's block
+    under the message's own id, the one LangChain's records use (one identity per message),
+    not a digest of the text the client reads."""
+    with OpenAIStub() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.url, api_key="sk-offline",
+                           max_retries=0)
+        assert model.invoke([SystemMessage("Be brief.", id="sys"),
+                             HumanMessage(content, id="photo-1")]).content == ANSWER
+    inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+    assert list(inference.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "photo-1"]
+    assert "cdn.example" not in str(both.bundles())
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_the_messages_keep_their_own_ids_over_either_api(both, use_responses_api) -> None:
+    """The same conversation through chat completions or the Responses API: each block is
+    its message's own id (LangChain converts the messages to input items for the Responses
+    API; the ids its trim and summary records use stay the blocks' ids)."""
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0,
+                           use_responses_api=use_responses_api)
+        model.invoke([SystemMessage("Be brief.", id="sys"), HumanMessage("Hi", id="h1"),
+                      AIMessage("Hello! How can I help?", id="a1"),
+                      HumanMessage([{"type": "text", "text": "Refunds? "},
+                                    {"type": "text", "text": "For the kettle."}], id="h2")])
+        ((path, _),) = stub.requests
+    assert path == ("/v1/responses" if use_responses_api else "/v1/chat/completions")
+    inference = next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+    a = inference.attributes
+    assert list(a[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "h1", "a1", "h2"]
+    assert list(a[S.ASSEMBLY_BLOCK_KINDS]) == [
+        "system_prompt", "session_history", "session_history", "user_message"]
