@@ -127,6 +127,21 @@ def _text_parts(content: list[Any]) -> str:
                    or (isinstance(p, dict) and isinstance(p.get("text"), str)))
 
 
+def _known_id(role: str, content: Any, text: str) -> str | None:
+    """A framework's own id of this message (``KNOWN_MESSAGES``), else None. A message of
+    parts is looked up by its text parts alone, joined as the framework names it (an image is
+    no text to it), never by the reader's text, which another message of that text would
+    own; a ``developer`` message may be the framework's system message (LangChain sends one
+    so to reasoning models)."""
+    if not KNOWN_MESSAGES.get():
+        return None
+    key = _text_parts(content) if isinstance(content, list) else text
+    found = known_message_id(role, key)
+    if found is None and role == "developer":
+        found = known_message_id("system", key)
+    return found
+
+
 def text_of(content: Any) -> str:
     """The text of a message content: a string, or the text parts of a list."""
     content = given(content)
@@ -414,7 +429,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
                 _LATEST_USER if role == "user" and i == last_user else _IN_HISTORY)
             if known:
                 item_id, tokens, digest = message_facts(role, text)
-                item_id = known_message_id(role, text) or item_id
+                item_id = _known_id(role, text, text) or item_id
                 append(Block(item_id, kind, point, seg, tokens, digest, None, "inline", None,
                              None, None, False, None, text or None))
             else:
@@ -440,11 +455,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
             kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
         call_id = _get(m, "tool_call_id") if role == "tool" else None
         item_id = (f"tool_result:{call_id}" if call_id
-                   else known_message_id(str(role), text)
-                   # a framework names a message of parts by its text parts alone (an image
-                   # is no text to it): the same message by that name
-                   or (known and isinstance(content, list)
-                       and known_message_id(str(role), _text_parts(content)))
+                   else (known and _known_id(str(role), content, text))
                    or f"{role}:{short_digest(str(role), full)}")
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
                                      tool_call_id=call_id))
@@ -1066,9 +1077,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         content = _get(it, "content")
         # a framework's own id of the message first (the one its records use), then the
         # API's (an item it gave back), then one from the role and text
-        item_id = (known_message_id(str(role), text)
-                   or (isinstance(content, list) and KNOWN_MESSAGES.get()
-                       and known_message_id(str(role), _text_parts(content)))
+        item_id = (_known_id(str(role), content, text)
                    or _get(it, "id") or f"{role}:{short_digest(str(role), text)}")
         msg = InputMessage(role=str(role), parts=[TextPart(content=text)]) if capture else None
         return make_block(item_id, kind, text, capture, point, seg), msg

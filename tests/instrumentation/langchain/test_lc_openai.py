@@ -173,3 +173,28 @@ def test_the_messages_keep_their_own_ids_over_either_api(both, use_responses_api
     assert list(a[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "h1", "a1", "h2"]
     assert list(a[S.ASSEMBLY_BLOCK_KINDS]) == [
         "system_prompt", "session_history", "session_history", "user_message"]
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_a_message_of_parts_is_not_taken_for_another_of_its_text(both,
+                                                                use_responses_api) -> None:
+    """A message of two text parts and a later message of the same text joined by a newline
+    (the reader's text of the first): each keeps its own id; and a system message LangChain
+    sends as ``developer`` (to a reasoning model) keeps its id."""
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    with StubServer() as stub:
+        model = ChatOpenAI(model="o3-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0,
+                           use_responses_api=use_responses_api)
+        model.invoke([SystemMessage("Be brief.", id="sys"),
+                      HumanMessage([{"type": "text", "text": "a"},
+                                    {"type": "text", "text": "b"}], id="parts"),
+                      AIMessage("Noted.", id="a1"), HumanMessage("a\nb", id="str")])
+        ((_, body),) = stub.requests
+    sent = body["input"] if use_responses_api else body["messages"]
+    # what the model is sent: chat completions name the system message "developer"
+    assert sent[0]["role"] == ("system" if use_responses_api else "developer")
+    inference = next(s for s in both.spans() if s.name == "chat o3-mini")
+    assert list(inference.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "parts", "a1", "str"]
