@@ -151,6 +151,12 @@ def _level(stacklevel: Any) -> int | None:
     return None if level > sys.maxsize else max(level, 1)
 
 
+def _above(level: int) -> int:
+    """``level`` counted from this function's frame: one more (none past the interpreter's
+    range: that far is past the top of any stack either way)."""
+    return level + 1 if level < sys.maxsize else level
+
+
 def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
     def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
              **kwargs: Any) -> None:
@@ -158,9 +164,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
                  else _level(stacklevel))
         if level is None:
             return original(message, category, stacklevel, source, **kwargs)
-        # one level more for this frame (none past the interpreter's range: that far is
-        # past the top of any stack either way)
-        up = level + 1 if level < sys.maxsize else level
+        up = _above(level)
         if not _hidden:
             return original(message, category, up, source, **kwargs)
         try:
@@ -180,8 +184,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
             if not crossed and not _internal(caller.f_code) and not (
                     prefixes and _skipped(caller.f_code, prefixes)):
                 # none of ours on the way: one level more for this frame names the same
-                return original(message, category, level + 1 if level < sys.maxsize else level,
-                                source, **kwargs)
+                return original(message, category, _above(level), source, **kwargs)
             counted = (_level_from(sys._getframe(), target, prefixes) if target is not None
                        else None)
         except Exception:  # the count must never break a warning (nor a caller with no

@@ -72,7 +72,7 @@ def _block_text(block: Any) -> str:
     btype = _get(block, "type")
     if btype == "text":
         return str(_get(block, "text") or "")
-    if btype == "tool_use":
+    if btype in ("tool_use", "server_tool_use"):  # the model's call of a tool (a server's too)
         return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=str)})"
     if btype == "tool_result":
         content = _get(block, "content")
@@ -89,8 +89,6 @@ def _block_text(block: Any) -> str:
         title = _get(block, "title")
         body = _texts(_get(block, "content"))
         return f"{title}\n{body}" if isinstance(title, str) and title else body
-    if btype == "server_tool_use":  # the model's call of a server tool, as a tool use's
-        return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=str)})"
     if btype == "container_upload":
         return media_marker(btype, block, (("file_id",),))
     if type(btype) is str and btype.endswith("_tool_result"):

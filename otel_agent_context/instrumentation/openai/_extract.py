@@ -1067,14 +1067,14 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
     itype = _get(it, "type") or "message"
     role = _get(it, "role")
     if itype == "message":
-        text = text_of(_get(it, "content"))
+        content = _get(it, "content")
+        text = text_of(content)
         if role == "system":
             kind, point, seg = _SYSTEM
         elif role == "developer":
             kind, point, seg = _DEVELOPER
         else:
             kind, point, seg = _history_kind(role, latest_user), _HISTORY_POINT, SEG_HISTORY
-        content = _get(it, "content")
         # a framework's own id of the message first (the one its records use), then the
         # API's (an item it gave back), then one from the role and text
         item_id = (_known_id(str(role), content, text)
