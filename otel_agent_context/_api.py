@@ -175,8 +175,10 @@ class AgentContext:
             if refs:
                 attrs[key] = tuple(refs)
         set_attributes(span, attrs)
-        return Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
-                        agent_name or "unknown", scope_value, self._events.logger())
+        env = Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
+                       agent_name or "unknown", scope_value, self._events.logger())
+        env._conversation = conversation_id or None
+        return env
 
     def _call_envelope(self, span: Span) -> Envelope:
         """The envelope of one auto-instrumented model call, on its recording inference

@@ -158,6 +158,14 @@ _MEMO: dict[Any, Any] = {}
 _MEMO_MAX_ENTRIES = 4 * 4096
 _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
+#: Texts past an eighth of that (a base64 image, a long document sent as a message) are
+#: kept too, apart: each would evict everything else, yet an agent sends its screenshots
+#: again with every call and hashing 10 MB of one cost ~10 ms a call (the SDK's own JSON
+#: encoding of it ~26 ms). At most this many characters, oldest forgotten first; what the
+#: application dropped is held until then.
+_BIG_MAX_CHARS = 32 * 2**20
+_big_keys: list[tuple[Any, int]] = []
+_big_chars = 0
 
 
 #: The assembly hash's state after each conversation's last call (``assembly_digest``), by
@@ -176,10 +184,12 @@ _generation = 0
 
 
 def _forget() -> None:
-    global _memo_chars, _assembly_chars, _generation
+    global _memo_chars, _assembly_chars, _generation, _big_chars
     _generation += 1
     _MEMO.clear()
     _memo_chars = 0
+    _big_keys.clear()
+    _big_chars = 0
     _ASSEMBLY_STATES.clear()
     _assembly_chars = 0
 
@@ -187,11 +197,31 @@ def _forget() -> None:
 def _remember(key: Any, chars: int, value: Any) -> None:
     global _memo_chars
     if chars > _MEMO_MAX_CHARS // 8:
-        return  # one huge text would evict everything else
+        _remember_big(key, chars, value)
+        return
     if len(_MEMO) >= _MEMO_MAX_ENTRIES or _memo_chars + chars > _MEMO_MAX_CHARS:
         _forget()
     _MEMO[key] = value
     _memo_chars += chars
+
+
+def _remember_big(key: Any, chars: int, value: Any) -> None:
+    """``_remember`` for a value whose key holds a text past the memo's share."""
+    global _big_chars
+    if chars > _BIG_MAX_CHARS or key in _MEMO:
+        return
+    while _big_chars + chars > _BIG_MAX_CHARS:
+        try:
+            oldest, counted = _big_keys.pop(0)
+        except IndexError:  # emptied by another thread meanwhile
+            break
+        _MEMO.pop(oldest, None)
+        _big_chars -= counted
+    if len(_MEMO) >= _MEMO_MAX_ENTRIES:
+        _forget()
+    _MEMO[key] = value
+    _big_keys.append((key, chars))
+    _big_chars += chars
 
 
 def recall(key: Any) -> Any:
@@ -208,10 +238,12 @@ def remember(key: Any, chars: int, value: Any) -> None:
 
 def remember_beside(key: Any, text: str, value: Any) -> None:
     """:func:`remember` a value derived from ``text`` whose characters are counted with
-    the text's digest entry: nothing for a text past the cap's share, whose digest is not
-    kept either (the key would hold it uncounted)."""
+    the text's digest entry (a text past the memo's share is kept apart and counted for
+    each key that holds it)."""
     if len(text) <= _MEMO_MAX_CHARS // 8:
         _remember(key, 0, value)
+    else:  # kept apart, and counted again: the key holds the text
+        _remember_big(key, len(text), value)
 
 
 def _keyed(inner: Any) -> str:

@@ -98,6 +98,9 @@ class Envelope(_Recorder):
         self._pending: dict[str, Any] | None = None
         #: Whether every value pending was built by our own code (see ``_fastattrs``)
         self._pending_checked = False
+        #: The conversation the envelope belongs to (``gen_ai.conversation.id``): the
+        #: application's, or the first one a model call inside it names (``_adopt_conversation``)
+        self._conversation: str | None = None
 
     @property
     def _ctx(self) -> Context:
@@ -328,6 +331,16 @@ class Envelope(_Recorder):
         else:
             pending.update(attrs)
             self._pending_checked = self._pending_checked and checked
+
+    def _adopt_conversation(self, conversation_id: Any) -> None:
+        """A model call inside the envelope named its conversation (the request's, e.g. the
+        Responses API's stored conversation, or util-genai's ambient one): an envelope that
+        names none belongs to it, so the store's session view groups its turns. The
+        envelope's own id, when it has one, stands."""
+        if (self._conversation is None and isinstance(conversation_id, str) and conversation_id
+                and not self._ended):
+            self._conversation = conversation_id
+            self._set(self._span, {S.GEN_AI_CONVERSATION_ID: conversation_id})
 
     def _target_span(self, span: Span | None) -> Span:
         if span is None or span is self._span:

@@ -151,7 +151,33 @@ def test_remembered_digests_follow_the_key_and_stay_bounded(monkeypatch) -> None
         assert len(_digest._MEMO) <= _digest._MEMO_MAX_ENTRIES
         huge = "x" * (_digest._MEMO_MAX_CHARS // 8 + 1)
         digest_text(huge)
-        assert huge not in _digest._MEMO
+        assert huge in _digest._MEMO and _digest._big_chars == len(huge)  # kept apart
+    finally:
+        _digest.reset()
+
+
+def test_texts_past_the_memos_share_are_kept_apart_and_bounded(monkeypatch) -> None:
+    """A text past the memo's share for one (a base64 image an agent sends again with every
+    call) is remembered apart: it evicts none of the others, and the oldest of its kind go
+    first past their own bound."""
+    monkeypatch.setattr(_digest, "_MEMO_MAX_CHARS", 8 * 100)
+    monkeypatch.setattr(_digest, "_BIG_MAX_CHARS", 250)
+    _digest.reset()
+    try:
+        small = _digest.short_digest("s" * 50)
+        bigs = ["a" * 101, "b" * 102, "c" * 103]
+        first = [_digest.short_digest(t) for t in bigs[:2]]
+        assert _digest._big_chars == 203 and _digest._memo_chars == 50
+        assert [_digest.short_digest(t) for t in bigs[:2]] == first  # from memory
+        assert sum(1 for k in _digest._MEMO if k[1] in ((t,) for t in bigs)) == 2
+        _digest.short_digest(bigs[2])  # past 250: the oldest goes
+        held = [k[1][0][0] for k in _digest._MEMO if len(k[1][0]) > 100]
+        assert sorted(held) == ["b", "c"] and _digest._big_chars == 205
+        assert _digest.short_digest("s" * 50) == small and (12, ("s" * 50,)) in _digest._MEMO
+        _digest.short_digest("d" * 251)  # past the bound alone: never kept
+        assert all(k[1][0][0] != "d" for k in _digest._MEMO)
+        _digest.reset()
+        assert _digest._big_chars == 0 and not _digest._big_keys and not _digest._MEMO
     finally:
         _digest.reset()
 
@@ -408,7 +434,9 @@ def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
         huge = "y" * (_digest._MEMO_MAX_CHARS // 8 + 1)
         message_facts("user", huge)
         plain_block("user", huge, "session_history", "message_history", "message_history")
-        assert len(_digest._MEMO) == 2 and _digest._memo_chars == 2 * len(text)
+        # kept apart (a screenshot sent again every call), counted there for each key
+        assert len(_digest._MEMO) == 4 and _digest._memo_chars == 2 * len(text)
+        assert _digest._big_chars == 2 * len(huge)
     finally:
         _digest.reset()
 

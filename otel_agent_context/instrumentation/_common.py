@@ -961,6 +961,7 @@ class Call:
         if env is not None:  # the application's (or a framework's) envelope: the call joins it
             self.own_env = False
             self.env = env
+            env._adopt_conversation(getattr(inv, "conversation_id", None))
             self.budget = fold_plain(env, span, max_tokens=window,
                                      reserved_tokens=req.reserved_output,
                                      overflow_strategy=req.overflow_strategy, columns=columns,
@@ -1010,6 +1011,8 @@ class Call:
             return
         assert env is not None  # not light: the application's envelope, or a new one
         self.env = env
+        if not self.own_env:
+            env._adopt_conversation(getattr(inv, "conversation_id", None))
         # the items selected or surfaced in the envelope that each block's text carries
         # (None: nothing to compare, the usual case)
         found = env._block_sources([(b.item_id, b.digest, b.text) for b in req.blocks]

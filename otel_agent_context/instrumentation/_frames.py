@@ -117,9 +117,14 @@ def _level_from(start: FrameType, target: FrameType, prefixes: tuple[str, ...]) 
 
 
 def _explicit(original: Callable[..., Any], message: Any, category: Any,
-              frame: FrameType | None, source: Any) -> None:
+              frame: FrameType | None, source: Any, kwargs: dict[str, Any]) -> None:
     """``warn`` at ``frame``, built as the interpreter builds it (only when no level
-    counted from our frame names that frame, e.g. the caller is the import machinery)."""
+    counted from our frame names that frame, e.g. the caller is the import machinery).
+    None: past the top of the stack, which the interpreter names its own way ("sys", line 1
+    up to Python 3.12, "<sys>", line 0 from 3.13): a level past any stack from here."""
+    if frame is None:
+        original(message, category, sys.maxsize, source, **kwargs)
+        return
     if isinstance(message, Warning):
         category = message.__class__
     if category is None:
@@ -127,12 +132,8 @@ def _explicit(original: Callable[..., Any], message: Any, category: Any,
     if not (isinstance(category, type) and issubclass(category, Warning)):
         original(message, category, 2, source)  # the interpreter's own TypeError
         return
-    if frame is None:
-        globals_: dict[str, Any] = sys.__dict__
-        filename, lineno = "sys", 1
-    else:
-        globals_ = frame.f_globals
-        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    globals_ = frame.f_globals
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
     registry = globals_.setdefault("__warningregistry__", {})
     module = globals_.get("__name__", _MISSING)
     if not (module is None or isinstance(module, str)):
@@ -141,30 +142,37 @@ def _explicit(original: Callable[..., Any], message: Any, category: Any,
                            source=source)
 
 
-def _level(stacklevel: Any) -> int | None:
-    """The level the interpreter takes ``stacklevel`` for (one at most 0: the issuer, as 1),
-    or None when it refuses it (not an integer, past its range: its own error then)."""
-    try:
-        level = operator.index(stacklevel)
-    except Exception:
-        return None
-    return None if level > sys.maxsize else max(level, 1)
-
-
-def _above(level: int) -> int:
-    """``level`` counted from this function's frame: one more (none past the interpreter's
-    range: that far is past the top of any stack either way)."""
-    return level + 1 if level < sys.maxsize else level
+def _keywords_taken(kwargs: dict[str, Any]) -> bool:
+    """Whether the interpreter takes these keywords: ``skip_file_prefixes``, a tuple of
+    strings, from Python 3.12 on (anything else is its own ``TypeError``)."""
+    prefixes = kwargs.get("skip_file_prefixes")
+    return (sys.version_info >= (3, 12) and len(kwargs) == 1
+            and isinstance(prefixes, tuple) and all(isinstance(p, str) for p in prefixes))
 
 
 def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
-    def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
-             **kwargs: Any) -> None:
-        level = (stacklevel if type(stacklevel) is int and 0 < stacklevel < sys.maxsize
-                 else _level(stacklevel))
-        if level is None:
-            return original(message, category, stacklevel, source, **kwargs)
-        up = _above(level)
+    def warn(message: Any = _MISSING, category: Any = None, stacklevel: int = 1,
+             source: Any = None, *extra: Any, **kwargs: Any) -> None:
+        if message is _MISSING or extra or kwargs and not _keywords_taken(kwargs):
+            # arguments the interpreter refuses: its own error, passed as close to as given
+            # as is known here (its message counts them)
+            if message is _MISSING:
+                return original(**kwargs)
+            given = (message, category, stacklevel, source) if source is not None or extra \
+                else (message, category, stacklevel)
+            return original(*given, *extra, **kwargs)
+        if type(stacklevel) is int and 0 < stacklevel < sys.maxsize:
+            level = stacklevel
+        else:
+            # a bool or an object with ``__index__`` is its integer (read once); no integer
+            # at all raises the interpreter's own error
+            level = operator.index(stacklevel)
+            if not -sys.maxsize - 1 < level < sys.maxsize:
+                # past the interpreter's range (its error) or at its ends (past the top of
+                # any stack, from here as from the caller)
+                return original(message, category, level, source, **kwargs)
+            level = max(level, 1)  # at most 0 names the issuer, as 1 does
+        up = level + 1
         if not _hidden:
             return original(message, category, up, source, **kwargs)
         try:
@@ -184,7 +192,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
             if not crossed and not _internal(caller.f_code) and not (
                     prefixes and _skipped(caller.f_code, prefixes)):
                 # none of ours on the way: one level more for this frame names the same
-                return original(message, category, _above(level), source, **kwargs)
+                return original(message, category, level + 1, source, **kwargs)
             counted = (_level_from(sys._getframe(), target, prefixes) if target is not None
                        else None)
         except Exception:  # the count must never break a warning (nor a caller with no
@@ -192,7 +200,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(message, category, up, source, **kwargs)
         if counted is not None:
             return original(message, category, counted, source, **kwargs)
-        return _explicit(original, message, category, target, source)
+        return _explicit(original, message, category, target, source, kwargs)
 
     warn.__doc__ = original.__doc__
     warn.__wrapped__ = original  # type: ignore[attr-defined]

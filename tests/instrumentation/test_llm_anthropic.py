@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import anthropic
 import pytest
@@ -246,6 +247,21 @@ def _media_turn(image: str) -> list[dict]:
         {"type": "search_result", "source": "https://kb.example/shipping",
          "title": "Shipping", "content": [{"type": "text", "text": "Orders ship in 2 days."}]},
         {"type": "text", "text": "Which of these applies to me?"}]}]
+
+
+def test_content_nested_past_any_api_limit_is_read_to_a_bound(alone, stub) -> None:
+    """Documents nested in documents' content far deeper than the API takes (the SDK sends
+    them): the block stands for what it holds past the bound, the call's records kept."""
+    source: dict[str, Any] = {"type": "text", "media_type": "text/plain", "data": "deep"}
+    for _ in range(250):
+        source = {"type": "content",
+                  "content": [{"type": "document", "source": source}]}
+    client(stub).messages.create(model=MODEL, max_tokens=64, messages=[
+        {"role": "user", "content": [{"type": "document", "source": source},
+                                     {"type": "text", "text": "Summarise."}]}])
+    rows = block_rows(one_inference(alone.tel.spans()))
+    assert len(rows) == 2 and rows[0][S.BLOCK_TOKENS] >= 1
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
 
 
 def test_images_and_documents_are_items_of_their_own(setup, stub) -> None:

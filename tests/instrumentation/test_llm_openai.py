@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import openai
+import pydantic
 import pytest
 from llm_helpers import (
     assert_folded,
@@ -277,6 +278,36 @@ def test_responses_a_stored_conversation_and_prompt_are_ref_blocks(setup, stub,
     assert "Grace Hopper" not in json.dumps(bundle)
 
 
+@pytest.mark.parametrize("named", [None, "app_conv"], ids=["unnamed", "named"])
+def test_an_envelope_belongs_to_the_conversation_its_calls_name(setup, stub, named) -> None:
+    """An application's envelope that names no conversation takes the first one a call
+    inside it names (the request's stored conversation, or util-genai's ambient one), so the
+    store groups its turns; an envelope's own id stands, the calls keep theirs."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.util.genai._conversation_context import with_conversation_id
+
+    c = client(stub)
+    with setup.tel.agent_context.envelope(agent_name="support", conversation_id=named):
+        c.responses.create(model=MODEL, input="Hi", conversation="conv_77",
+                           max_output_tokens=64)
+        c.responses.create(model=MODEL, input="Hi", conversation="conv_88",
+                           max_output_tokens=64)
+    token = otel_context.attach(with_conversation_id("amb_1"))
+    try:
+        with setup.tel.agent_context.envelope(agent_name="support", conversation_id=named):
+            for _ in range(2):  # the second call of a conversation takes the one-pass reader
+                c.chat.completions.create(model=MODEL, messages=CONVERSATION,
+                                          max_completion_tokens=64)
+    finally:
+        otel_context.detach(token)
+    calls = [s.attributes.get(S.GEN_AI_CONVERSATION_ID) for s in setup.tel.spans()
+             if s.kind.name == "CLIENT"]
+    assert calls == ["conv_77", "conv_88", "amb_1", "amb_1"]
+    metadata = [b["context_envelope"]["metadata"].get(S.GEN_AI_CONVERSATION_ID)
+                for b in setup.tel.bundles()]
+    assert metadata == ([named, named] if named else ["conv_77", "amb_1"])
+
+
 @pytest.mark.parametrize("odd", [
     {"conversation": ""}, {"conversation": {"id": ""}}, {"conversation": {"name": "x"}},
     {"conversation": 7}, {"prompt": {"version": "2"}}, {"prompt": {"id": 7}}, {"prompt": "pmpt"},
@@ -289,6 +320,30 @@ def test_responses_an_odd_conversation_or_prompt_names_nothing(alone, stub, odd)
     inf = one_inference(spans)
     assert S.GEN_AI_CONVERSATION_ID not in inf.attributes
     assert [b[1] for b in blocks(spans)] == ["user_message"]
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+class _PromptOfAComputedVersion(pydantic.BaseModel):
+    """A prompt the SDK serialises from its fields alone; reading ``version`` fails."""
+
+    id: str
+
+    @property
+    def version(self) -> str:
+        raise ValueError("computed elsewhere")
+
+
+@pytest.mark.parametrize(("prompt", "block"), [
+    ({"id": "pmpt_2", "version": 4}, "prompt:pmpt_2@4"),
+    (_PromptOfAComputedVersion(id="pmpt_1"), "prompt:pmpt_1"),
+], ids=["numbered_version", "failing_property"])
+def test_responses_a_prompt_read_as_far_as_it_reads(alone, stub, prompt, block) -> None:
+    """A version given as a number is the version; an application object whose property
+    fails when read is read without it, the call's other records kept."""
+    client(stub).responses.create(model=MODEL, input="Hi", max_output_tokens=64, prompt=prompt)
+    spans = alone.tel.spans()
+    assert [b[0] for b in blocks(spans)][:1] == [block]
+    assert [b[1] for b in blocks(spans)][1:] == ["user_message"]
     assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
 
 

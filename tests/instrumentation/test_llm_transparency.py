@@ -352,7 +352,8 @@ def _outcome(level: Any) -> tuple[Any, ...]:
 #: levels the interpreter reads its own way: at most 0 names the issuer, as 1 does; a bool
 #: or an object with ``__index__`` is its integer; one past its range, or no integer at all,
 #: is its error
-_ODD_LEVELS = (0, -1, -7, False, True, _Level(), sys.maxsize, sys.maxsize + 1, 1.5, "2", None)
+_ODD_LEVELS = (0, -1, -7, False, True, _Level(), sys.maxsize, -sys.maxsize - 1,
+               sys.maxsize + 1, -sys.maxsize - 2, 1.5, "2", None)
 
 
 @pytest.mark.parametrize("hidden", [False, True], ids=["no_wrapper_known", "wrappers_known"])
@@ -370,8 +371,62 @@ def test_odd_levels_land_where_they_land_uninstrumented(
     assert after == before
     here = _warn_at.__code__.co_filename
     assert [o[0] for o in before[:6]] == [here] * 6  # the issuer's line, not ours
-    assert before[6] == ("sys", 1)
-    assert [o[0] for o in before[7:]] == [OverflowError, TypeError, TypeError, TypeError]
+    assert before[6] == before[7] == ("sys", 1)  # the interpreter's ends: past any stack
+    assert [o[0] for o in before[8:]] == [OverflowError] * 2 + [TypeError] * 3
+
+
+class _BadLevel:
+    """A level whose ``__index__`` fails (and counts its calls)."""
+
+    calls = 0
+
+    def __index__(self) -> int:
+        _BadLevel.calls += 1
+        raise ValueError("no level")
+
+
+#: calls the interpreter refuses: its error (type and message), whatever the level
+_REFUSED: tuple[Callable[[], Any], ...] = (
+    lambda: warnings.warn("m", UserWarning, 500, bogus=1),  # type: ignore[call-arg]
+    lambda: warnings.warn("m", UserWarning, 2, bogus=1),  # type: ignore[call-arg]
+    lambda: warnings.warn("m", UserWarning, 2, None, 5),  # type: ignore[call-arg]
+    lambda: warnings.warn(),  # type: ignore[call-arg]  # noqa: B028 - no message either
+    lambda: warnings.warn("m", UserWarning, _BadLevel()),  # type: ignore[arg-type]
+    # a keyword of Python 3.12 on: refused before it, and in a wrong form after
+    lambda: warnings.warn("m", UserWarning, 3, skip_file_prefixes=["/x"]),  # type: ignore
+    lambda: warnings.warn("m", UserWarning, 3, skip_file_prefixes=("/x", 5)),  # type: ignore
+)
+
+
+def test_refused_calls_raise_the_interpreters_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrapper(fn: Callable[[], Any]) -> Any:  # stands for our wrapper frame
+        return fn()
+
+    def outcomes() -> list[tuple[Any, ...]]:
+        found = []
+        for call in _REFUSED:
+            _BadLevel.calls = 0
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                try:
+                    wrapper(call)
+                except Exception as exc:
+                    found.append((type(exc), str(exc), _BadLevel.calls))
+                    continue
+            found.append(("issued", [(w.filename, w.lineno) for w in seen]))
+        return found
+
+    before = outcomes()
+    monkeypatch.setattr(_frames, "_hidden", set())
+    _frames.hide(wrapper)
+    _frames.install()
+    try:
+        after = outcomes()
+    finally:
+        _frames.uninstall()
+    assert after == before
+    assert [o[0] for o in before] == [TypeError] * 4 + [ValueError] + [TypeError] * 2
+    assert before[4][2] == 1  # the level read once
 
 
 def _issued_by_c(target: Callable[..., Any], *args: Any) -> list[tuple[str, int]]:

@@ -66,10 +66,19 @@ _FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop",
            "tool_use": "tool_call", "refusal": "content_filter"}
 
 
-def _block_text(block: Any) -> str:
+#: how deep content may nest in content (a tool result's, a document's, a search result's)
+#: before a block stands for what it holds: the API takes none this deep, and a deeper
+#: request ran the reader out of the interpreter's stack, losing the call's blocks
+_MAX_NESTING = 32
+
+
+def _block_text(block: Any, depth: int = 0) -> str:
     if isinstance(block, str):
         return block
     btype = _get(block, "type")
+    if depth > _MAX_NESTING:
+        return f"[{btype}]"
+    depth += 1
     if btype == "text":
         return str(_get(block, "text") or "")
     if btype in ("tool_use", "server_tool_use"):  # the model's call of a tool (a server's too)
@@ -78,16 +87,16 @@ def _block_text(block: Any) -> str:
         content = _get(block, "content")
         if isinstance(content, str):
             return content
-        return "\n".join(_block_text(b) for b in content or ())
+        return "\n".join(_block_text(b, depth) for b in content or ())
     if btype in ("thinking", "redacted_thinking"):
         return str(_get(block, "thinking") or "")
     if btype == "compaction":
         return str(_get(block, "content") or "")
     if btype in ("image", "document"):
-        return _source_text(btype, _get(block, "source"))
+        return _source_text(btype, _get(block, "source"), depth)
     if btype == "search_result":  # a retrieved document given as text: its title and text
         title = _get(block, "title")
-        body = _texts(_get(block, "content"))
+        body = _texts(_get(block, "content"), depth)
         return f"{title}\n{body}" if isinstance(title, str) and title else body
     if btype == "container_upload":
         return media_marker(btype, block, (("file_id",),))
@@ -96,20 +105,20 @@ def _block_text(block: Any) -> str:
         content = _get(block, "content")
         if isinstance(content, str) or (isinstance(content, (list, tuple)) and all(
                 _get(b, "type") == "text" for b in content)):
-            return _texts(content)
+            return _texts(content, depth)
         return media_marker(btype, block, (("tool_use_id",),))
     return f"[{btype}]"
 
 
-def _texts(content: Any) -> str:
+def _texts(content: Any, depth: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, (list, tuple)):
-        return "\n".join(_block_text(b) for b in content)
+        return "\n".join(_block_text(b, depth) for b in content)
     return ""
 
 
-def _source_text(btype: str, source: Any) -> str:
+def _source_text(btype: str, source: Any, depth: int) -> str:
     """The text an image's or a document's ``source`` gives the model: a text document's
     own text, else a marker naming the source (``media_marker``: its data, URL or file id)."""
     stype = _get(source, "type")
@@ -118,7 +127,7 @@ def _source_text(btype: str, source: Any) -> str:
         if isinstance(data, str):
             return data
     elif stype == "content":
-        return _texts(_get(source, "content"))
+        return _texts(_get(source, "content"), depth)
     return media_marker(btype, source, (("data",), ("url",), ("file_id",)))
 
 

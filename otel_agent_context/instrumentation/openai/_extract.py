@@ -83,7 +83,11 @@ def given(value: Any) -> Any:
 def _get(obj: Any, key: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(key)
-    return getattr(obj, key, None)
+    try:
+        return getattr(obj, key, None)
+    except Exception:  # an application object's property that fails: read as absent, the
+        # call's other records kept (the SDK serialises the object without reading it)
+        return None
 
 
 def _last_user(messages: list[Any]) -> int:
@@ -863,6 +867,8 @@ def _stored_prompt(prompt: Any) -> str | None:
     found, version = _get(prompt, "id"), given(_get(prompt, "version"))
     if not (isinstance(found, str) and found):
         return None
+    if type(version) is int:  # the API takes a string; the SDK sends a number as given
+        version = str(version)
     return f"{found}@{version}" if isinstance(version, str) and version else found
 
 
