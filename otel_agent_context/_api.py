@@ -177,6 +177,9 @@ class AgentContext:
         set_attributes(span, attrs)
         env = Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                        agent_name or "unknown", scope_value, self._events.logger())
+        if not conversation_id and not owned:  # the caller's span may name it already
+            named = (getattr(span, "attributes", None) or {}).get(S.GEN_AI_CONVERSATION_ID)
+            conversation_id = named if isinstance(named, str) else None
         env._conversation = conversation_id or None
         return env
 

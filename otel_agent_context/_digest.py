@@ -158,14 +158,6 @@ _MEMO: dict[Any, Any] = {}
 _MEMO_MAX_ENTRIES = 4 * 4096
 _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
-#: Texts past an eighth of that (a base64 image, a long document sent as a message) are
-#: kept too, apart: each would evict everything else, yet an agent sends its screenshots
-#: again with every call and hashing 10 MB of one cost ~10 ms a call (the SDK's own JSON
-#: encoding of it ~26 ms). At most this many characters, oldest forgotten first; what the
-#: application dropped is held until then.
-_BIG_MAX_CHARS = 32 * 2**20
-_big_keys: list[tuple[Any, int]] = []
-_big_chars = 0
 
 
 #: The assembly hash's state after each conversation's last call (``assembly_digest``), by
@@ -184,12 +176,11 @@ _generation = 0
 
 
 def _forget() -> None:
-    global _memo_chars, _assembly_chars, _generation, _big_chars
+    global _memo_chars, _assembly_chars, _generation
     _generation += 1
     _MEMO.clear()
+    _BIG_SHORT.clear()
     _memo_chars = 0
-    _big_keys.clear()
-    _big_chars = 0
     _ASSEMBLY_STATES.clear()
     _assembly_chars = 0
 
@@ -197,31 +188,11 @@ def _forget() -> None:
 def _remember(key: Any, chars: int, value: Any) -> None:
     global _memo_chars
     if chars > _MEMO_MAX_CHARS // 8:
-        _remember_big(key, chars, value)
-        return
+        return  # one huge text would evict everything else
     if len(_MEMO) >= _MEMO_MAX_ENTRIES or _memo_chars + chars > _MEMO_MAX_CHARS:
         _forget()
     _MEMO[key] = value
     _memo_chars += chars
-
-
-def _remember_big(key: Any, chars: int, value: Any) -> None:
-    """``_remember`` for a value whose key holds a text past the memo's share."""
-    global _big_chars
-    if chars > _BIG_MAX_CHARS or key in _MEMO:
-        return
-    while _big_chars + chars > _BIG_MAX_CHARS:
-        try:
-            oldest, counted = _big_keys.pop(0)
-        except IndexError:  # emptied by another thread meanwhile
-            break
-        _MEMO.pop(oldest, None)
-        _big_chars -= counted
-    if len(_MEMO) >= _MEMO_MAX_ENTRIES:
-        _forget()
-    _MEMO[key] = value
-    _big_keys.append((key, chars))
-    _big_chars += chars
 
 
 def recall(key: Any) -> Any:
@@ -238,12 +209,10 @@ def remember(key: Any, chars: int, value: Any) -> None:
 
 def remember_beside(key: Any, text: str, value: Any) -> None:
     """:func:`remember` a value derived from ``text`` whose characters are counted with
-    the text's digest entry (a text past the memo's share is kept apart and counted for
-    each key that holds it)."""
+    the text's digest entry: nothing for a text past the cap's share, whose digest is not
+    kept either (the key would hold it uncounted)."""
     if len(text) <= _MEMO_MAX_CHARS // 8:
         _remember(key, 0, value)
-    else:  # kept apart, and counted again: the key holds the text
-        _remember_big(key, len(text), value)
 
 
 def _keyed(inner: Any) -> str:
@@ -381,17 +350,41 @@ def message_digests(role: str, text: str) -> tuple[str, str | None]:
     return short, SHA256_PREFIX + hashlib.sha256(data).hexdigest() if text else None
 
 
+#: Short digests of single texts past the memo's share (a base64 image or a signed URL in a
+#: media part, ``media_marker``), by the text's length and Python's own hash of it, which the
+#: string keeps once computed: an agent sends its screenshots again with every call, and
+#: digesting 10 MB of one again cost 12-24 ms a call. No text is held (the memo's entry
+#: would hold it, and evict everything else); two texts of one length whose 64-bit hashes
+#: collide would share an id. Forgotten with the memo.
+_BIG_SHORT: dict[tuple[int, int, int], str] = {}
+_BIG_SHORT_MAX_ENTRIES = 1024
+
+
 def short_digest(*parts: str, length: int = 12) -> str:
     """``length`` hex characters naming content in an id (a message's, a document's): keyed
     like the digests, so an id does not reveal a guessable text either."""
-    memo_key = (length, parts)
-    found = _MEMO.get(memo_key)
+    memo_key: Any = (length, parts)
+    chars = sum(map(len, parts))
+    big = chars > _MEMO_MAX_CHARS // 8 and len(parts) == 1 and type(parts[0]) is str
+    if big:
+        memo_key = (length, chars, hash(parts[0]))
+        found = _BIG_SHORT.get(memo_key)
+    else:
+        found = _MEMO.get(memo_key)
     if found is not None and _resolved:
         return found
+    generation = _generation
     data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
     if _current_key():
         value = _hmac_hex(data)[:length]
     else:
         value = hashlib.sha256(data).hexdigest()[:length]
-    _remember(memo_key, sum(map(len, parts)), value)
+    if not big:
+        _remember(memo_key, chars, value)
+        return value
+    with _lock:  # never one made under a key forgotten meanwhile (``reset`` holds the lock)
+        if generation == _generation and _resolved:
+            if len(_BIG_SHORT) >= _BIG_SHORT_MAX_ENTRIES:
+                _BIG_SHORT.clear()
+            _BIG_SHORT[memo_key] = value
     return value

@@ -151,33 +151,7 @@ def test_remembered_digests_follow_the_key_and_stay_bounded(monkeypatch) -> None
         assert len(_digest._MEMO) <= _digest._MEMO_MAX_ENTRIES
         huge = "x" * (_digest._MEMO_MAX_CHARS // 8 + 1)
         digest_text(huge)
-        assert huge in _digest._MEMO and _digest._big_chars == len(huge)  # kept apart
-    finally:
-        _digest.reset()
-
-
-def test_texts_past_the_memos_share_are_kept_apart_and_bounded(monkeypatch) -> None:
-    """A text past the memo's share for one (a base64 image an agent sends again with every
-    call) is remembered apart: it evicts none of the others, and the oldest of its kind go
-    first past their own bound."""
-    monkeypatch.setattr(_digest, "_MEMO_MAX_CHARS", 8 * 100)
-    monkeypatch.setattr(_digest, "_BIG_MAX_CHARS", 250)
-    _digest.reset()
-    try:
-        small = _digest.short_digest("s" * 50)
-        bigs = ["a" * 101, "b" * 102, "c" * 103]
-        first = [_digest.short_digest(t) for t in bigs[:2]]
-        assert _digest._big_chars == 203 and _digest._memo_chars == 50
-        assert [_digest.short_digest(t) for t in bigs[:2]] == first  # from memory
-        assert sum(1 for k in _digest._MEMO if k[1] in ((t,) for t in bigs)) == 2
-        _digest.short_digest(bigs[2])  # past 250: the oldest goes
-        held = [k[1][0][0] for k in _digest._MEMO if len(k[1][0]) > 100]
-        assert sorted(held) == ["b", "c"] and _digest._big_chars == 205
-        assert _digest.short_digest("s" * 50) == small and (12, ("s" * 50,)) in _digest._MEMO
-        _digest.short_digest("d" * 251)  # past the bound alone: never kept
-        assert all(k[1][0][0] != "d" for k in _digest._MEMO)
-        _digest.reset()
-        assert _digest._big_chars == 0 and not _digest._big_keys and not _digest._MEMO
+        assert huge not in _digest._MEMO
     finally:
         _digest.reset()
 
@@ -434,9 +408,7 @@ def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
         huge = "y" * (_digest._MEMO_MAX_CHARS // 8 + 1)
         message_facts("user", huge)
         plain_block("user", huge, "session_history", "message_history", "message_history")
-        # kept apart (a screenshot sent again every call), counted there for each key
-        assert len(_digest._MEMO) == 4 and _digest._memo_chars == 2 * len(text)
-        assert _digest._big_chars == 2 * len(huge)
+        assert len(_digest._MEMO) == 2 and _digest._memo_chars == 2 * len(text)
     finally:
         _digest.reset()
 
@@ -485,5 +457,47 @@ def test_a_key_forgotten_just_before_the_state_is_kept_keeps_none(monkeypatch) -
         monkeypatch.setattr(_digest, "_keep_state", real)
         grown = ["system:a", "user:b", "user:c"], ["d1", "d2", "d3"]
         assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
+    finally:
+        _digest.reset()
+
+
+def test_a_long_media_text_is_named_from_memory_without_holding_it(monkeypatch) -> None:
+    """A base64 image an agent sends again with every call (a text past the memo's share)
+    is digested once while its digest is remembered by its length and hash: none of its
+    characters held, several images at once each remembered, forgotten with the key, and
+    a digest made under a key forgotten meanwhile never kept."""
+    monkeypatch.setattr(_digest, "_MEMO_MAX_CHARS", 8 * 100)
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
+    _digest.reset()
+    hashed: list[int] = []
+    real = _digest._hmac_hex
+
+    def counting(data: bytes) -> str:
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(_digest, "_hmac_hex", counting)
+    try:
+        images = [chr(ord("a") + i) * (101 + i) for i in range(6)]
+        first = [_digest.short_digest(t) for t in images]
+        for _ in range(3):  # the same six again, and equal strings built anew
+            assert [_digest.short_digest(t) for t in images] == first
+            assert [_digest.short_digest("".join(list(t))) for t in images] == first
+        assert len(hashed) == 6 and len(set(first)) == 6
+        assert first[0] == hmac.new(b"first", images[0].encode(), "sha256").hexdigest()[:12]
+        held = [k for k in (*_digest._MEMO, *_digest._BIG_SHORT) if images[0] in str(k)]
+        assert held == []
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+        _digest.reset()
+        assert _digest.short_digest(images[0]) != first[0] and len(hashed) == 7
+
+        def forgetting(data: bytes) -> str:  # the key changes while a digest is made
+            value = counting(data)
+            _digest.reset()
+            return value
+
+        monkeypatch.setattr(_digest, "_hmac_hex", forgetting)
+        _digest.short_digest(images[1])
+        assert _digest._BIG_SHORT == {}
     finally:
         _digest.reset()

@@ -78,7 +78,9 @@ def _internal(code: CodeType) -> bool:
 def _skipped(code: CodeType, prefixes: tuple[str, ...]) -> bool:
     """Whether the interpreter, counting from a caller outside the import machinery,
     passes over this frame without counting it."""
-    return _internal(code) or bool(prefixes and code.co_filename.startswith(prefixes))
+    # the interpreter's prefix test leaves out the name's last character: a prefix that is
+    # the whole file name does not match it (``PyUnicode_Tailmatch(name, prefix, 0, -1)``)
+    return _internal(code) or bool(prefixes and code.co_filename.startswith(prefixes, 0, -1))
 
 
 def _target(caller: FrameType, stacklevel: int, prefixes: tuple[str, ...]
@@ -150,54 +152,92 @@ def _keywords_taken(kwargs: dict[str, Any]) -> bool:
             and isinstance(prefixes, tuple) and all(isinstance(p, str) for p in prefixes))
 
 
+#: ``warnings.warn``'s parameters, in order, and the defaults of all but the first
+_PARAMETERS = ("message", "category", "stacklevel", "source")
+_DEFAULTS = (None, 1, None)
+
+
+def _bound(args: tuple[Any, ...], kwargs: dict[str, Any]
+           ) -> tuple[list[Any], dict[str, Any]] | None:
+    """The four parameters' values and the other keywords as the interpreter binds a call's
+    arguments, or None when it refuses them (too many, one given twice, no message)."""
+    if len(args) > 4:
+        return None
+    values = [*args, *(_MISSING,) * (4 - len(args))]
+    others: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if name in _PARAMETERS:
+            i = _PARAMETERS.index(name)
+            if values[i] is not _MISSING:
+                return None
+            values[i] = value
+        else:
+            others[name] = value
+    if values[0] is _MISSING:
+        return None
+    for i in (1, 2, 3):
+        if values[i] is _MISSING:
+            values[i] = _DEFAULTS[i - 1]
+    return values, others
+
+
 def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
-    def warn(message: Any = _MISSING, category: Any = None, stacklevel: int = 1,
-             source: Any = None, *extra: Any, **kwargs: Any) -> None:
-        if message is _MISSING or extra or kwargs and not _keywords_taken(kwargs):
-            # arguments the interpreter refuses: its own error, passed as close to as given
-            # as is known here (its message counts them)
-            if message is _MISSING:
-                return original(**kwargs)
-            given = (message, category, stacklevel, source) if source is not None or extra \
-                else (message, category, stacklevel)
-            return original(*given, *extra, **kwargs)
+    def warn(*args: Any, **kwargs: Any) -> None:
+        n = len(args)
+        if not kwargs and 0 < n < 5:
+            given: tuple[Any, ...] = (*args, *_DEFAULTS[n - 1:])
+            message, category, stacklevel, source = given
+        else:
+            bound = _bound(args, kwargs)
+            if bound is None or bound[1] and not _keywords_taken(bound[1]):
+                # arguments the interpreter refuses: its own error, from them as given
+                return original(*args, **kwargs)
+            values, kwargs = bound
+            message, category, stacklevel, source = values
+        prefixes = kwargs["skip_file_prefixes"] if kwargs else ()
         if type(stacklevel) is int and 0 < stacklevel < sys.maxsize:
             level = stacklevel
         else:
             # a bool or an object with ``__index__`` is its integer (read once); no integer
             # at all raises the interpreter's own error
             level = operator.index(stacklevel)
+            if prefixes and -sys.maxsize - 1 <= level < 2:
+                level = 2  # the interpreter's rule, before it counts: see below
             if not -sys.maxsize - 1 < level < sys.maxsize:
                 # past the interpreter's range (its error) or at its ends (past the top of
                 # any stack, from here as from the caller)
                 return original(message, category, level, source, **kwargs)
             level = max(level, 1)  # at most 0 names the issuer, as 1 does
+        # the interpreter's rule: with prefixes, level 1 (the issuer itself) is never named
+        if prefixes and level < 2:
+            level = 2
         up = level + 1
         if not _hidden:
             return original(message, category, up, source, **kwargs)
+        target: FrameType | None = None
+        counted: int | None
+        # the count is made here, the warning issued after it: a warning that raises (an
+        # error filter) must not be issued twice
         try:
             if level == 1 and not kwargs and not _internal(sys._getframe(1).f_code):
                 # the issuer names itself (asyncio's ResourceWarnings, ~9 a model call in an
                 # Agents SDK run): no frame to count, what the general count below finds
-                return original(message, category, 2, source)
-            prefixes = tuple(kwargs.get("skip_file_prefixes") or ())
-            # the interpreter's rule: with prefixes, level 1 (the issuer itself) is never named
-            if prefixes:
-                level = max(level, 2)
-            # no local holds this frame: a frame holding itself is a reference cycle, which
-            # kept the warning's source and every frame it crossed alive until the
-            # collector's next pass
-            caller = sys._getframe(1)
-            target, crossed = _target(caller, level, prefixes)
-            if not crossed and not _internal(caller.f_code) and not (
-                    prefixes and _skipped(caller.f_code, prefixes)):
-                # none of ours on the way: one level more for this frame names the same
-                return original(message, category, level + 1, source, **kwargs)
-            counted = (_level_from(sys._getframe(), target, prefixes) if target is not None
-                       else None)
+                counted = 2
+            else:
+                # no local holds this frame: a frame holding itself is a reference cycle,
+                # which kept the warning's source and every frame it crossed alive until the
+                # collector's next pass
+                caller = sys._getframe(1)
+                target, crossed = _target(caller, level, prefixes)
+                if not crossed and not _internal(caller.f_code) and not (
+                        prefixes and _skipped(caller.f_code, prefixes)):
+                    counted = level + 1  # none of ours on the way: one more for this frame
+                else:
+                    counted = (_level_from(sys._getframe(), target, prefixes)
+                               if target is not None else None)
         except Exception:  # the count must never break a warning (nor a caller with no
             # Python frame, called from C: a thread's or atexit's): the plain one then
-            return original(message, category, up, source, **kwargs)
+            counted = up
         if counted is not None:
             return original(message, category, counted, source, **kwargs)
         return _explicit(original, message, category, target, source, kwargs)

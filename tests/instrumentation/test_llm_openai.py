@@ -308,6 +308,21 @@ def test_an_envelope_belongs_to_the_conversation_its_calls_name(setup, stub, nam
     assert metadata == ([named, named] if named else ["conv_77", "amb_1"])
 
 
+def test_a_callers_span_keeps_the_conversation_it_names(setup, stub) -> None:
+    """An envelope on the caller's span (``span=``) that names its conversation as an
+    attribute, not an argument: the span's id stands."""
+    tracer = setup.tel.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("invoke_agent support") as span:
+        span.set_attribute(S.GEN_AI_CONVERSATION_ID, "app-conv-1")
+        with setup.tel.agent_context.envelope(span=span):
+            client(stub).responses.create(model=MODEL, input="Hi", conversation="conv_77",
+                                          max_output_tokens=64)
+    (agent,) = [s for s in setup.tel.spans() if s.name == "invoke_agent support"]
+    assert agent.attributes[S.GEN_AI_CONVERSATION_ID] == "app-conv-1"
+    (bundle,) = setup.tel.bundles()
+    assert bundle["context_envelope"]["metadata"][S.GEN_AI_CONVERSATION_ID] == "app-conv-1"
+
+
 @pytest.mark.parametrize("odd", [
     {"conversation": ""}, {"conversation": {"id": ""}}, {"conversation": {"name": "x"}},
     {"conversation": 7}, {"prompt": {"version": "2"}}, {"prompt": {"id": 7}}, {"prompt": "pmpt"},

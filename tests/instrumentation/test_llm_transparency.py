@@ -395,6 +395,8 @@ _REFUSED: tuple[Callable[[], Any], ...] = (
     # a keyword of Python 3.12 on: refused before it, and in a wrong form after
     lambda: warnings.warn("m", UserWarning, 3, skip_file_prefixes=["/x"]),  # type: ignore
     lambda: warnings.warn("m", UserWarning, 3, skip_file_prefixes=("/x", 5)),  # type: ignore
+    lambda: warnings.warn("m", stacklevel=2, message="x"),  # type: ignore[misc]
+    lambda: warnings.warn("m", UserWarning, 1, None, skip_file_prefixes=(5,)),  # type: ignore
 )
 
 
@@ -425,8 +427,49 @@ def test_refused_calls_raise_the_interpreters_error(monkeypatch: pytest.MonkeyPa
     finally:
         _frames.uninstall()
     assert after == before
-    assert [o[0] for o in before] == [TypeError] * 4 + [ValueError] + [TypeError] * 2
+    assert [o[0] for o in before] == [TypeError] * 4 + [ValueError] + [TypeError] * 4
     assert before[4][2] == 1  # the level read once
+
+
+def test_a_warning_raised_as_an_error_is_issued_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under an error filter the warning raises from the hook as from the interpreter: once,
+    not issued again as the count's fallback (its ``__context__`` would be the first)."""
+    def wrapper(fn: Callable[[], Any]) -> Any:  # stands for our wrapper frame
+        return fn()
+
+    def raised(through: bool) -> tuple[Any, ...]:
+        shown: list[Any] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            monkeypatch.setattr(warnings, "showwarning", lambda *a, **k: shown.append(a))
+            try:
+                if through:
+                    wrapper(lambda: warnings.warn("probe", DeprecationWarning, 2))
+                else:
+                    warnings.warn("probe", DeprecationWarning, 2)
+            except DeprecationWarning as exc:
+                return type(exc), exc.__context__, shown
+        return (None,)
+
+    before = [raised(False), raised(True)]
+    monkeypatch.setattr(_frames, "_hidden", set())
+    _frames.hide(wrapper)
+    _frames.install()
+    try:
+        after = [raised(False), raised(True)]
+    finally:
+        _frames.uninstall()
+    assert after == before == [(DeprecationWarning, None, [])] * 2
+
+
+def test_a_prefix_that_is_the_whole_file_name_skips_nothing() -> None:
+    """The interpreter's ``skip_file_prefixes`` test leaves out the file name's last
+    character (Python 3.12 on): a library passing its own ``__file__`` is not skipped."""
+    code = _issue_plain.__code__
+    name = code.co_filename
+    assert not _frames._skipped(code, (name,))
+    assert _frames._skipped(code, (name[:-1],))
+    assert _frames._skipped(code, (os.path.dirname(name),))
 
 
 def _issued_by_c(target: Callable[..., Any], *args: Any) -> list[tuple[str, int]]:
