@@ -30,7 +30,7 @@ from . import _env, _events_out, _failsafe
 from . import _semconv as S
 from ._attributes import to_ns
 from ._enums import Lifecycle, Scope
-from ._envelope import _PRODUCER, Envelope, current_envelope
+from ._envelope import _PRODUCER, Envelope, current_envelope, span_conversation
 from ._envelope import _RUN_ENVELOPE as _RUN_ENVELOPE
 from ._envelope import _run_envelope_parent as _run_envelope_parent
 from ._failsafe import RECORDER, _guard
@@ -178,8 +178,7 @@ class AgentContext:
         env = Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                        agent_name or "unknown", scope_value, self._events.logger())
         if not conversation_id and not owned:  # the caller's span may name it already
-            named = (getattr(span, "attributes", None) or {}).get(S.GEN_AI_CONVERSATION_ID)
-            conversation_id = named if isinstance(named, str) else None
+            conversation_id = span_conversation(span)
         env._conversation = conversation_id or None
         return env
 

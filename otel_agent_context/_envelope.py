@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -339,6 +339,11 @@ class Envelope(_Recorder):
         envelope's own id, when it has one, stands."""
         if (self._conversation is None and isinstance(conversation_id, str) and conversation_id
                 and not self._ended):
+            if not self._owned:  # the caller's span may have been given its own since
+                named = span_conversation(self._span)
+                if named is not None:
+                    self._conversation = named
+                    return
             self._conversation = conversation_id
             self._set(self._span, {S.GEN_AI_CONVERSATION_ID: conversation_id})
 
@@ -516,6 +521,18 @@ def _parent_and_envelope(current: Context) -> tuple[Context | None, Envelope | N
     if run is None or run._ended:
         return None, None
     return trace.set_span_in_context(run._span, current), run
+
+
+def span_conversation(span: Any) -> str | None:
+    """The ``gen_ai.conversation.id`` a span (the caller's: an SDK span, or another's that
+    may not say) already carries, if it can tell."""
+    try:
+        attributes = getattr(span, "attributes", None)
+        named = (attributes.get(S.GEN_AI_CONVERSATION_ID)
+                 if isinstance(attributes, Mapping) else None)
+    except Exception:  # a span of another implementation whose attributes fail to read
+        return None
+    return named if isinstance(named, str) and named else None
 
 
 def current_envelope() -> Envelope | None:

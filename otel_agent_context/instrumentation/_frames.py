@@ -18,7 +18,8 @@ skipped from an outside caller, ``skip_file_prefixes`` honoured), except that ou
 registered wrapper frames do not count, and then calls the original ``warnings.warn`` with
 the level that names the same frame (or, when no level counted from here can name it,
 ``warnings.warn_explicit`` at that frame). A warning whose levels cross
-none of our frames names exactly the frame it named before. It keeps no state per call, so
+none of our frames names exactly the frame it named before; arguments the interpreter
+refuses are passed to it as given (its own error, worded as its own). It keeps no state per call, so
 it is safe from any thread, and it is removed when the last instrumentor is turned off
 (unless something else replaced ``warnings.warn`` after us, which is then left alone).
 
@@ -96,7 +97,7 @@ def _target(caller: FrameType, stacklevel: int, prefixes: tuple[str, ...]
         if frame is None:
             break
         code = frame.f_code
-        if code in _hidden:
+        if code in _hidden or code in _OWN:
             crossed = True
         elif not (outside and _skipped(code, prefixes)):
             level += 1
@@ -152,48 +153,31 @@ def _keywords_taken(kwargs: dict[str, Any]) -> bool:
             and isinstance(prefixes, tuple) and all(isinstance(p, str) for p in prefixes))
 
 
-#: ``warnings.warn``'s parameters, in order, and the defaults of all but the first
-_PARAMETERS = ("message", "category", "stacklevel", "source")
-_DEFAULTS = (None, 1, None)
+#: the defaults of ``warnings.warn``'s parameters that complete ``n`` positional arguments
+_PADDING = ((), (None, 1, None), (1, None), (None,), ())
 
 
-def _bound(args: tuple[Any, ...], kwargs: dict[str, Any]
-           ) -> tuple[list[Any], dict[str, Any]] | None:
-    """The four parameters' values and the other keywords as the interpreter binds a call's
-    arguments, or None when it refuses them (too many, one given twice, no message)."""
-    if len(args) > 4:
-        return None
-    values = [*args, *(_MISSING,) * (4 - len(args))]
-    others: dict[str, Any] = {}
-    for name, value in kwargs.items():
-        if name in _PARAMETERS:
-            i = _PARAMETERS.index(name)
-            if values[i] is not _MISSING:
-                return None
-            values[i] = value
-        else:
-            others[name] = value
-    if values[0] is _MISSING:
-        return None
-    for i in (1, 2, 3):
-        if values[i] is _MISSING:
-            values[i] = _DEFAULTS[i - 1]
-    return values, others
+def _named(message: Any = _MISSING, category: Any = None, stacklevel: Any = 1,
+           source: Any = None, **others: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """A call's arguments bound as the interpreter binds them (``TypeError``: it refuses
+    them too, in its own words)."""
+    return message, category, stacklevel, source, others
 
 
 def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
     def warn(*args: Any, **kwargs: Any) -> None:
-        n = len(args)
-        if not kwargs and 0 < n < 5:
-            given: tuple[Any, ...] = (*args, *_DEFAULTS[n - 1:])
-            message, category, stacklevel, source = given
+        if not kwargs and 0 < len(args) < 5:
+            message, category, stacklevel, source = args + _PADDING[len(args)]
         else:
-            bound = _bound(args, kwargs)
-            if bound is None or bound[1] and not _keywords_taken(bound[1]):
+            try:
+                message, category, stacklevel, source, others = _named(*args, **kwargs)
+            except TypeError:
+                others = None
+            if others is None or message is _MISSING or others and not _keywords_taken(
+                    others):
                 # arguments the interpreter refuses: its own error, from them as given
                 return original(*args, **kwargs)
-            values, kwargs = bound
-            message, category, stacklevel, source = values
+            kwargs = others
         prefixes = kwargs["skip_file_prefixes"] if kwargs else ()
         if type(stacklevel) is int and 0 < stacklevel < sys.maxsize:
             level = stacklevel
@@ -212,22 +196,23 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
         if prefixes and level < 2:
             level = 2
         up = level + 1
-        if not _hidden:
-            return original(message, category, up, source, **kwargs)
         target: FrameType | None = None
         counted: int | None
         # the count is made here, the warning issued after it: a warning that raises (an
         # error filter) must not be issued twice
         try:
-            if level == 1 and not kwargs and not _internal(sys._getframe(1).f_code):
+            # no local holds this frame: a frame holding itself is a reference cycle, which
+            # kept the warning's source and every frame it crossed alive until the
+            # collector's next pass
+            caller = sys._getframe(1)
+            name = caller.f_code.co_filename
+            if level == 1 and not kwargs and ("importlib" not in name
+                                              or "_bootstrap" not in name):
                 # the issuer names itself (asyncio's ResourceWarnings, ~9 a model call in an
-                # Agents SDK run): no frame to count, what the general count below finds
+                # Agents SDK run), outside the import machinery (``_internal``, inline: the
+                # common case): no frame to count, what the general count below finds
                 counted = 2
             else:
-                # no local holds this frame: a frame holding itself is a reference cycle,
-                # which kept the warning's source and every frame it crossed alive until the
-                # collector's next pass
-                caller = sys._getframe(1)
                 target, crossed = _target(caller, level, prefixes)
                 if not crossed and not _internal(caller.f_code) and not (
                         prefixes and _skipped(caller.f_code, prefixes)):
@@ -238,13 +223,21 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:  # the count must never break a warning (nor a caller with no
             # Python frame, called from C: a thread's or atexit's): the plain one then
             counted = up
-        if counted is not None:
+        if counted is None:
+            return _explicit(original, message, category, target, source, kwargs)
+        if kwargs:
             return original(message, category, counted, source, **kwargs)
-        return _explicit(original, message, category, target, source, kwargs)
+        return original(message, category, counted, source)
 
     warn.__doc__ = original.__doc__
     warn.__wrapped__ = original  # type: ignore[attr-defined]
     return warn
+
+
+#: This module's frames between a warning's issuer and the interpreter: never counted either,
+#: since a warning issued while one is handled (by a filter's ``match``, by
+#: ``showwarning``) counts the frames below it too
+_OWN = frozenset({nested(_make_hook, "warn"), _explicit.__code__})
 
 
 def install() -> None:

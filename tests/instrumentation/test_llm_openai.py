@@ -312,15 +312,20 @@ def test_a_callers_span_keeps_the_conversation_it_names(setup, stub) -> None:
     """An envelope on the caller's span (``span=``) that names its conversation as an
     attribute, not an argument: the span's id stands."""
     tracer = setup.tel.tracer_provider.get_tracer("app")
-    with tracer.start_as_current_span("invoke_agent support") as span:
-        span.set_attribute(S.GEN_AI_CONVERSATION_ID, "app-conv-1")
-        with setup.tel.agent_context.envelope(span=span):
-            client(stub).responses.create(model=MODEL, input="Hi", conversation="conv_77",
-                                          max_output_tokens=64)
-    (agent,) = [s for s in setup.tel.spans() if s.name == "invoke_agent support"]
-    assert agent.attributes[S.GEN_AI_CONVERSATION_ID] == "app-conv-1"
-    (bundle,) = setup.tel.bundles()
-    assert bundle["context_envelope"]["metadata"][S.GEN_AI_CONVERSATION_ID] == "app-conv-1"
+    for early in (True, False):  # named before the envelope, or after it, before the call
+        with tracer.start_as_current_span("invoke_agent support") as span:
+            if early:
+                span.set_attribute(S.GEN_AI_CONVERSATION_ID, "app-conv-1")
+            with setup.tel.agent_context.envelope(span=span):
+                if not early:
+                    span.set_attribute(S.GEN_AI_CONVERSATION_ID, "app-conv-1")
+                client(stub).responses.create(model=MODEL, input="Hi", conversation="conv_77",
+                                              max_output_tokens=64)
+    agents = [s for s in setup.tel.spans() if s.name == "invoke_agent support"]
+    assert [a.attributes[S.GEN_AI_CONVERSATION_ID] for a in agents] == ["app-conv-1"] * 2
+    metadata = [b["context_envelope"]["metadata"][S.GEN_AI_CONVERSATION_ID]
+                for b in setup.tel.bundles()]
+    assert metadata == ["app-conv-1"] * 2
 
 
 @pytest.mark.parametrize("odd", [

@@ -334,6 +334,20 @@ def test_warnings_crossing_none_of_our_frames_name_the_same_frame() -> None:
     assert before[-4][0] == "sys"
 
 
+def _with_hook(monkeypatch: pytest.MonkeyPatch, outcome: Callable[[], Any],
+               *hidden: Any) -> tuple[Any, Any]:
+    """``outcome()`` uninstrumented, then with the warnings hook installed and only the
+    ``hidden`` codes hidden."""
+    before = outcome()
+    monkeypatch.setattr(_frames, "_hidden", set())
+    _frames.hide(*hidden)
+    _frames.install()
+    try:
+        return before, outcome()
+    finally:
+        _frames.uninstall()
+
+
 class _Level:
     """A level that is no int but says which one it stands for (``__index__``)."""
 
@@ -418,14 +432,7 @@ def test_refused_calls_raise_the_interpreters_error(monkeypatch: pytest.MonkeyPa
             found.append(("issued", [(w.filename, w.lineno) for w in seen]))
         return found
 
-    before = outcomes()
-    monkeypatch.setattr(_frames, "_hidden", set())
-    _frames.hide(wrapper)
-    _frames.install()
-    try:
-        after = outcomes()
-    finally:
-        _frames.uninstall()
+    before, after = _with_hook(monkeypatch, outcomes, wrapper)
     assert after == before
     assert [o[0] for o in before] == [TypeError] * 4 + [ValueError] + [TypeError] * 4
     assert before[4][2] == 1  # the level read once
@@ -451,15 +458,34 @@ def test_a_warning_raised_as_an_error_is_issued_once(monkeypatch: pytest.MonkeyP
                 return type(exc), exc.__context__, shown
         return (None,)
 
-    before = [raised(False), raised(True)]
-    monkeypatch.setattr(_frames, "_hidden", set())
-    _frames.hide(wrapper)
-    _frames.install()
-    try:
-        after = [raised(False), raised(True)]
-    finally:
-        _frames.uninstall()
+    before, after = _with_hook(monkeypatch, lambda: [raised(False), raised(True)], wrapper)
     assert after == before == [(DeprecationWarning, None, [])] * 2
+
+
+def test_a_warning_issued_while_one_is_shown_counts_none_of_ours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``showwarning`` (or a filter's ``match``) issuing a warning of its own, with a level
+    that reaches below it: the interpreter's ``warn`` has no Python frame there, and neither
+    do ours count (before, the inner warning named the hook's line)."""
+    seen: list[tuple[str, str, int]] = []
+
+    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+        seen.append((str(message), filename, lineno))
+        if str(message) == "outer":  # show <- warnings' _showwarnmsg <- the issuer
+            warnings.warn("inner", UserWarning, 3)  # noqa: B028 - the level is the point
+
+    def outcome() -> list[tuple[str, str, int]]:
+        seen.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            monkeypatch.setattr(warnings, "showwarning", show)
+            warnings.warn("outer", UserWarning, 1)  # noqa: B028 - this line
+        return list(seen)
+
+    before, after = _with_hook(monkeypatch, outcome, _frames.nested)  # never crossed here
+    assert after == before
+    here = outcome.__code__.co_filename
+    assert [(m, f) for m, f, _ in before] == [("outer", here), ("inner", here)]
 
 
 def test_a_prefix_that_is_the_whole_file_name_skips_nothing() -> None:
@@ -496,14 +522,9 @@ def test_a_warning_with_no_python_caller_is_issued(level: int,
     errors: list[Any] = []
     monkeypatch.setattr(threading, "excepthook", errors.append)
     monkeypatch.setattr(sys, "unraisablehook", errors.append)
-    before = _issued_by_c(warnings.warn, "probe", UserWarning, level)
-    monkeypatch.setattr(_frames, "_hidden", set())
-    _frames.hide(_frames.nested)
-    _frames.install()
-    try:
-        after = _issued_by_c(warnings.warn, "probe", UserWarning, level)
-    finally:
-        _frames.uninstall()
+    before, after = _with_hook(
+        monkeypatch, lambda: _issued_by_c(warnings.warn, "probe", UserWarning, level),
+        _frames.nested)
     assert before == after == [("sys", 1)]
     assert errors == []
 
