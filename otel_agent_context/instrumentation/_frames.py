@@ -157,6 +157,34 @@ def _keywords_taken(kwargs: dict[str, Any]) -> bool:
 _PADDING = ((), (None, 1, None), (1, None), (None,), ())
 
 
+#: the interpreter's words for an ``__index__`` that returns a subclass of int
+_INDEX_DEPRECATED = ("__index__ returned non-int (type {}).  The ability to return an instance"
+                     " of a strict subclass of int is deprecated, and may be removed in a"
+                     " future version of Python.")
+
+
+def _index(original: Callable[..., Any], stacklevel: Any) -> int:
+    """``stacklevel`` as the interpreter reads a level (``operator.index``), read once; when
+    its ``__index__`` returns a subclass of int, the interpreter's ``DeprecationWarning``
+    about it is issued where the interpreter issues it, at the warning's issuer (from here
+    it would name this line)."""
+    method = getattr(type(stacklevel), "__index__", None)
+    if isinstance(stacklevel, int) or not callable(method):
+        return operator.index(stacklevel)  # an int, or the interpreter's own TypeError
+    value = method(stacklevel)
+    if type(value) is int:
+        return value
+    if not isinstance(value, int):
+        raise TypeError(f"__index__ returned non-int (type {type(value).__name__})")
+    try:
+        issuer: FrameType | None = sys._getframe(2)
+    except ValueError:  # the hook called from C: no Python frame below it
+        issuer = None
+    _explicit(original, _INDEX_DEPRECATED.format(type(value).__name__), DeprecationWarning,
+              issuer, None, {})
+    return int(value)
+
+
 def _named(message: Any = _MISSING, category: Any = None, stacklevel: Any = 1,
            source: Any = None, **others: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
     """A call's arguments bound as the interpreter binds them (``TypeError``: it refuses
@@ -184,7 +212,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
         else:
             # a bool or an object with ``__index__`` is its integer (read once); no integer
             # at all raises the interpreter's own error
-            level = operator.index(stacklevel)
+            level = _index(original, stacklevel)
             if prefixes and -sys.maxsize - 1 <= level < 2:
                 level = 2  # the interpreter's rule, before it counts: see below
             if not -sys.maxsize - 1 < level < sys.maxsize:
@@ -237,7 +265,7 @@ def _make_hook(original: Callable[..., Any]) -> Callable[..., Any]:
 #: This module's frames between a warning's issuer and the interpreter: never counted either,
 #: since a warning issued while one is handled (by a filter's ``match``, by
 #: ``showwarning``) counts the frames below it too
-_OWN = frozenset({nested(_make_hook, "warn"), _explicit.__code__})
+_OWN = frozenset({nested(_make_hook, "warn"), _explicit.__code__, _index.__code__})
 
 
 def install() -> None:

@@ -488,6 +488,36 @@ def test_a_warning_issued_while_one_is_shown_counts_none_of_ours(
     assert [(m, f) for m, f, _ in before] == [("outer", here), ("inner", here)]
 
 
+class _IntSubclass(int):
+    pass
+
+
+class _LevelOfASubclass:
+    """A level whose ``__index__`` returns a subclass of int, which the interpreter takes
+    with a ``DeprecationWarning`` of its own, issued at the warning's issuer."""
+
+    def __index__(self) -> int:
+        return _IntSubclass(2)
+
+
+def test_the_interpreters_warning_about_a_level_lands_where_it_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrapper(fn: Callable[[], Any]) -> Any:  # stands for our wrapper frame
+        return fn()
+
+    def outcome() -> list[tuple[str, str, int]]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            wrapper(lambda: warnings.warn("probe", UserWarning,
+                                          _LevelOfASubclass()))  # type: ignore[arg-type]
+        return [(w.category.__name__, w.filename, w.lineno) for w in seen]
+
+    before, after = _with_hook(monkeypatch, outcome, _frames.nested)  # never crossed here
+    assert after == before
+    assert [c for c, _, _ in before] == ["DeprecationWarning", "UserWarning"]
+    assert before[0][1] == outcome.__code__.co_filename  # the issuer's line, not ours
+
+
 def test_a_prefix_that_is_the_whole_file_name_skips_nothing() -> None:
     """The interpreter's ``skip_file_prefixes`` test leaves out the file name's last
     character (Python 3.12 on): a library passing its own ``__file__`` is not skipped."""
