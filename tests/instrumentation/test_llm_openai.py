@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import Any
 
@@ -306,6 +307,34 @@ def test_an_envelope_belongs_to_the_conversation_its_calls_name(setup, stub, nam
     metadata = [b["context_envelope"]["metadata"].get(S.GEN_AI_CONVERSATION_ID)
                 for b in setup.tel.bundles()]
     assert metadata == ([named, named] if named else ["conv_77", "amb_1"])
+
+
+@pytest.mark.parametrize("shots", [("a", "b", "c"), ("a", "a", "b")], ids=["three", "repeat"])
+def test_responses_computer_screenshots_are_their_calls_results(alone, stub, shots) -> None:
+    """A computer-use agent's screenshots (``computer_call_output``): each its call's
+    result, named by the call and by what the image carries (its data never written)."""
+    def shot(tag: str) -> str:
+        return "data:image/png;base64," + base64.b64encode(tag.encode() * 500).decode()
+
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Book a flight."}]
+    for i, tag in enumerate(shots):
+        items += [{"type": "computer_call", "id": f"cu_{i}", "call_id": f"call_{i}",
+                   "action": {"type": "screenshot"}, "pending_safety_checks": [],
+                   "status": "completed"},
+                  {"type": "computer_call_output", "call_id": f"call_{i}",
+                   "output": {"type": "computer_screenshot", "image_url": shot(tag)}}]
+    client(stub).responses.create(model=MODEL, input=items, truncation="auto",
+                                  max_output_tokens=64)
+    rows = [r for r in block_rows(one_inference(alone.tel.spans()))
+            if r[S.ITEM_ID].startswith("tool_result:")]
+    assert [r[S.ITEM_ID] for r in rows] == ["tool_result:call_0", "tool_result:call_1",
+                                           "tool_result:call_2"]
+    assert [r[S.GEN_AI_TOOL_CALL_ID] for r in rows] == ["call_0", "call_1", "call_2"]
+    digests = [r[S.BLOCK_DIGEST] for r in rows]
+    assert len(set(digests)) == len(set(shots))  # the same screenshot, the same digest
+    recorded = str([dict(s.attributes) for s in alone.tel.spans()]) + str(alone.tel.bundles())
+    assert base64.b64encode(b"a" * 60).decode()[:40] not in recorded
+    assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
 
 
 def test_a_callers_span_keeps_the_conversation_it_names(setup, stub) -> None:
