@@ -30,7 +30,7 @@ from . import _env, _events_out, _failsafe
 from . import _semconv as S
 from ._attributes import to_ns
 from ._enums import Lifecycle, Scope
-from ._envelope import _PRODUCER, Envelope, current_envelope, span_conversation
+from ._envelope import _PRODUCER, Envelope, current_envelope
 from ._envelope import _RUN_ENVELOPE as _RUN_ENVELOPE
 from ._envelope import _run_envelope_parent as _run_envelope_parent
 from ._failsafe import RECORDER, _guard
@@ -177,8 +177,7 @@ class AgentContext:
         set_attributes(span, attrs)
         env = Envelope(self, span, owned, attrs[S.CONTEXT_ID], _enum(Lifecycle, lifecycle),
                        agent_name or "unknown", scope_value, self._events.logger())
-        if not conversation_id and not owned:  # the caller's span may name it already
-            conversation_id = span_conversation(span)
+        # none: a call's, or the caller's span's when a call comes (_adopt_conversation)
         env._conversation = conversation_id or None
         return env
 

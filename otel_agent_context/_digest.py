@@ -364,15 +364,16 @@ def short_digest(*parts: str, length: int = 12) -> str:
     """``length`` hex characters naming content in an id (a message's, a document's): keyed
     like the digests, so an id does not reveal a guessable text either."""
     memo_key: Any = (length, parts)
+    found = _MEMO.get(memo_key)
+    if found is not None and _resolved:
+        return found
     chars = sum(map(len, parts))
     big = chars > _MEMO_MAX_CHARS // 8 and len(parts) == 1 and type(parts[0]) is str
     if big:
         memo_key = (length, chars, hash(parts[0]))
         found = _BIG_SHORT.get(memo_key)
-    else:
-        found = _MEMO.get(memo_key)
-    if found is not None and _resolved:
-        return found
+        if found is not None and _resolved:
+            return found
     generation = _generation
     data = "\x1f".join(parts).encode("utf-8", "surrogatepass")
     if _current_key():

@@ -1096,10 +1096,18 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
             arguments=_get(it, "arguments"), name=name, id=call_id)]) if capture else None)
         return make_block(f"tool_call:{call_id}", _K_SESSION_HISTORY, text,
                           capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
-    if itype == "function_call_output":
+    if type(itype) is str and itype.endswith("_call_output"):
+        # a tool's result (a function's; a computer-use screenshot, a custom or shell tool's
+        # output): its call's result, named by the call, its text or what its image carries
         call_id = str(_get(it, "call_id"))
         output = _get(it, "output")
-        text = output if isinstance(output, str) else text_of(output)
+        if isinstance(output, str):
+            text = output
+        elif itype == "function_call_output" or isinstance(output, (list, tuple)):
+            text = text_of(output)
+        else:
+            text = media_marker(str(_get(output, "type") or itype), output,
+                                (("image_url",), ("file_id",)))
         msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
                if capture else None)
         return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
@@ -1115,22 +1123,6 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         return make_block(f"item:{ref}", _K_SESSION_HISTORY, None, False,
                           _HISTORY_POINT, SEG_HISTORY, content_mode="ref", tokens=None,
                           content_ref=f"openai:items/{ref}"), None
-    if type(itype) is str and itype.endswith("_call_output"):
-        # another tool's result (a computer-use screenshot, a custom or shell tool's output):
-        # its call's result, named by the call, its text or what its image carries
-        call_id = str(_get(it, "call_id"))
-        output = _get(it, "output")
-        if isinstance(output, str):
-            text = output
-        elif isinstance(output, (list, tuple)):
-            text = text_of(output)
-        else:
-            text = media_marker(str(_get(output, "type") or itype), output,
-                                (("image_url",), ("file_id",)))
-        msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
-               if capture else None)
-        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
-                          capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     # reasoning and other items: history, by their text if any
     text = text_of(_get(it, "content") or _get(it, "summary"))
     iid = _get(it, "id") or short_digest(itype, text)
