@@ -30,7 +30,7 @@ from . import _env, _events_out, _failsafe
 from . import _semconv as S
 from ._attributes import to_ns
 from ._enums import Lifecycle, Scope
-from ._envelope import _PRODUCER, Envelope, current_envelope
+from ._envelope import _PRODUCER, Envelope, current_envelope, span_conversation
 from ._envelope import _RUN_ENVELOPE as _RUN_ENVELOPE
 from ._envelope import _run_envelope_parent as _run_envelope_parent
 from ._failsafe import RECORDER, _guard
@@ -146,7 +146,8 @@ class AgentContext:
 
         Use it as ``with ctx.envelope(...) as env:`` (the envelope is current inside the
         block, so nested model calls and :func:`current_envelope` see it), or call
-        ``stop()`` / ``fail(exc)`` yourself.
+        ``stop()`` / ``fail(exc)`` yourself. An envelope that names no ``conversation_id``
+        (nor its caller's span one) opened inside another is part of the outer one's.
         """
         owned = span is None
         if span is None:
@@ -162,6 +163,12 @@ class AgentContext:
             S.CONTEXT_SCHEMA_VERSION: S.SCHEMA_VERSION,
             S.CONTEXT_PRODUCER: self.producer,
         }
+        if not conversation_id and (owned or span_conversation(span) is None):
+            # opened inside another envelope (a sub-agent's turn, a handoff, a task): part
+            # of the outer one's conversation, as the store's session view groups turns
+            outer = current_envelope()
+            if outer is not None:
+                conversation_id = outer._conversation or span_conversation(outer.span)
         _put(attrs, S.CONTEXT_PARENT_ID, parent_id)
         _put(attrs, S.GEN_AI_AGENT_NAME, agent_name)
         _put(attrs, S.GEN_AI_AGENT_ID, agent_id)

@@ -357,6 +357,39 @@ def test_a_callers_span_keeps_the_conversation_it_names(setup, stub) -> None:
     assert metadata == ["app-conv-1"] * 2
 
 
+def test_an_envelope_inside_another_is_part_of_its_conversation(setup, stub) -> None:
+    """An envelope opened inside another (a sub-agent's turn, a task) that names no
+    conversation is part of the outer one's, whether the outer named it or took it from a
+    call; one that names its own, or whose caller's span does, keeps it."""
+    ctx = setup.tel.agent_context
+    tracer = setup.tel.tracer_provider.get_tracer("app")
+    c = client(stub)
+
+    def ask(conversation: str | None = None) -> None:
+        extra = {"conversation": conversation} if conversation else {}
+        c.responses.create(model=MODEL, input="Hi", max_output_tokens=64, **extra)
+
+    with ctx.envelope(agent_name="desk", conversation_id="conv_outer"):
+        with ctx.envelope(agent_name="named by the outer"):
+            ask()
+        with ctx.envelope(agent_name="its own", conversation_id="conv_own"):
+            ask()
+        with tracer.start_as_current_span("invoke_agent sub") as span:
+            span.set_attribute(S.GEN_AI_CONVERSATION_ID, "conv_span")
+            with ctx.envelope(agent_name="its span's", span=span):
+                ask()
+    with ctx.envelope(agent_name="adopted"):
+        ask("conv_called")  # the outer takes its call's conversation
+        with ctx.envelope(agent_name="after the call"):
+            ask()
+    named = {b["context_envelope"]["metadata"][S.GEN_AI_AGENT_NAME]:
+             b["context_envelope"]["metadata"].get(S.GEN_AI_CONVERSATION_ID)
+             for b in setup.tel.bundles()}
+    assert named == {"desk": "conv_outer", "named by the outer": "conv_outer",
+                     "its own": "conv_own", "its span's": "conv_span",
+                     "adopted": "conv_called", "after the call": "conv_called"}
+
+
 @pytest.mark.parametrize("odd", [
     {"conversation": ""}, {"conversation": {"id": ""}}, {"conversation": {"name": "x"}},
     {"conversation": 7}, {"prompt": {"version": "2"}}, {"prompt": {"id": 7}}, {"prompt": "pmpt"},

@@ -18,7 +18,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from ... import _semconv as S
 from ..._api import current_envelope
 from ..._enums import Scope
 from ._state import STATE, log_failure
@@ -27,12 +26,6 @@ __all__ = ["JUDGES", "SUMMARIZERS", "auxiliary", "wrap_auxiliary"]
 
 #: Document compressors that call a model for each decision (scope review).
 JUDGES = frozenset({"LLMChainFilter", "LLMChainExtractor", "LLMListwiseRerank"})
-
-
-def _conversation(parent: Any) -> str | None:
-    attributes = getattr(getattr(parent, "_span", None), "attributes", None) or {}
-    value = attributes.get(S.GEN_AI_CONVERSATION_ID)
-    return value if isinstance(value, str) else None
 
 
 @contextlib.contextmanager
@@ -50,8 +43,7 @@ def auxiliary(component: Any, scope: Scope) -> Iterator[None]:
         token = otel_context.attach(parent._ctx)
         try:
             env = ctx.envelope(scope=scope, agent_name=type(component).__name__,
-                               parent_id=parent.context_id,
-                               conversation_id=_conversation(parent))
+                               parent_id=parent.context_id)  # its conversation
         finally:
             otel_context.detach(token)
         env.__enter__()

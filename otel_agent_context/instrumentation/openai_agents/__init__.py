@@ -41,7 +41,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from ... import _semconv as S
 from ..._api import Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _ENVELOPE_KEY
@@ -87,11 +86,6 @@ def _tool_call_id(kwargs: dict[str, Any]) -> str | None:
     return call_id if isinstance(call_id, str) and call_id else None
 
 
-def _conversation_of(env: Envelope) -> str | None:
-    value = (getattr(env.span, "attributes", None) or {}).get(S.GEN_AI_CONVERSATION_ID)
-    return value if isinstance(value, str) else None
-
-
 def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
     """A new run envelope, or None (instrumentation off, or the application's envelope
     current: joined). A run inside another SDK run (an agent used as a tool, a judge run by a
@@ -118,7 +112,7 @@ def _open(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope | None:
         return ctx.envelope(
             scope=Scope.TOOL_INVOCATION if call_id else Scope.TASK, agent_name=name,
             parent_id=outer.context_id, model=model,
-            conversation_id=_conversation(kwargs) or _conversation_of(outer),
+            conversation_id=_conversation(kwargs),  # else the outer run's
             runtime_refs=(f"tool_call:{call_id}",) if call_id else ())
     except Exception:
         _internal_failure("run start")

@@ -369,6 +369,8 @@ def test_a_handoff_inside_the_applications_envelope_is_its_child_handoff_envelop
     sent = handoff["context_envelope"]
     assert (sent["scope"], sent["parent_id"], sent["metadata"]["gen_ai.agent.name"]) == (
         "handoff", envelope["context_id"], "Order agent")
+    # part of the app's conversation: the store's session view lists it with the app's turns
+    assert sent["metadata"]["gen_ai.conversation.id"] == li_agent_app.SESSION
     assert all(b["rebuild"]["status"] == "complete" for b in (app, handoff))
 
     spans = tel.spans()
@@ -392,6 +394,7 @@ def test_a_handoff_inside_the_applications_envelope_is_its_child_handoff_envelop
     with framework_on(LlamaIndexContextInstrumentor(), capture_setup):
         _workflow(li_agent_app.HANDOFF)
     _, ours = sorted(tel.bundles(), key=lambda b: b["context_envelope"]["created_at"])
+    del handoff["context_envelope"]["metadata"]["gen_ai.conversation.id"]  # ours names none
     assert _handed_over(handoff) == _handed_over(ours)
     shape = _handed_over(handoff)
     assert [k for _, k in shape["prompts"][0]] == ["system_prompt", "user_message",

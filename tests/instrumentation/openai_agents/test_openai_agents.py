@@ -237,9 +237,10 @@ def test_guardrail_tripwires_are_policy_refs_and_blocking_missing_context(
     assert metric == {"blocking": 3}
 
 
-def _nested_runs(base_url: str) -> list[str]:
+def _nested_runs(base_url: str, conversation_id: str | None = None) -> list[str]:
     """An orchestrator that uses a translator agent as a tool (``Agent.as_tool``, as the
-    SDK's docs write it) and an input guardrail whose judge is an agent run of its own."""
+    SDK's docs write it) and an input guardrail whose judge is an agent run of its own (the
+    orchestrator's run in a stored ``conversation_id`` if given)."""
     client = AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
     model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
     translator = Agent(name="Translator", instructions="Translate to French.", model=model)
@@ -259,10 +260,22 @@ def _nested_runs(base_url: str) -> list[str]:
 
     async def run() -> list[str]:
         result = await Runner.run(orchestrator,
-                                  'Say hi in French [call:translate_fr {"input": "hi"}]')
+                                  'Say hi in French [call:translate_fr {"input": "hi"}]',
+                                  **({"conversation_id": conversation_id}
+                                     if conversation_id else {}))
         return [str(result.final_output)]
 
     return asyncio.run(run())
+
+
+def test_runs_inside_a_run_are_part_of_its_conversation(capture_setup: Any) -> None:
+    """The tool's and the judge's runs, which the SDK starts without the conversation, are
+    part of the orchestrator's (the store's session view lists them with its turns)."""
+    _without_and_with(capture_setup, lambda url: _nested_runs(url, "conv_nested"))
+    named = {e["metadata"]["gen_ai.agent.name"]: e["metadata"].get("gen_ai.conversation.id")
+             for e in _envelopes(capture_setup.tel)}
+    assert named == {"Orchestrator": "conv_nested", "Translator": "conv_nested",
+                     "Homework judge": "conv_nested"}
 
 
 def test_runs_inside_a_run_are_their_own_envelopes(capture_setup: Any) -> None:
