@@ -274,30 +274,57 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
     n = len(item_ids)
     key = (*item_ids[:2], *digests[:2])
     found = _ASSEMBLY_STATES.get(key) if _resolved else None
-    start = 0
+    start = counted = 0
     h: Any = None
     if found is not None:
-        old_ids, old_digests, state, _ = found
+        old_ids, old_digests, state, old_chars = found
         m = len(old_ids)
         if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
             h = state.copy()
-            start = m
+            start, counted = m, old_chars
     if h is None:
         h = _inner.copy() if keyed else hashlib.sha256()
     if start < n:
-        h.update("".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
-            range(start, n), item_ids[start:], digests[start:], strict=True)]
-        ).encode("utf-8", "surrogatepass"))
-        try:  # the lists' strings are kept alive by the entry: counted
-            chars = sum(map(len, item_ids)) + sum(map(len, digests))
-        except TypeError:  # an id that is not text (an invalid request): not remembered
-            chars = -1
+        data, text = _parts(start, item_ids[start:], digests[start:])
+        h.update(data)
+        # the lists' strings are kept alive by the entry: counted by the bytes hashed (at
+        # least their characters), an id that is not text (an invalid request) not kept
+        chars = counted + len(data) if text else -1
         if chars >= 0 and generation == _generation:  # never updated once kept
             # tuples of strings and a hash object, which the collector does not track: the
             # tuples untracked at their first collection, the state at the one after (by
             # then at most in the middle generation), not walked by every full one after
             _keep_state(key, (item_ids, digests, h, chars), chars, generation)
     return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
+
+
+#: ``<i>:`` for the first positions, and a part's five pieces (``<i>:``, id, ``:``, digest,
+#: newline) as a template: slices of them joined cost a third of formatting each part
+_POSITIONS = tuple(f"{i}:" for i in range(256))
+_TEMPLATE = ["", "", ":", "", "\n"] * len(_POSITIONS)
+
+
+def _parts(start: int, item_ids: Sequence[Any], digests: Sequence[Any]
+           ) -> tuple[bytes, bool]:
+    """The UTF-8 of the parts ``<i>:<item id>:<digest>\n`` from position ``start``, and
+    whether every id and digest is text (one that is not is formatted, and its state never
+    remembered)."""
+    k = len(item_ids)
+    text = True
+    if start + k <= len(_POSITIONS) and k == len(digests):
+        parts = _TEMPLATE[:5 * k]
+        parts[0::5] = _POSITIONS[start:start + k]
+        parts[1::5] = item_ids
+        parts[3::5] = digests
+        try:
+            return "".join(parts).encode("utf-8", "surrogatepass"), True
+        except TypeError:  # not text: formatted below
+            text = False
+    else:
+        text = all(type(x) is str for x in (*item_ids, *digests))
+    return "".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
+        range(start, start + k), item_ids, digests, strict=True)]
+    ).encode("utf-8", "surrogatepass"), text
 
 
 def _keep_state(key: Any, state: Any, chars: int, generation: int) -> None:
@@ -336,18 +363,19 @@ def digest_str(text: str) -> str:
     return value
 
 
-def message_digests(role: str, text: str) -> tuple[str, str | None]:
-    """A message's ``short_digest(role, text)`` and ``digest_str(text)`` (None for no
-    text), neither remembered: for the caller that remembers what it makes of them (an
-    instrumentor's message facts), so a new message adds one entry to the memo, not three
-    (each entry's key objects stay with the garbage collector until the memo is full)."""
+def message_digests(text: str) -> tuple[str, str | None]:
+    """A message's short digest (the first 12 hex characters of its text's digest, which
+    names it in an id after its role: ``user:<12 hex>``) and :func:`digest_str` of its text
+    (None for no text), from one hash, neither remembered: for the caller that remembers
+    what it makes of them (an instrumentor's message facts), so a new message adds one entry
+    to the memo, not three (each entry's key objects stay with the garbage collector until
+    the memo is full)."""
     data = text.encode("utf-8", "surrogatepass")
-    whole = role.encode("utf-8", "surrogatepass") + b"\x1f" + data
     if _current_key():
-        short = _hmac_hex(whole)[:12]
-        return short, HMAC_PREFIX + _hmac_hex(data) if text else None
-    short = hashlib.sha256(whole).hexdigest()[:12]
-    return short, SHA256_PREFIX + hashlib.sha256(data).hexdigest() if text else None
+        hexed = _hmac_hex(data)
+        return hexed[:12], HMAC_PREFIX + hexed if text else None
+    hexed = hashlib.sha256(data).hexdigest()
+    return hexed[:12], SHA256_PREFIX + hexed if text else None
 
 
 #: Short digests of single texts past the memo's share (a base64 image or a signed URL in a

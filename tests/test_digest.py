@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from otel_agent_context import _digest
 from otel_agent_context._attributes import digest_text
 
@@ -169,7 +171,7 @@ def test_remembered_message_facts_follow_the_key_and_the_token_estimator(monkeyp
     try:
         first = message_facts("user", text)
         assert message_facts("user", text) == first
-        assert first == ("user:" + _digest.short_digest("user", text), (len(text) + 3) // 4,
+        assert first == ("user:" + _digest.short_digest(text), (len(text) + 3) // 4,
                          digest_text(text))
         assert message_facts("assistant", text)[0].startswith("assistant:")
         set_token_estimator(lambda t: 7)
@@ -204,9 +206,9 @@ def test_a_long_history_is_read_from_memory_on_the_next_call(monkeypatch) -> Non
         computed[-1] += 1
         return real(data)
 
-    def counting_message(role: str, text: str) -> tuple[str, str | None]:
+    def counting_message(text: str) -> tuple[str, str | None]:
         computed[-1] += 1
-        return real_message(role, text)
+        return real_message(text)
 
     monkeypatch.setattr(_digest, "digest_bytes", counting)
     monkeypatch.setattr(_common, "message_digests", counting_message)
@@ -292,8 +294,13 @@ def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeyp
 
 def test_a_conversations_remembered_hash_counts_its_characters_once() -> None:
     """The same or a growing conversation, call after call: its one state is replaced, its
-    characters counted once (they used to be added each call), and the digests' memo is
-    not touched by it."""
+    characters counted once (they used to be added each call) by the bytes hashed (its ids'
+    and digests' characters, their positions and separators), and the digests' memo is not
+    touched by it."""
+    def hashed(ids: list[str], digests: list[str], start: int = 0) -> int:
+        return len("".join(f"{i}:{a}:{b}\n" for i, a, b in zip(
+            range(start, len(ids)), ids[start:], digests[start:], strict=True)))
+
     _digest.reset()
     try:
         ids = [f"msg-{i}" for i in range(50)]
@@ -301,13 +308,13 @@ def test_a_conversations_remembered_hash_counts_its_characters_once() -> None:
         memo = dict(_digest._MEMO)
         _digest.assembly_digest(ids, digests)
         after_first = _digest._assembly_chars
-        assert after_first == sum(map(len, ids)) + sum(map(len, digests))
+        assert after_first == hashed(ids, digests) > sum(map(len, ids)) + sum(map(len, digests))
         for _ in range(200):
             _digest.assembly_digest(ids, digests)
         assert _digest._assembly_chars == after_first
         grown = [*ids, "msg-50"], [*digests, _digest.digest_str("text 50")]
         _digest.assembly_digest(*grown)
-        assert _digest._assembly_chars - after_first == len("msg-50") + len(grown[1][-1])
+        assert _digest._assembly_chars - after_first == hashed(*grown, start=50)
         assert len(_digest._ASSEMBLY_STATES) == 1
         assert {k: v for k, v in _digest._MEMO.items() if k != "text 50"} == memo
         assert _digest.digest_str("text 0") == digests[0]
@@ -358,8 +365,9 @@ def test_sliding_windows_keep_a_bounded_number_of_assembly_states(monkeypatch) -
 
 
 def test_message_digests_are_the_short_and_full_digests_not_remembered(monkeypatch) -> None:
-    """``message_digests`` gives what ``short_digest(role, text)`` and ``digest_str(text)``
-    give, keyed or plain, and leaves the memo as it was (its caller remembers its facts)."""
+    """``message_digests`` gives what ``short_digest(text)`` and ``digest_str(text)`` give
+    (the short one the start of the other's hex: one hash), keyed or plain, and leaves the
+    memo as it was (its caller remembers its facts)."""
     texts = ["", "yes", "a longer message about the refund policy " * 20, "caf\u00e9 \ud800"]
     for key in ("k1", None):
         if key is None:
@@ -367,13 +375,13 @@ def test_message_digests_are_the_short_and_full_digests_not_remembered(monkeypat
             monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST", "sha256")
         else:
             monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", key)
-        for role in ("user", "assistant"):
-            for text in texts:
-                _digest.reset()
-                got = _digest.message_digests(role, text)
-                assert not _digest._MEMO
-                assert got == (_digest.short_digest(role, text),
-                               _digest.digest_str(text) if text else None), (key, role, text)
+        for text in texts:
+            _digest.reset()
+            got = _digest.message_digests(text)
+            assert not _digest._MEMO
+            assert got == (_digest.short_digest(text),
+                           _digest.digest_str(text) if text else None), (key, text)
+            assert not text or got[1].split(":")[1][:12] == got[0]
     _digest.reset()
 
 
@@ -415,23 +423,25 @@ def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
 
 def test_a_state_hashed_under_a_key_forgotten_meanwhile_is_not_kept(monkeypatch) -> None:
     """The digest key changes while an assembly is hashed (another thread's ``reset``, here
-    an id whose formatting resets): its state is not kept, so the next call under the new
-    key hashes the whole again and gets the new key's hash."""
+    while its parts are joined): its state is not kept, so the next call under the new key
+    hashes the whole again and gets the new key's hash."""
+    real = _digest._parts
 
-    class Resetting(str):
-        def __format__(self, spec: str) -> str:
-            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
-            _digest.reset()
-            return str.__format__(self, spec)
+    def resetting(*args: object) -> object:
+        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
+        _digest.reset()
+        return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
     _digest.reset()
     try:
-        ids = ["system:a", "user:b", Resetting("user:c")]
+        ids = ["system:a", "user:b", "user:c"]
         digests = ["d1", "d2", "d3"]
+        monkeypatch.setattr(_digest, "_parts", resetting)
         _digest.assembly_digest(ids, digests)
+        monkeypatch.setattr(_digest, "_parts", real)
         assert not _digest._ASSEMBLY_STATES
-        grown = [*map(str, ids), "user:d"], [*digests, "d4"]
+        grown = [*ids, "user:d"], [*digests, "d4"]
         assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
     finally:
         _digest.reset()
@@ -499,5 +509,32 @@ def test_a_long_media_text_is_named_from_memory_without_holding_it(monkeypatch) 
         monkeypatch.setattr(_digest, "_hmac_hex", forgetting)
         _digest.short_digest(images[1])
         assert _digest._BIG_SHORT == {}
+    finally:
+        _digest.reset()
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 257, 300])
+def test_an_assembly_hash_is_its_parts_hashed_however_they_are_joined(monkeypatch,
+                                                                        size: int) -> None:
+    """The parts are joined from slices of a template up to 256 positions and formatted one
+    by one past them, from the start or continuing a conversation's state: the same bytes
+    (text outside ASCII included). An id that is not text is formatted as the parts say
+    and its state not kept; lists of different lengths are refused."""
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "parts")
+    _digest.reset()
+    try:
+        ids = [f"user:{i:04d}é" for i in range(size)]
+        digests = [f"hmac-sha256:{i:064x}" for i in range(size)]
+        for cut in (size // 2, size):  # the first half remembered, then the whole continues
+            got = _digest.assembly_digest(ids[:cut], digests[:cut])
+            assert got == _assembly_reference(b"parts", ids[:cut], digests[:cut])
+        _digest.reset()
+        odd = [*ids, 7, None]
+        odd_digests = [*digests, "d", 3.5]
+        assert _digest.assembly_digest(odd, odd_digests) == _assembly_reference(
+            b"parts", odd, odd_digests)  # type: ignore[arg-type]
+        assert not _digest._ASSEMBLY_STATES
+        with pytest.raises(ValueError):
+            _digest.assembly_digest([*ids, "user:x"], digests)
     finally:
         _digest.reset()

@@ -190,16 +190,23 @@ _FACTS = "message facts"
 
 
 def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
-    """A string message's item id (``role:<short digest>``), token estimate and digest,
-    remembered with the digests, the text's characters counted here (a history is sent
-    again with every call; its digests are not remembered on their own)."""
+    """A string message's item id (``role:<short digest>``: the first 12 hex characters of
+    its digest), token estimate and digest, remembered with the digests, the text's
+    characters counted here (a history is sent again with every call; its digests are not
+    remembered on their own)."""
     key = (_FACTS, role, text, _tokens._estimator_key)
     facts = recall(key)
     if facts is None:
-        short, digest = message_digests(role, text)
+        short, digest = message_digests(text)
         facts = (f"{role}:{short}", estimate_tokens(text), digest)
         remember(key, len(text), facts)
     return facts  # type: ignore[no-any-return]
+
+
+def message_id(role: str, text: str) -> str:
+    """The item id of a message of ``role`` and ``text`` without one of its own (a
+    framework's, the API's): :func:`message_facts`', the same in every reader and record."""
+    return message_facts(role, text)[0]
 
 
 _PLAIN_BLOCK = "plain block"
@@ -256,7 +263,7 @@ def call_row(item_id: str, kind: str, text: str, plain: bool = False) -> Row:
     key = (_CALL_ROW, item_id, kind, text, plain, _tokens._estimator_key)
     row = _memo_get(key)
     if row is None or not _digest._resolved:
-        digest = message_digests(kind, text)[1]
+        digest = message_digests(text)[1]
         row = (item_id, kind, estimate_tokens(text), _P_HISTORY, digest or "", SEG_HISTORY,
                False, plain)
         remember(key, len(text) + len(item_id), row)

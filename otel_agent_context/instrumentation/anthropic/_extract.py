@@ -37,6 +37,7 @@ from .._common import (
     known_message_id,
     make_block,
     message_facts,
+    message_id,
     plain_block,
     plain_request,
     plain_row,
@@ -432,7 +433,7 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
                           SEG_HISTORY, content_mode="summary", cache_breakpoint=breakpoint_)
     kind = (_K_USER_MESSAGE if role == "user" and latest_user
             else _K_SESSION_HISTORY)
-    item_id = known_message_id(role, text) or f"{role}:{short_digest(role, text)}"
+    item_id = known_message_id(role, text) or message_id(role, text)
     return make_block(item_id, kind, text, capture, _HISTORY, SEG_HISTORY,
                       cache_breakpoint=breakpoint_)
 

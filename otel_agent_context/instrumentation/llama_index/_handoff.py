@@ -42,6 +42,7 @@ from ..._digest import short_digest
 from ..._enums import ContextKind, Scope
 from ..._envelope import _ENVELOPE_KEY, _RUN_ENVELOPE
 from ..._records import ContextItem
+from .._common import message_id as reader_message_id
 from .._tokens import estimate_tokens
 from ._items import message_id, message_role, message_text
 from ._state import STATE
@@ -99,7 +100,7 @@ def _call_message_id(role: str, text: str, calls: Any) -> str | None:
     for call in calls:
         fn = _field(call, "function")
         full += f"\n{_field(fn, 'name')}({_field(fn, 'arguments') or ''})"
-    return f"{role}:{short_digest(role, full)}"
+    return reader_message_id(role, full)
 
 
 def _ids(turn: Any, messages: Sequence[Any]) -> list[str]:

@@ -37,6 +37,7 @@ from .._common import (
     known_message_id,
     make_block,
     message_facts,
+    message_id,
     plain_block,
     plain_request,
     plain_row,
@@ -460,7 +461,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
         call_id = _get(m, "tool_call_id") if role == "tool" else None
         item_id = (f"tool_result:{call_id}" if call_id
                    else (known and _known_id(str(role), content, text))
-                   or f"{role}:{short_digest(str(role), full)}")
+                   or message_id(str(role), full))
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
                                      tool_call_id=call_id))
         if capture:
@@ -1084,7 +1085,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         # a framework's own id of the message first (the one its records use), then the
         # API's (an item it gave back), then one from the role and text
         item_id = (_known_id(str(role), content, text)
-                   or _get(it, "id") or f"{role}:{short_digest(str(role), text)}")
+                   or _get(it, "id") or message_id(str(role), text))
         msg = InputMessage(role=str(role), parts=[TextPart(content=text)]) if capture else None
         return make_block(item_id, kind, text, capture, point, seg), msg
     if itype == "function_call":
