@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -51,6 +52,7 @@ from ..openai._extract import (
     _int,
     _tool_tokens,
     given,
+    json_default,
     media_marker,
     plain_data,
     plain_tool_tokens,
@@ -83,7 +85,7 @@ def _block_text(block: Any, depth: int = 0) -> str:
     if btype == "text":
         return str(_get(block, "text") or "")
     if btype in ("tool_use", "server_tool_use"):  # the model's call of a tool (a server's too)
-        return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=str)})"
+        return f"{_get(block, 'name')}({json.dumps(_get(block, 'input'), default=json_default)})"
     if btype == "tool_result":
         content = _get(block, "content")
         if isinstance(content, str):
@@ -304,7 +306,7 @@ def _tool_use_row(call_id: Any, name: Any, arguments: Any) -> tuple[Row, str, st
     if (type(call_id) is not str or not call_id or type(name) is not str
             or not plain_data(arguments)):
         return None
-    text = f"{name}({json.dumps(arguments, default=str)})"  # bytes as the general reader
+    text = f"{name}({json.dumps(arguments, default=json_default)})"  # as the general reader
     return call_row(f"tool_use:{call_id}", _K_SESSION_HISTORY, text), text, call_id
 
 
@@ -438,10 +440,25 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
                       cache_breakpoint=breakpoint_)
 
 
+def _as_sent(value: Any, depth: int = 0) -> Any:
+    """``value`` with every mapping in it a dict, as the SDK sends it (util-genai copies a
+    tool call's arguments, and a ``MappingProxyType`` cannot be copied)."""
+    if depth > _MAX_NESTING:
+        return value
+    if isinstance(value, Mapping):
+        return {k: _as_sent(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_sent(v, depth + 1) for v in value]
+    return value
+
+
 def _genai_part(block: Any) -> Any:
     btype = "text" if isinstance(block, str) else _get(block, "type")
     if btype == "tool_use":
-        return ToolCallRequestPart(arguments=_get(block, "input"), name=str(_get(block, "name")),
+        arguments = _get(block, "input")
+        if not plain_data(arguments):
+            arguments = _as_sent(arguments)
+        return ToolCallRequestPart(arguments=arguments, name=str(_get(block, "name")),
                                    id=_get(block, "id"))
     if btype == "tool_result":
         return ToolCallResponsePart(response=_block_text(block), id=_get(block, "tool_use_id"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.util.genai.types import (
@@ -81,11 +82,26 @@ def given(value: Any) -> Any:
     return value
 
 
+_ABSENT = object()
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``' ``default`` for what an application puts in a request: a mapping
+    that is not a dict as the dict the SDK sends of it, anything else as ``str`` makes it."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
+
+
 def _get(obj: Any, key: str) -> Any:
     try:
         if isinstance(obj, dict):
             return obj.get(key)
-        return getattr(obj, key, None)
+        value = getattr(obj, key, _ABSENT)  # an SDK's object: its field
+        if value is _ABSENT:
+            # a mapping that is not a dict (``MappingProxyType``, an application's own),
+            # which the SDKs send as they send a dict; tested after the field, which an
+            # SDK's object has (an ABC check is the dearer test)
+            return obj.get(key) if isinstance(obj, Mapping) else None
+        return value
     except Exception:  # an application object that fails to be read (a property, a dict
         # subclass's get): read as absent, the call's other records kept
         return None
@@ -224,7 +240,7 @@ def _tool_tokens(tools: Any) -> int:
             text = json.dumps(list(tools))
         except (TypeError, ValueError):  # not JSON data: what ``str`` makes of the rest
             data = False
-            text = json.dumps(list(tools), default=str)
+            text = json.dumps(list(tools), default=json_default)
         tokens = estimate_tokens(text)
     except (TypeError, ValueError):
         return 0
