@@ -57,7 +57,7 @@ from .. import _digest
 from .. import _semconv as S
 from .._api import AgentContext, Budget, Envelope, current_envelope
 from .._attributes import digest_text
-from .._digest import message_digests, recall, remember
+from .._digest import message_digests, remember
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, ContextKind, InjectionPoint, OverflowStrategy, Scope
 from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
@@ -195,8 +195,8 @@ def message_facts(role: str, text: str) -> tuple[str, int, str | None]:
     characters counted here (a history is sent again with every call; its digests are not
     remembered on their own)."""
     key = (_FACTS, role, text, _tokens._estimator_key)
-    facts = recall(key)
-    if facts is None:
+    facts = _memo_get(key)  # recall() without its call: once a new message
+    if facts is None or not _digest._resolved:
         short, digest = message_digests(text)
         facts = (f"{role}:{short}", estimate_tokens(text), digest)
         remember(key, len(text), facts)
@@ -245,10 +245,16 @@ def plain_row(role: str, text: str, kind: str, point: str, segment: str) -> Row:
     key = (_PLAIN_ROW, role, text, kind, _tokens._estimator_key)
     row = _memo_get(key)
     if row is None or not _digest._resolved:
-        item_id, tokens, digest = message_facts(role, text)
-        row = (item_id, kind, tokens, point, digest or "", segment, False, True)
-        remember(key, len(text), row)  # counted again, as plain_block's
+        row = _new_row(key, role, text, kind, point, segment)
     return row  # type: ignore[no-any-return]
+
+
+def _new_row(key: Any, role: str, text: str, kind: str, point: str, segment: str) -> Row:
+    """:func:`plain_row`'s row made and remembered under ``key``, which missed."""
+    item_id, tokens, digest = message_facts(role, text)
+    row = (item_id, kind, tokens, point, digest or "", segment, False, True)
+    remember(key, len(text), row)  # counted again, as plain_block's
+    return row
 
 
 _CALL_ROW = "call row"
@@ -364,8 +370,9 @@ def remembered_history(messages: list[Any], specs: dict[str, tuple[str, str, str
                     spec = specs[role]
                 else:
                     return None
-                found = _memo_get((_PLAIN_ROW, role, content, spec[0], estimator))
-                append(plain_row(role, content, *spec) if found is None else found)
+                key = (_PLAIN_ROW, role, content, spec[0], estimator)
+                found = _memo_get(key)
+                append(_new_row(key, role, content, *spec) if found is None else found)
                 append_text(content)
                 continue
         if other is None or i == last_user:
