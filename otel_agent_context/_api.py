@@ -167,8 +167,8 @@ class AgentContext:
             # opened inside another envelope (a sub-agent's turn, a handoff, a task): part
             # of the outer one's conversation, as the store's session view groups turns
             outer = current_envelope()
-            if outer is not None:
-                conversation_id = outer._conversation or span_conversation(outer.span)
+            if outer is not None:  # the outer's span first: a caller's may have its own since
+                conversation_id = span_conversation(outer.span) or outer._conversation
         _put(attrs, S.CONTEXT_PARENT_ID, parent_id)
         _put(attrs, S.GEN_AI_AGENT_NAME, agent_name)
         _put(attrs, S.GEN_AI_AGENT_ID, agent_id)

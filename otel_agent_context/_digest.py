@@ -301,30 +301,31 @@ def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
 #: ``<i>:`` for the first positions, and a part's five pieces (``<i>:``, id, ``:``, digest,
 #: newline) as a template: slices of them joined cost a third of formatting each part
 _POSITIONS = tuple(f"{i}:" for i in range(256))
-_TEMPLATE = ["", "", ":", "", "\n"] * len(_POSITIONS)
+_PIECES = ["", "", ":", "", "\n"]
+_TEMPLATE = _PIECES * len(_POSITIONS)
 
 
 def _parts(start: int, item_ids: Sequence[Any], digests: Sequence[Any]
            ) -> tuple[bytes, bool]:
-    """The UTF-8 of the parts ``<i>:<item id>:<digest>\n`` from position ``start``, and
-    whether every id and digest is text (one that is not is formatted, and its state never
-    remembered)."""
+    """The UTF-8 of the parts ``<i>:<item id>:<digest>\n`` from position ``start`` (a
+    string's own characters, a subclass's too, as exported), and whether every id and digest
+    is text (one that is not is formatted, and its state never remembered)."""
     k = len(item_ids)
-    text = True
-    if start + k <= len(_POSITIONS) and k == len(digests):
-        parts = _TEMPLATE[:5 * k]
+    if k != len(digests):
+        raise ValueError(f"{k} item ids and {len(digests)} digests")
+    parts = _TEMPLATE[:5 * k] if k <= len(_POSITIONS) else _PIECES * k
+    if start + k <= len(_POSITIONS):
         parts[0::5] = _POSITIONS[start:start + k]
-        parts[1::5] = item_ids
-        parts[3::5] = digests
-        try:
-            return "".join(parts).encode("utf-8", "surrogatepass"), True
-        except TypeError:  # not text: formatted below
-            text = False
     else:
-        text = all(type(x) is str for x in (*item_ids, *digests))
-    return "".join([f"{i}:{item_id}:{digest}\n" for i, item_id, digest in zip(
-        range(start, start + k), item_ids, digests, strict=True)]
-    ).encode("utf-8", "surrogatepass"), text
+        parts[0::5] = [f"{i}:" for i in range(start, start + k)]
+    parts[1::5] = item_ids
+    parts[3::5] = digests
+    try:
+        return "".join(parts).encode("utf-8", "surrogatepass"), True
+    except TypeError:  # not text: formatted as the parts' f-string would
+        parts[1::5] = [x if isinstance(x, str) else f"{x}" for x in item_ids]
+        parts[3::5] = [x if isinstance(x, str) else f"{x}" for x in digests]
+        return "".join(parts).encode("utf-8", "surrogatepass"), False
 
 
 def _keep_state(key: Any, state: Any, chars: int, generation: int) -> None:

@@ -536,5 +536,13 @@ def test_an_assembly_hash_is_its_parts_hashed_however_they_are_joined(monkeypatc
         assert not _digest._ASSEMBLY_STATES
         with pytest.raises(ValueError):
             _digest.assembly_digest([*ids, "user:x"], digests)
+
+        class Named(str):  # an id that is a str subclass (an SDK's enum): its characters
+            def __format__(self, spec: str) -> str:
+                return "formatted"
+
+        named = [Named(i) for i in ids]
+        assert _digest.assembly_digest(named, digests) == _assembly_reference(
+            b"parts", ids, digests)
     finally:
         _digest.reset()

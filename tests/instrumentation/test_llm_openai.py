@@ -378,6 +378,11 @@ def test_an_envelope_inside_another_is_part_of_its_conversation(setup, stub) -> 
             span.set_attribute(S.GEN_AI_CONVERSATION_ID, "conv_span")
             with ctx.envelope(agent_name="its span's", span=span):
                 ask()
+        with tracer.start_as_current_span("invoke_agent later") as span, \
+                ctx.envelope(agent_name="the outer's, then its span's own", span=span):
+            span.set_attribute(S.GEN_AI_CONVERSATION_ID, "conv_later")  # after it opened
+            with ctx.envelope(agent_name="inside the span's"):
+                ask()
     with ctx.envelope(agent_name="adopted"):
         ask("conv_called")  # the outer takes its call's conversation
         with ctx.envelope(agent_name="after the call"):
@@ -387,6 +392,8 @@ def test_an_envelope_inside_another_is_part_of_its_conversation(setup, stub) -> 
              for b in setup.tel.bundles()}
     assert named == {"desk": "conv_outer", "named by the outer": "conv_outer",
                      "its own": "conv_own", "its span's": "conv_span",
+                     "the outer's, then its span's own": "conv_later",
+                     "inside the span's": "conv_later",
                      "adopted": "conv_called", "after the call": "conv_called"}
 
 

@@ -6,6 +6,7 @@ Anthropic blocks at all. The real clients against the stub, content capture off 
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -33,7 +34,8 @@ CHAT = {"model": "gpt-4o-mini", "max_completion_tokens": 64, "tools": [
     {"role": "tool", "tool_call_id": "call_1", "content": ANSWER},
     {"role": "user", "content": [
         {"type": "text", "text": "And this label?"},
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}]}]}
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+        {"type": "input_audio", "input_audio": {"data": PIXEL, "format": "wav"}}]}]}
 
 RESPONSES = {"model": "gpt-4o-mini", "instructions": "You track orders.",
              "max_output_tokens": 64, "tools": [
@@ -64,22 +66,28 @@ MESSAGES = {"model": "claude-sonnet-4-6", "max_tokens": 64, "tools": [
                                                  "data": PIXEL}}]}]}
 
 
-def _frozen(value: Any) -> Any:
-    """``value`` with every dict a read-only mapping view (lists kept as lists), but a
-    tool's schema: the SDKs send a schema as JSON as it is (the OpenAI SDK fails on one of
+#: the same with context management (the beta API): its edits as mappings too
+BETA_MESSAGES = {**MESSAGES, "betas": ["context-management-2025-06-27"],
+                 "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}
+
+
+def _frozen(value: Any, kind: type) -> Any:
+    """``value`` with every dict a mapping of ``kind`` (lists kept as lists), but a tool's
+    schema: the SDKs send a schema as JSON as it is (the OpenAI SDK fails on one of
     mappings, uninstrumented too)."""
     if isinstance(value, dict):
-        return types.MappingProxyType({k: v if k in ("parameters", "input_schema")
-                                       else _frozen(v) for k, v in value.items()})
+        return kind({k: v if k in ("parameters", "input_schema") else _frozen(v, kind)
+                     for k, v in value.items()})
     if isinstance(value, list):
-        return [_frozen(v) for v in value]
+        return [_frozen(v, kind) for v in value]
     return value
 
 
 def _call(stub: Any, api: str, request: dict[str, Any]) -> None:
-    if api == "anthropic messages":
-        anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-ant-test",
-                            max_retries=0).messages.create(**request)
+    if api.startswith("anthropic"):
+        client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-ant-test",
+                                     max_retries=0)
+        (client.beta if "beta" in api else client).messages.create(**request)
         return
     client = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
     if api == "openai chat":
@@ -88,14 +96,20 @@ def _call(stub: Any, api: str, request: dict[str, Any]) -> None:
         client.responses.create(**request)
 
 
+@pytest.mark.parametrize("kind", [types.MappingProxyType, collections.UserDict],
+                         ids=["MappingProxyType", "UserDict"])
 @pytest.mark.parametrize(("api", "request_"), [("openai chat", CHAT),
                                                ("openai responses", RESPONSES),
-                                               ("anthropic messages", MESSAGES)])
+                                               ("anthropic messages", MESSAGES),
+                                               ("anthropic beta messages", BETA_MESSAGES)])
 def test_mappings_that_are_not_dicts_are_read_as_dicts(capture_setup, stub, api: str,
-                                                       request_: dict[str, Any]) -> None:
+                                                       request_: dict[str, Any],
+                                                       kind: type) -> None:
+    """(A ``UserDict``'s ``data`` is its key, not its attribute: an image's data.)"""
     tel = capture_setup.tel
     recorded = []
-    for given in (request_, {k: _frozen(v) for k, v in request_.items()}):
+    for given in (request_, {k: v if k == "betas" else _frozen(v, kind)
+                             for k, v in request_.items()}):
         tel.span_exporter.clear()
         _call(stub, api, given)
         span = one_inference(tel.spans())

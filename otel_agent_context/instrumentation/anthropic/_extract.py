@@ -226,7 +226,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             inputs.append(InputMessage(role=role, parts=parts))
     edits = _get(given(kwargs.get("context_management")), "edits")
     if edits:
-        req.edits = [dict(e) if isinstance(e, dict) else e.model_dump() for e in edits]
+        req.edits = [dict(e) if isinstance(e, Mapping) else e.model_dump() for e in edits]
     if capture:
         req.genai["input_messages"] = inputs
         req.genai["system_instruction"] = sys_parts
@@ -482,7 +482,7 @@ def _usage(out: Outcome, usage: Any) -> None:
 
 def _edits(out: Outcome, management: Any) -> None:
     for edit in _get(management, "applied_edits") or ():
-        out.applied_edits.append(edit if isinstance(edit, dict) else edit.model_dump())
+        out.applied_edits.append(dict(edit) if isinstance(edit, Mapping) else edit.model_dump())
 
 
 def _declared_or_extra(result: Any, key: str) -> Any:

@@ -82,28 +82,36 @@ def given(value: Any) -> Any:
     return value
 
 
-_ABSENT = object()
-
-
 def json_default(value: Any) -> Any:
     """``json.dumps``' ``default`` for what an application puts in a request: a mapping
     that is not a dict as the dict the SDK sends of it, anything else as ``str`` makes it."""
     return dict(value) if isinstance(value, Mapping) else str(value)
 
 
+#: whether objects of a type that is not a dict are mappings (``MappingProxyType``,
+#: ``UserDict``, an application's own), which the SDKs send as they send a dict: the ABC
+#: check once a type, not once a read of an SDK's object's field
+_MAPPING_TYPES: dict[type, bool] = {}
+
+
+def _is_mapping(kind: type) -> bool:
+    found = _MAPPING_TYPES.get(kind)
+    if found is None:
+        if len(_MAPPING_TYPES) >= 256:  # types made at run time: bounded
+            _MAPPING_TYPES.clear()
+        found = _MAPPING_TYPES[kind] = issubclass(kind, Mapping)
+    return found
+
+
 def _get(obj: Any, key: str) -> Any:
     try:
         if isinstance(obj, dict):
             return obj.get(key)
-        value = getattr(obj, key, _ABSENT)  # an SDK's object: its field
-        if value is _ABSENT:
-            # a mapping that is not a dict (``MappingProxyType``, an application's own),
-            # which the SDKs send as they send a dict; tested after the field, which an
-            # SDK's object has (an ABC check is the dearer test)
-            return obj.get(key) if isinstance(obj, Mapping) else None
-        return value
-    except Exception:  # an application object that fails to be read (a property, a dict
-        # subclass's get): read as absent, the call's other records kept
+        if _is_mapping(type(obj)):
+            return obj.get(key)  # a key, never an attribute (``UserDict.data``)
+        return getattr(obj, key, None)  # an SDK's object: its field
+    except Exception:  # an application object that fails to be read (a property, a
+        # mapping's get): read as absent, the call's other records kept
         return None
 
 
