@@ -176,6 +176,41 @@ def test_the_messages_keep_their_own_ids_over_either_api(both, use_responses_api
 
 
 @pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_messages_without_ids_are_named_alike_in_trim_records_and_blocks(
+        both, use_responses_api) -> None:
+    """Messages LangChain gave no id (a prompt template's, a chain's): the blocks of a model
+    call name them as ``trim_messages``' truncation records do (by their type and text), so
+    a message cut before the next call is the item an earlier call's block named; a repeat
+    within one call is ``#2``."""
+    from langchain_core.messages import AIMessage, trim_messages
+    from stub_server import StubServer
+
+    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"),
+               AIMessage("It shipped."), HumanMessage("Where is order 42?"),
+               HumanMessage("When will it arrive?")]
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0,
+                           use_responses_api=use_responses_api)
+        model.invoke(history)
+        first = list(next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+                     .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+        both.span_exporter.clear()
+        kept = trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
+                             include_system=True)
+        model.invoke(kept)
+    assert first[3] == first[1] + "#2" and len(set(first)) == 5
+    assert all(i.startswith("msg_") for i in first[:3])
+    spans = both.spans()
+    cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
+           if e.name == S.EVENT_BUDGET_TRUNCATED]
+    second = list(next(s for s in spans if s.name == "chat gpt-4o-mini")
+                  .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+    assert len(cut) == 2 and set(cut) <= set(first)  # the records name the earlier blocks
+    assert second == [first[0], first[-2].removesuffix("#2"), first[-1]]
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
 def test_a_message_of_parts_is_not_taken_for_another_of_its_text(both,
                                                                 use_responses_api) -> None:
     """A message of two text parts and a later message of the same text joined by a newline
