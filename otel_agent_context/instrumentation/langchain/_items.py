@@ -221,22 +221,29 @@ def message_text(message: Any) -> str:
     return ""
 
 
-def message_tokens(message: Any) -> int:
-    """Estimated tokens of a message as the model reads it: its text and the tool calls it
-    makes (an assistant message holding only tool calls is not 0 tokens)."""
+def _read_text(message: Any) -> str:
+    """A message as the model reads it: its text and the tool calls it makes."""
     text = message_text(message)
     for call in getattr(message, "tool_calls", None) or ():
         if isinstance(call, Mapping):
             text += f"\n{call.get('name', '')}({json.dumps(call.get('args'), default=str)})"
-    return estimate_tokens(text)
+    return text
+
+
+def message_tokens(message: Any) -> int:
+    """Estimated tokens of a message as the model reads it (an assistant message holding only
+    tool calls is not 0 tokens)."""
+    return estimate_tokens(_read_text(message))
 
 
 def message_id(message: Any) -> str:
-    """The message's own id, else one derived from its type and text (stable across calls)."""
+    """The message's own id, else one derived from its type and what the model reads of it
+    (its text and tool calls: two messages of tool calls alone are not one; stable across
+    calls)."""
     native = getattr(message, "id", None)
     if isinstance(native, str) and native:
         return native
-    return "msg_" + _short_hash(str(getattr(message, "type", "")), message_text(message))
+    return "msg_" + _short_hash(str(getattr(message, "type", "")), _read_text(message))
 
 
 def message_kind(message: Any) -> ContextKind:

@@ -182,10 +182,16 @@ def test_messages_without_ids_are_named_alike_in_trim_records_and_blocks(
     call name them as ``trim_messages``' truncation records do (by their type and text), so
     a message cut before the next call is the item an earlier call's block named; a repeat
     within one call is ``#2``."""
-    from langchain_core.messages import AIMessage, trim_messages
+    from langchain_core.messages import AIMessage, ToolMessage, trim_messages
     from stub_server import StubServer
 
-    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"),
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    called = AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
+                                        "id": "call_1"}])
+    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"), called,
+               ToolMessage('{"status": "shipped"}', tool_call_id="call_1"),
+               ToolMessage('{"status": "late"}', tool_call_id="call_2", id="lc_tool_2"),
                AIMessage("It shipped."), HumanMessage("Where is order 42?"),
                HumanMessage("When will it arrive?")]
     with StubServer() as stub:
@@ -199,15 +205,19 @@ def test_messages_without_ids_are_named_alike_in_trim_records_and_blocks(
         kept = trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
                              include_system=True)
         model.invoke(kept)
-    assert first[3] == first[1] + "#2" and len(set(first)) == 5
-    assert all(i.startswith("msg_") for i in first[:3])
+    named = [message_id(m) for m in history]
+    named[6] += "#2"  # the question asked again
+    if use_responses_api:  # the tool call an input item of its own, named by its call
+        assert first == [*named[:2], "tool_call:call_1", *named[3:]]
+    else:
+        assert first == named
     spans = both.spans()
     cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
            if e.name == S.EVENT_BUDGET_TRUNCATED]
     second = list(next(s for s in spans if s.name == "chat gpt-4o-mini")
                   .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
-    assert len(cut) == 2 and set(cut) <= set(first)  # the records name the earlier blocks
-    assert second == [first[0], first[-2].removesuffix("#2"), first[-1]]
+    assert cut == [message_id(m) for m in history[1:6]]  # the records name these messages
+    assert second == [named[0], named[6].removesuffix("#2"), named[7]]
 
 
 @pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
