@@ -419,9 +419,7 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
     breakpoint_ = not isinstance(block, str) and bool(given(_get(block, "cache_control")))
     if btype == "tool_result":
         call_id = str(_get(block, "tool_use_id"))
-        # a framework's own id of it first (its records name it so), else its call's
-        item_id = known_message_id("tool", text) or f"tool_result:{call_id}"
-        return make_block(item_id, _K_TOOL_RESULT, text,
+        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
                           capture, _HISTORY, SEG_HISTORY, tool_call_id=call_id,
                           cache_breakpoint=breakpoint_)
     if btype == "tool_use":

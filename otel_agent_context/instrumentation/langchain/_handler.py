@@ -41,7 +41,7 @@ from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
 from .._common import KNOWN_MESSAGES
-from ._items import message_id, message_text
+from ._items import message_text
 from ._official import deferring, official_run_context
 from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
@@ -88,16 +88,16 @@ _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"
 
 
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
-    """(role, text) -> the messages' ids, in order, for a chat model run's input (one
-    message list: LangChain batches are lists of lists): their own, else the one LangChain's
-    trim and summary records name them by (``message_id``: its type and text)."""
+    """(role, text) -> the messages' own ids, in order, for a chat model run's input (one
+    message list: LangChain batches are lists of lists)."""
     out: dict[tuple[str, str], list[str]] = {}
     if not isinstance(messages, list) or len(messages) != 1:
         return out
     for message in messages[0]:
+        native = getattr(message, "id", None)
         role = _ROLES.get(getattr(message, "type", ""))
-        if role:
-            out.setdefault((role, message_text(message)), []).append(message_id(message))
+        if isinstance(native, str) and native and role:
+            out.setdefault((role, message_text(message)), []).append(native)
     return out
 
 

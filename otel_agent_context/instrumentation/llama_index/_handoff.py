@@ -105,17 +105,12 @@ def _call_message_id(role: str, text: str, calls: Any) -> str | None:
 
 def _ids(turn: Any, messages: Sequence[Any]) -> list[str]:
     """The ids the next model call's blocks give these messages (the turn's names, read
-    without taking them, first, as the OpenAI instrumentor's reader takes them; else a tool
-    result by its call id; a tool call as that reader names it), else their own."""
+    without taking them; a tool result by its call id; a tool call as the OpenAI
+    instrumentor names it), else their own."""
     seen: dict[tuple[str, str], int] = {}
     out = []
     for m in messages:
         role, text = message_role(m), message_text(m)
-        n = seen[(role, text)] = seen.get((role, text), 0) + 1
-        names = turn.known.get((role, text)) or ()
-        if n <= len(names):
-            out.append(names[n - 1])
-            continue
         extra = getattr(m, "additional_kwargs", None)
         extra = extra if isinstance(extra, dict) else {}
         call_id = extra.get("tool_call_id") if role == "tool" else None
@@ -123,7 +118,12 @@ def _ids(turn: Any, messages: Sequence[Any]) -> list[str]:
             out.append(f"tool_result:{call_id}")
             continue
         called = _call_message_id(role, text, extra.get("tool_calls"))
-        out.append(called if called is not None else message_id(m))
+        if called is not None:
+            out.append(called)
+            continue
+        n = seen[(role, text)] = seen.get((role, text), 0) + 1
+        names = turn.known.get((role, text)) or ()
+        out.append(names[n - 1] if n <= len(names) else message_id(m))
     return out
 
 

@@ -483,10 +483,9 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
         else:
             kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
         call_id = _get(m, "tool_call_id") if role == "tool" else None
-        # a framework's own id of the message first (its trim and summary records name it
-        # so), a tool's result by its call, else one from the role and text
-        item_id = ((known and _known_id(str(role), content, text))
-                   or (f"tool_result:{call_id}" if call_id else message_id(str(role), full)))
+        item_id = (f"tool_result:{call_id}" if call_id
+                   else (known and _known_id(str(role), content, text))
+                   or message_id(str(role), full))
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
                                      tool_call_id=call_id))
         if capture:
@@ -1136,9 +1135,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
                                 (("image_url",), ("file_id",)))
         msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
                if capture else None)
-        # a framework's own id of it first (its records name it so), else its call's
-        item_id = known_message_id("tool", text) or f"tool_result:{call_id}"
-        return make_block(item_id, _K_TOOL_RESULT, text,
+        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
                           capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if itype == "compaction":
         req.compacted = True

@@ -176,51 +176,6 @@ def test_the_messages_keep_their_own_ids_over_either_api(both, use_responses_api
 
 
 @pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
-def test_messages_without_ids_are_named_alike_in_trim_records_and_blocks(
-        both, use_responses_api) -> None:
-    """Messages LangChain gave no id (a prompt template's, a chain's): the blocks of a model
-    call name them as ``trim_messages``' truncation records do (by their type and text), so
-    a message cut before the next call is the item an earlier call's block named; a repeat
-    within one call is ``#2``."""
-    from langchain_core.messages import AIMessage, ToolMessage, trim_messages
-    from stub_server import StubServer
-
-    from otel_agent_context.instrumentation.langchain._items import message_id
-
-    called = AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
-                                        "id": "call_1"}])
-    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"), called,
-               ToolMessage('{"status": "shipped"}', tool_call_id="call_1"),
-               ToolMessage('{"status": "late"}', tool_call_id="call_2", id="lc_tool_2"),
-               AIMessage("It shipped."), HumanMessage("Where is order 42?"),
-               HumanMessage("When will it arrive?")]
-    with StubServer() as stub:
-        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
-                           api_key="sk-offline", max_retries=0,
-                           use_responses_api=use_responses_api)
-        model.invoke(history)
-        first = list(next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
-                     .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
-        both.span_exporter.clear()
-        kept = trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
-                             include_system=True)
-        model.invoke(kept)
-    named = [message_id(m) for m in history]
-    named[6] += "#2"  # the question asked again
-    if use_responses_api:  # the tool call an input item of its own, named by its call
-        assert first == [*named[:2], "tool_call:call_1", *named[3:]]
-    else:
-        assert first == named
-    spans = both.spans()
-    cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
-           if e.name == S.EVENT_BUDGET_TRUNCATED]
-    second = list(next(s for s in spans if s.name == "chat gpt-4o-mini")
-                  .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
-    assert cut == [message_id(m) for m in history[1:6]]  # the records name these messages
-    assert second == [named[0], named[6].removesuffix("#2"), named[7]]
-
-
-@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
 def test_a_message_of_parts_is_not_taken_for_another_of_its_text(both,
                                                                 use_responses_api) -> None:
     """A message of two text parts and a later message of the same text joined by a newline

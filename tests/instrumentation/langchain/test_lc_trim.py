@@ -114,6 +114,17 @@ def test_len_counter_is_a_budget_of_messages(tel) -> None:
         ("sys", 6), ("h1", 7), ("a1", 8), ("h2", 8)]
 
 
+def test_messages_of_tool_calls_alone_without_ids_are_two_items(tel) -> None:
+    """Two messages the model made of tool calls alone (no text), which LangChain gave no
+    id: their records name each by its calls (they were one id: type and empty text)."""
+    calls = [AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": n}, "id": f"c{n}"}])
+             for n in ("1", "2")]
+    trim_messages([*calls, HumanMessage("And now?")], max_tokens=1, token_counter=len,
+                  strategy="last")
+    cut = [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))]
+    assert len(cut) == len(set(cut)) == 2 and all(i.startswith("msg_") for i in cut)
+
+
 def test_trimmer_in_a_chain_records_into_the_chain_envelope(tel) -> None:
     trimmer = trim_messages(max_tokens=12, token_counter=count_words, strategy="last",
                             include_system=True)
