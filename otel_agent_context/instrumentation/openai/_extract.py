@@ -94,12 +94,14 @@ def json_default(value: Any) -> Any:
 _MAPPING_TYPES: dict[type, bool] = {}
 
 
+_mapping_type = _MAPPING_TYPES.get
+
+
 def _is_mapping(kind: type) -> bool:
-    found = _MAPPING_TYPES.get(kind)
-    if found is None:
-        if len(_MAPPING_TYPES) >= 256:  # types made at run time: bounded
-            _MAPPING_TYPES.clear()
-        found = _MAPPING_TYPES[kind] = issubclass(kind, Mapping)
+    """Whether ``kind`` is a mapping, remembered (``_get`` looks it up itself first)."""
+    if len(_MAPPING_TYPES) >= 256:  # types made at run time: bounded
+        _MAPPING_TYPES.clear()
+    found = _MAPPING_TYPES[kind] = issubclass(kind, Mapping)
     return found
 
 
@@ -107,7 +109,11 @@ def _get(obj: Any, key: str) -> Any:
     try:
         if isinstance(obj, dict):
             return obj.get(key)
-        if _is_mapping(type(obj)):
+        kind = type(obj)
+        mapping = _mapping_type(kind)  # looked up here, not in a call: every field read
+        if mapping is None:
+            mapping = _is_mapping(kind)
+        if mapping:
             return obj.get(key)  # a key, never an attribute (``UserDict.data``)
         return getattr(obj, key, None)  # an SDK's object: its field
     except Exception:  # an application object that fails to be read (a property, a
