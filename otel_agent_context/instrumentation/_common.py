@@ -113,6 +113,7 @@ __all__ = [
     "overflow_tokens_from",
     "short_digest",
     "sync_wrapper",
+    "tool_result_id",
     "Wrapped",
     "unwrap_all",
     "wrap_all",
@@ -418,10 +419,20 @@ _LATEST_USER_SPEC = (_K_USER_MESSAGE, _P_HISTORY, SEG_HISTORY)
 
 
 #: Message ids a framework gave the messages of the model call under way, by (role, text),
-#: in order: a block takes its message's own id (the one the framework's truncation and
-#: compaction records use) instead of a content digest. Set by the LangChain handler.
+#: in order, a tool's result by (``TOOL_RESULT``, its call id): a block takes its message's
+#: id (the one the framework's truncation and compaction records use) instead of a content
+#: digest or its call's. Set by the LangChain handler and LlamaIndex's turns.
 KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[str]] | None] = \
     contextvars.ContextVar("otel_agent_context.known_messages", default=None)
+
+
+TOOL_RESULT = "tool_result"
+
+
+def tool_result_id(call_id: Any) -> str:
+    """The item id of a tool's result: the framework's own id of it if one was given, else
+    ``tool_result:<call id>`` (two results of one output are two items)."""
+    return known_message_id(TOOL_RESULT, str(call_id)) or f"tool_result:{call_id}"
 
 
 def known_message_id(role: str, text: str) -> str | None:

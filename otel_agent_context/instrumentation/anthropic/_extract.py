@@ -45,6 +45,7 @@ from .._common import (
     remembered,
     sdk_class,
     short_digest,
+    tool_result_id,
 )
 from ..openai._extract import (
     _NUMBERS,
@@ -153,6 +154,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
                    "stop_sequences": list(stop) if stop else None})
     system = given(get("system"))
     sys_parts: list[Any] = []
+    known = KNOWN_MESSAGES.get()
     estimator = _tokens._estimator_key
     for block in [system] if isinstance(system, str) else list(system or ()):
         if (type(block) is dict and block.get("type") == "text"
@@ -163,12 +165,14 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             text = _block_text(block)
             breakpoint_ = (bool(given(_get(block, "cache_control")))
                            if not isinstance(block, str) else False)
+        # a framework's id of its system message (LangChain's) names the block
+        named = known_message_id("system", text) if known else None
         if capture:
-            req.blocks.append(_system_block(text, breakpoint_, True))
+            req.blocks.append(_system_block(text, breakpoint_, True, named))
             sys_parts.append(TextPart(content=text))
             continue
-        if type(text) is not str:  # a str subclass: its block keeps the text as given
-            req.blocks.append(_system_block(text, breakpoint_, False))
+        if type(text) is not str or named:  # a str subclass: its block keeps the text given
+            req.blocks.append(_system_block(text, breakpoint_, False, named))
             continue
         # without capture the same block every call: remembered as plain_block's are
         key = (_SYSTEM_BLOCK, text, breakpoint_, estimator)
@@ -186,7 +190,6 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             break
     inputs: list[InputMessage] = []
     append = req.blocks.append
-    known = KNOWN_MESSAGES.get()
     resolved = _digest._resolved  # if not, each block is built (plain_block checks again)
     i = -1  # a counter, not enumerate's tuple a message
     for m in messages:
@@ -402,8 +405,9 @@ def _plain_extras(kwargs: dict[str, Any], reserved: int) -> tuple[int, dict[str,
                          "top_k": top_k, "stop_sequences": list(stop) if stop else None}
 
 
-def _system_block(text: str, breakpoint_: bool, capture: bool) -> Block:
-    return make_block(f"system:{short_digest(text)}", _K_SYSTEM_PROMPT, text, capture,
+def _system_block(text: str, breakpoint_: bool, capture: bool, item_id: str | None = None
+                  ) -> Block:
+    return make_block(item_id or f"system:{short_digest(text)}", _K_SYSTEM_PROMPT, text, capture,
                       _P_SYSTEM, SEG_SYSTEM, cache_breakpoint=breakpoint_)
 
 
@@ -419,7 +423,7 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
     breakpoint_ = not isinstance(block, str) and bool(given(_get(block, "cache_control")))
     if btype == "tool_result":
         call_id = str(_get(block, "tool_use_id"))
-        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
+        return make_block(tool_result_id(call_id), _K_TOOL_RESULT, text,
                           capture, _HISTORY, SEG_HISTORY, tool_call_id=call_id,
                           cache_breakpoint=breakpoint_)
     if btype == "tool_use":

@@ -40,8 +40,15 @@ from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
-from .._common import KNOWN_MESSAGES
-from ._items import message_text
+from .._common import KNOWN_MESSAGES, TOOL_RESULT
+from ._items import (
+    call_id,
+    message_id,
+    message_role,
+    message_text,
+    message_type,
+    named_by_reader,
+)
 from ._official import deferring, official_run_context
 from ._removals import input_messages, record_removals
 from ._retrieval import Retrieval
@@ -82,22 +89,25 @@ def _agent_name(name: str | None) -> str | None:
     return None if name in _DEFAULT_NAMES else name
 
 
-#: LangChain message type -> the role a client API sends it as
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
-          "developer": "developer"}
-
-
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
-    """(role, text) -> the messages' own ids, in order, for a chat model run's input (one
-    message list: LangChain batches are lists of lists)."""
+    """The ids LangChain's trim and summary records name a chat model run's input messages
+    by (``message_id``), for the client call's blocks to take, in order, by (role, text); a
+    tool's result by (``TOOL_RESULT``, its call id) when it has an id of its own. Nothing
+    when the blocks name every message so by themselves (a template's messages: the readers'
+    plain path stays open). One message list: LangChain batches are lists of lists."""
+    if not isinstance(messages, list) or len(messages) != 1 or \
+            all(map(named_by_reader, messages[0])):
+        return {}
     out: dict[tuple[str, str], list[str]] = {}
-    if not isinstance(messages, list) or len(messages) != 1:
-        return out
     for message in messages[0]:
-        native = getattr(message, "id", None)
-        role = _ROLES.get(getattr(message, "type", ""))
-        if isinstance(native, str) and native and role:
-            out.setdefault((role, message_text(message)), []).append(native)
+        if message_type(message) == "tool" and (called := call_id(message)):
+            native = getattr(message, "id", None)
+            if isinstance(native, str) and native:
+                out.setdefault((TOOL_RESULT, called), []).append(native)
+            continue
+        role = message_role(message)
+        if role is not None:  # all of them, so each takes its own in its place
+            out.setdefault((role, message_text(message)), []).append(message_id(message))
     return out
 
 

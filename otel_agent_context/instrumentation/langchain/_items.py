@@ -15,6 +15,7 @@ from typing import Any
 from ..._digest import short_digest
 from ..._enums import ContentMode, ContextKind
 from ..._records import ContextItem, ContextSourceRef
+from .._common import message_id as reader_message_id
 from .._tokens import estimate_tokens
 
 __all__ = [
@@ -22,8 +23,12 @@ __all__ = [
     "doc_item",
     "doc_scores",
     "doc_text",
+    "call_id",
     "message_id",
     "message_kind",
+    "message_role",
+    "message_type",
+    "named_by_reader",
     "message_text",
     "message_tokens",
 ]
@@ -224,10 +229,56 @@ def message_text(message: Any) -> str:
 def _read_text(message: Any) -> str:
     """A message as the model reads it: its text and the tool calls it makes."""
     text = message_text(message)
+    if message_type(message) != "ai":  # (see _calls)
+        return text
     for call in getattr(message, "tool_calls", None) or ():
         if isinstance(call, Mapping):
             text += f"\n{call.get('name', '')}({json.dumps(call.get('args'), default=str)})"
     return text
+
+
+#: Where a content block that is not text keeps what names it (a URL, base64 data, a file
+#: id; LangChain's own forms, OpenAI's and Anthropic's), in the order looked for.
+_MEDIA_REFS = (("image_url", "url"), ("image_url",), ("url",), ("base64",), ("data",),
+               ("file_id",), ("source", "data"), ("source", "url"), ("source", "file_id"),
+               ("input_audio", "data"), ("file", "file_data"), ("file", "file_id"))
+
+
+def _media_text(message: Any) -> str:
+    """What names a message's content blocks that are not text (an image, audio, a file):
+    ``[<type> <keyed short digest>]`` each, so two messages of one text and different images
+    are two messages; the URL or data is never written."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        return ""
+    out = ""
+    for block in content:
+        if not isinstance(block, Mapping) or isinstance(block.get("text"), str):
+            continue
+        for path in _MEDIA_REFS:
+            ref: Any = block
+            for key in path:
+                ref = ref.get(key) if isinstance(ref, Mapping) else None
+            if isinstance(ref, str) and ref:
+                break
+        else:  # nothing names it: the block as a whole
+            ref = json.dumps(block, sort_keys=True, default=str)
+        out += f"\n[{block.get('type')} {short_digest(ref)}]"
+    return out
+
+
+#: a streamed message's type -> the message's (a history may hold the chunks a stream made)
+_CHUNK_TYPES = {"AIMessageChunk": "ai", "HumanMessageChunk": "human",
+                "SystemMessageChunk": "system", "ToolMessageChunk": "tool",
+                "ChatMessageChunk": "chat"}
+
+
+def message_type(message: Any) -> str:
+    """A message's ``type``, a chunk's as its message's (``AIMessageChunk`` is ``ai``)."""
+    kind = getattr(message, "type", None)
+    if not isinstance(kind, str):
+        return ""
+    return _CHUNK_TYPES.get(kind, kind)
 
 
 def message_tokens(message: Any) -> int:
@@ -236,18 +287,68 @@ def message_tokens(message: Any) -> int:
     return estimate_tokens(_read_text(message))
 
 
+#: LangChain message type -> the role a client API sends it as
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+         "developer": "developer"}
+
+
+def message_role(message: Any) -> str | None:
+    """The role a client API sends the message as (a ``ChatMessage``'s own)."""
+    kind = message_type(message)
+    role = _ROLES.get(kind)
+    if role is None and kind == "chat":
+        role = getattr(message, "role", None)
+    return role if isinstance(role, str) and role else None
+
+
+def call_id(message: Any) -> str | None:
+    """A tool message's call id (the client readers name its result by it), if it has one."""
+    called = getattr(message, "tool_call_id", None)
+    return called if isinstance(called, str) and called else None
+
+
+def _calls(message: Any) -> bool:
+    """Whether the message makes tool calls (the clients send malformed ones too). Only an
+    AI message has them: a field a pydantic message lacks costs an exception to look for."""
+    return message_type(message) == "ai" and bool(
+        getattr(message, "tool_calls", None) or getattr(message, "invalid_tool_calls", None))
+
+
+def named_by_reader(message: Any) -> bool:
+    """Whether the model call's blocks name the message as :func:`message_id` does without
+    being told (no id of its own; a string and no tool calls, or a tool's result)."""
+    native = getattr(message, "id", None)
+    if isinstance(native, str) and native:
+        return False
+    if message_type(message) == "tool" and call_id(message):
+        return True
+    return (type(getattr(message, "content", None)) is str and not _calls(message)
+            and message_role(message) is not None)
+
+
 def message_id(message: Any) -> str:
-    """The message's own id, else one derived from its type and what the model reads of it
-    (its text and tool calls: two messages of tool calls alone are not one; stable across
-    calls)."""
+    """The message's own id; else the one the model call's blocks give it: a tool's result
+    ``tool_result:<call id>``, a message of a string ``<role>:<12 hex of its digest>`` (the
+    client instrumentors' id); else one derived from its type and what the model reads of
+    it, ``msg_<16 hex>`` (its text, tool calls and media: two messages of tool calls alone,
+    or of one text and two images, are not one), which the handler gives the model call.
+    Stable across calls."""
     native = getattr(message, "id", None)
     if isinstance(native, str) and native:
         return native
-    return "msg_" + _short_hash(str(getattr(message, "type", "")), _read_text(message))
+    kind = message_type(message)
+    if kind == "tool" and (called := call_id(message)):
+        return f"tool_result:{called}"
+    content = getattr(message, "content", None)
+    if type(content) is str and not _calls(message):
+        role = message_role(message)
+        if role is not None:
+            return reader_message_id(role, content)
+    return "msg_" + _short_hash(kind, _read_text(message) + _media_text(message))
 
 
 def message_kind(message: Any) -> ContextKind:
-    kind = getattr(message, "type", None)
+    kind = message_type(message)
     if kind == "system":
         return ContextKind.SYSTEM_PROMPT
     if kind == "human":

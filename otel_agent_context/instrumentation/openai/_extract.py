@@ -46,6 +46,7 @@ from .._common import (
     sdk_class,
     settle_message,
     short_digest,
+    tool_result_id,
 )
 from .._tokens import estimate_tokens
 
@@ -489,7 +490,7 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
         else:
             kind, point, seg = _history_kind(role, i == last_user), _HISTORY_POINT, SEG_HISTORY
         call_id = _get(m, "tool_call_id") if role == "tool" else None
-        item_id = (f"tool_result:{call_id}" if call_id
+        item_id = (tool_result_id(call_id) if call_id
                    else (known and _known_id(str(role), content, text))
                    or message_id(str(role), full))
         req.blocks.append(make_block(item_id, kind, full, capture, point, seg,
@@ -1141,7 +1142,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
                                 (("image_url",), ("file_id",)))
         msg = (InputMessage(role="tool", parts=[ToolCallResponsePart(response=text, id=call_id)])
                if capture else None)
-        return make_block(f"tool_result:{call_id}", _K_TOOL_RESULT, text,
+        return make_block(tool_result_id(call_id), _K_TOOL_RESULT, text,
                           capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if itype == "compaction":
         req.compacted = True

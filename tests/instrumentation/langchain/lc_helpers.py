@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.documents import Document
@@ -10,6 +11,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 from otel_agent_context.testing import CapturedTelemetry
 
 TIME_KEYS = frozenset({"created_at", "completed_at", "occurred_at", "requested_at",
@@ -77,3 +79,20 @@ def assert_no_content(tel: CapturedTelemetry) -> None:
         assert not S.CONTENT_ATTRIBUTES & set(span.attributes), span.name
         for event in span.events:
             assert not S.CONTENT_ATTRIBUTES & set(event.attributes), (span.name, event.name)
+
+
+def with_client(client: Any) -> Iterator[CapturedTelemetry]:
+    """Our LangChain instrumentor and ``client``, a client library's (OpenAI's, Anthropic's),
+    on one telemetry: the model calls a chain makes recorded by both."""
+    tel = CapturedTelemetry()
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider,
+          "agent_context": tel.agent_context}
+    ours = [LangChainContextInstrumentor(), client]
+    for inst in ours:
+        inst.instrument(**kw)
+    try:
+        yield tel
+    finally:
+        for inst in ours:
+            inst.uninstrument()
+        tel.shutdown()

@@ -12,29 +12,17 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
-from lc_helpers import QUERY, knowledge_base, tree
+from lc_helpers import QUERY, knowledge_base, tree, with_client
 from lc_openai_stub import ANSWER, OpenAIStub
 
 from otel_agent_context import _semconv as S
-from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
 from otel_agent_context.testing import CapturedTelemetry
 
 
 @pytest.fixture
 def both() -> Iterator[CapturedTelemetry]:
-    tel = CapturedTelemetry()
-    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider,
-          "agent_context": tel.agent_context}
-    ours = [LangChainContextInstrumentor(), OpenAIContextInstrumentor()]
-    for inst in ours:
-        inst.instrument(**kw)
-    try:
-        yield tel
-    finally:
-        for inst in ours:
-            inst.uninstrument()
-        tel.shutdown()
+    yield from with_client(OpenAIContextInstrumentor())
 
 
 def test_openai_calls_in_a_graph_join_the_run_envelope(both) -> None:
@@ -198,3 +186,98 @@ def test_a_message_of_parts_is_not_taken_for_another_of_its_text(both,
     assert sent[0]["role"] == ("system" if use_responses_api else "developer")
     inference = next(s for s in both.spans() if s.name == "chat o3-mini")
     assert list(inference.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "parts", "a1", "str"]
+
+
+def _history_without_ids() -> list[Any]:
+    """A conversation LangChain gave no ids (a prompt template's, a chain's), but for one
+    tool result: a tool call alone, two results, a question asked twice, one text sent with
+    two different images."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    def photo(url: str) -> HumanMessage:
+        return HumanMessage([{"type": "text", "text": "Is this the one?"},
+                             {"type": "image_url", "image_url": {"url": url}}])
+
+    called = AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
+                                        "id": "call_1"}])
+    return [SystemMessage("Be brief."), HumanMessage("Where is order 42?"), called,
+            ToolMessage('{"status": "shipped"}', tool_call_id="call_1"),
+            ToolMessage('{"status": "shipped"}', tool_call_id="call_2", id="lc_tool_2"),
+            AIMessage("It shipped."), HumanMessage("Where is order 42?"),
+            photo("https://cdn.example/a.png"), photo("https://cdn.example/b.png"),
+            HumanMessage("When will it arrive?")]
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_messages_are_named_alike_in_trim_records_and_blocks(both, use_responses_api) -> None:
+    """One identity per message: the blocks of a model call name its messages as
+    ``trim_messages``' truncation records name them (a message's own id; else by its type,
+    text, tool calls and media; a tool's result by its call), so a message cut before the
+    next call is the item an earlier call's block named; a repeat within one call is ``#2``;
+    two messages of one text and two images are two items; two results of one output too."""
+    from langchain_core.messages import trim_messages
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    history = _history_without_ids()
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0,
+                           use_responses_api=use_responses_api)
+        model.invoke(history)
+        first = list(next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
+                     .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+        both.span_exporter.clear()
+        kept = trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
+                             include_system=True)
+        model.invoke(kept)
+    named = [message_id(m) for m in history]
+    assert named[3:5] == ["tool_result:call_1", "lc_tool_2"]
+    assert len(set(named)) == len(named) - 1  # the question asked again
+    named[6] += "#2"
+    if use_responses_api:  # the tool call an input item of its own, named by its call
+        assert first == [*named[:2], "tool_call:call_1", *named[3:]]
+    else:
+        assert first == named
+    spans = both.spans()
+    cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
+           if e.name == S.EVENT_BUDGET_TRUNCATED]
+    second = list(next(s for s in spans if s.name == "chat gpt-4o-mini")
+                  .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+    assert cut == [message_id(m) for m in history[1:8]]  # the records name these messages
+    assert set(cut) - {named[2]} <= set(first)
+    assert second == [named[0], named[8], named[9]]
+    assert "cdn.example" not in str(both.bundles())
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_messages_of_strings_are_named_alike_without_being_told(both, use_responses_api) -> None:
+    """A prompt template's messages (strings, no ids): LangChain's records name each as the
+    client instrumentor names its block by itself (``<role>:<digest>``), a repeat ``#2`` in
+    the blocks; the same messages given ids keep those."""
+    from langchain_core.messages import AIMessage, trim_messages
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"),
+               AIMessage("It shipped."), HumanMessage("Where is order 42?"),
+               HumanMessage("When will it arrive?")]
+    named = [message_id(m) for m in history]
+    assert [i.split(":")[0] for i in named] == ["system", "user", "assistant", "user", "user"]
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0,
+                           use_responses_api=use_responses_api)
+        model.invoke(history)
+        blocks = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in both.spans()
+                  if s.name == "chat gpt-4o-mini"]
+        trim_messages(history, max_tokens=2, token_counter=len, strategy="last")
+        model.invoke([m.model_copy(update={"id": f"m{i}"}) for i, m in enumerate(history)])
+    cut = [e.attributes[S.ITEM_ID] for s in both.spans() for e in s.events
+           if e.name == S.EVENT_BUDGET_TRUNCATED]
+    assert blocks == [[*named[:3], named[3] + "#2", named[4]]]
+    assert cut == named[:3]
+    assert list(next(s for s in reversed(both.spans()) if s.name == "chat gpt-4o-mini")
+                .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["m0", "m1", "m2", "m3", "m4"]

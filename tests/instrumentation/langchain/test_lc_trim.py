@@ -125,6 +125,62 @@ def test_messages_of_tool_calls_alone_without_ids_are_two_items(tel) -> None:
     assert len(cut) == len(set(cut)) == 2 and all(i.startswith("msg_") for i in cut)
 
 
+def test_messages_of_one_text_and_other_media_are_other_items(tel) -> None:
+    """Messages LangChain gave no id, of one text and each with an image (its forms: OpenAI's
+    ``image_url``, the standard blocks' URL and base64, Anthropic's source) or a block no
+    form names: each its own item, the same image again the same item; never its URL or
+    data; a tool's result named by its call."""
+    from langchain_core.messages import ToolMessage
+
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    def ask(block: dict) -> HumanMessage:
+        return HumanMessage([{"type": "text", "text": "Is this it?"}, block])
+
+    media = [{"type": "image_url", "image_url": {"url": "https://cdn.example/a.png"}},
+             {"type": "image_url", "image_url": "https://cdn.example/b.png"},
+             {"type": "image", "url": "https://cdn.example/c.png"},
+             {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+             {"type": "image", "source": {"type": "base64", "data": "R0lGODlh"}},
+             {"type": "file", "file": {"file_id": "file-9"}},
+             {"type": "widget", "shape": "round"}]
+    messages = [*map(ask, media), ask(dict(media[0])), HumanMessage("Is this it?"),
+                ToolMessage("ok", tool_call_id="call_7"), ToolMessage("ok", tool_call_id="c8")]
+    ids = [message_id(m) for m in messages]
+    assert ids[len(media)] == ids[0]
+    assert len(set(ids)) == len(ids) - 1
+    assert ids[-2:] == ["tool_result:call_7", "tool_result:c8"]
+    trim_messages(messages, max_tokens=1, token_counter=len, strategy="last")
+    cut = [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))]
+    assert cut == ids[:-1]
+    recorded = str([(dict(s.attributes), [dict(e.attributes) for e in s.events])
+                    for s in tel.spans()])
+    assert "Is this it?" not in recorded  # (content capture is off: no text either)
+    assert not any(s in recorded for s in ("cdn.example", "iVBOR", "R0lG", "file-9"))
+
+
+def test_a_streamed_message_is_the_message_it_streamed(tel) -> None:
+    """A history holding the chunks a stream made (``AIMessageChunk``, ...): each is the item
+    its message would be (the same id, kind and tokens: an answer's text, its tool calls)."""
+    from langchain_core.messages import AIMessageChunk, HumanMessageChunk, ToolMessage
+
+    from otel_agent_context.instrumentation.langchain._items import message_item
+
+    call = {"name": "lookup", "args": {"id": "42"}, "id": "call_1"}
+    pairs = [(AIMessage("It shipped."), AIMessageChunk("It shipped.")),
+             (AIMessage("", tool_calls=[call]), AIMessageChunk("", tool_calls=[call])),
+             (HumanMessage("When?"), HumanMessageChunk("When?"))]
+    for message, chunk in pairs:
+        assert message_item(chunk) == message_item(message)
+    assert message_item(pairs[1][1]).token_estimate > 0
+    assert message_item(pairs[0][0]).item_id.startswith("assistant:")
+    assert message_item(pairs[2][1]).context_kind == message_item(pairs[2][0]).context_kind
+    trim_messages([*(c for _, c in pairs), ToolMessage("ok", tool_call_id="call_1")],
+                  max_tokens=1, token_counter=len, strategy="last")
+    cut = [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))]
+    assert cut == [message_item(m).item_id for m, _ in pairs]
+
+
 def test_trimmer_in_a_chain_records_into_the_chain_envelope(tel) -> None:
     trimmer = trim_messages(max_tokens=12, token_counter=count_words, strategy="last",
                             include_system=True)

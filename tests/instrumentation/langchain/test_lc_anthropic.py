@@ -1,0 +1,79 @@
+"""``ChatAnthropic`` (langchain-anthropic, the real library) on the local stub, with the
+Anthropic instrumentor: the blocks of a model call name LangChain's messages as its records
+do, though the client merges them into fewer messages and reads them block by block."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from langchain_anthropic import ChatAnthropic
+from langchain_core.messages import trim_messages
+from lc_helpers import with_client
+from stub_server import StubServer
+from test_lc_openai import _history_without_ids
+
+from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+from otel_agent_context.instrumentation.langchain._items import message_id
+from otel_agent_context.testing import CapturedTelemetry
+
+
+@pytest.fixture
+def both() -> Iterator[CapturedTelemetry]:
+    yield from with_client(AnthropicContextInstrumentor())
+
+
+def _block_ids(tel: CapturedTelemetry) -> list[str]:
+    span = next(s for s in tel.spans() if s.name == "chat claude-sonnet-4-5")
+    return list(span.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+
+
+def test_messages_are_named_alike_in_trim_records_and_blocks(both) -> None:
+    """The system message becomes the request's ``system``, the tool results and the user's
+    messages one user message of many blocks; each text block and tool result still is
+    its LangChain message's item (its own id, or the one its records derive), so the trim
+    records' cut messages are the earlier call's blocks."""
+    history = _history_without_ids()
+    with StubServer() as stub:
+        model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                              api_key="sk-offline", max_retries=0)
+        model.invoke(history)
+        ((_, body),) = stub.requests
+        first = _block_ids(both)
+        both.span_exporter.clear()
+        model.invoke(trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
+                                   include_system=True))
+        second = _block_ids(both)
+    assert len(body["messages"]) < len(history) - 1  # merged by the client
+    named = [message_id(m) for m in history]
+    cut = [e.attributes[S.ITEM_ID] for s in both.spans() for e in s.events
+           if e.name == S.EVENT_BUDGET_TRUNCATED]
+    assert cut == named[1:8]
+    # every cut message but the tool call alone (a tool_use block, named by its call) was
+    # a block of the first call; the results of one output are two items
+    assert set(cut) - {named[2]} <= set(first)
+    assert {"tool_result:call_1", "lc_tool_2"} <= set(first)
+    assert named[7] != named[8] and {named[7], named[8]} <= set(first)
+    assert [named[0], named[8], named[9]] == [i for i in second if i in named]
+    assert len(first) == len(set(first))
+    assert "cdn.example" not in str(both.bundles())
+
+
+def test_messages_of_strings_are_named_alike_without_being_told(both) -> None:
+    """A prompt template's messages (strings, no ids), two questions merged by the client
+    into one user message: each block is named as LangChain's records name its message."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+    history = [SystemMessage("Be brief."), HumanMessage("Where is order 42?"),
+               AIMessage("It shipped."), HumanMessage("Thanks."),
+               HumanMessage("When will it arrive?")]
+    with StubServer() as stub:
+        model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                              api_key="sk-offline", max_retries=0)
+        model.invoke(history)
+        ((_, body),) = stub.requests
+    assert len(body["messages"]) == 3
+    named = [message_id(m) for m in history]
+    assert [i.split(":")[0] for i in named] == ["system", "user", "assistant", "user", "user"]
+    assert _block_ids(both) == named
