@@ -156,7 +156,10 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     sys_parts: list[Any] = []
     known = KNOWN_MESSAGES.get()
     estimator = _tokens._estimator_key
-    for block in [system] if isinstance(system, str) else list(system or ()):
+    system_blocks = [system] if isinstance(system, str) else list(system or ())
+    # a framework's ids of its system messages (LangChain's) name their blocks
+    names = _framework_names("system", system_blocks) if known else None
+    for j, block in enumerate(system_blocks):
         if (type(block) is dict and block.get("type") == "text"
                 and type(text := block.get("text")) is str):
             # a text block as a dict (the usual one), without _block_text's and _get's calls
@@ -165,8 +168,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
             text = _block_text(block)
             breakpoint_ = (bool(given(_get(block, "cache_control")))
                            if not isinstance(block, str) else False)
-        # a framework's id of its system message (LangChain's) names the block
-        named = known_message_id("system", text) if known else None
+        named = names.get(j) if names else None
         if capture:
             req.blocks.append(_system_block(text, breakpoint_, True, named))
             sys_parts.append(TextPart(content=text))
@@ -221,8 +223,10 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
         parts: list[Any] = []
+        names = _framework_names(role, blocks) if known else None
         for j, block in enumerate(blocks):
-            append(_content_block(role, i, j, block, i == last_user, req, capture))
+            append(_content_block(role, i, j, block, i == last_user, req, capture,
+                                  names.get(j) if names else None))
             if capture:
                 parts.append(_genai_part(block))
         if capture:
@@ -416,8 +420,43 @@ def _only_tool_results(content: Any) -> bool:
             and all(_get(b, "type") == "tool_result" for b in content))
 
 
+#: how many text blocks one framework message may span in a message the client merged
+_MAX_SPAN = 64
+
+
+def _framework_names(role: str, blocks: list[Any]) -> dict[int, str]:
+    """Which text blocks of one message (or of the system prompt) a framework's message ids
+    (``KNOWN_MESSAGES``) name, by block index: a block by its text, else a run of text
+    blocks (others between them) by their texts joined, as the framework names a message of
+    several text parts (LangChain's ``ChatAnthropic`` sends each part as a block, and merges
+    consecutive messages into one), the id on the run's first block. Each id taken once."""
+    known = KNOWN_MESSAGES.get() or {}
+    texts = [(j, _block_text(b)) for j, b in enumerate(blocks)
+             if isinstance(b, str) or _get(b, "type") == "text"]
+    out: dict[int, str] = {}
+    k = 0
+    while k < len(texts):
+        j, text = texts[k]
+        ids = known.get((role, text))
+        end = k
+        if not ids:
+            joined = text
+            for m in range(k + 1, min(len(texts), k + _MAX_SPAN)):
+                joined += texts[m][1]
+                ids = known.get((role, joined))
+                if ids:
+                    end = m
+                    break
+        if ids:
+            out[j] = ids.pop(0)
+        k = end + 1
+    return out
+
+
 def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req: Request,
-                   capture: bool) -> Block:
+                   capture: bool, name: str | None = None) -> Block:
+    """One block of a message; ``name``: the framework's id of its message, if it names it
+    (:func:`_framework_names`)."""
     btype = "text" if isinstance(block, str) else _get(block, "type")
     text = _block_text(block)
     breakpoint_ = not isinstance(block, str) and bool(given(_get(block, "cache_control")))
@@ -439,7 +478,7 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
                           SEG_HISTORY, content_mode="summary", cache_breakpoint=breakpoint_)
     kind = (_K_USER_MESSAGE if role == "user" and latest_user
             else _K_SESSION_HISTORY)
-    item_id = known_message_id(role, text) or message_id(role, text)
+    item_id = name or message_id(role, text)
     return make_block(item_id, kind, text, capture, _HISTORY, SEG_HISTORY,
                       cache_breakpoint=breakpoint_)
 

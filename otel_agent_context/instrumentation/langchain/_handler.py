@@ -92,7 +92,7 @@ def _agent_name(name: str | None) -> str | None:
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
     """The ids LangChain's trim and summary records name a chat model run's input messages
     by (``message_id``), for the client call's blocks to take, in order, by (role, text); a
-    tool's result by (``TOOL_RESULT``, its call id) when it has an id of its own. Nothing
+    tool's result by (``TOOL_RESULT``, its call id). Nothing
     when the blocks name every message so by themselves (a template's messages: the readers'
     plain path stays open). One message list: LangChain batches are lists of lists."""
     if not isinstance(messages, list) or len(messages) != 1 or \
@@ -101,9 +101,8 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
     out: dict[tuple[str, str], list[str]] = {}
     for message in messages[0]:
         if message_type(message) == "tool" and (called := call_id(message)):
-            native = getattr(message, "id", None)
-            if isinstance(native, str) and native:
-                out.setdefault((TOOL_RESULT, called), []).append(native)
+            # every result of the call, so each takes its own in its place
+            out.setdefault((TOOL_RESULT, called), []).append(message_id(message))
             continue
         role = message_role(message)
         if role is not None:  # all of them, so each takes its own in its place

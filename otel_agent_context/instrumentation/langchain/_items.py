@@ -29,6 +29,7 @@ __all__ = [
     "message_role",
     "message_type",
     "named_by_reader",
+    "positional_ids",
     "message_text",
     "message_tokens",
 ]
@@ -244,6 +245,12 @@ _MEDIA_REFS = (("image_url", "url"), ("image_url",), ("url",), ("base64",), ("da
                ("input_audio", "data"), ("file", "file_data"), ("file", "file_id"))
 
 
+#: One medium named alike in its forms: LangChain hands its callbacks a message's standard
+#: blocks (``{"type": "image", "base64": ...}``) converted to OpenAI's parts (an
+#: ``image_url`` of a data URL), while ``trim_messages`` and the middleware see them as given.
+_MEDIA_TYPES = {"image_url": "image", "input_audio": "audio"}
+
+
 def _media_text(message: Any) -> str:
     """What names a message's content blocks that are not text (an image, audio, a file):
     ``[<type> <keyed short digest>]`` each, so two messages of one text and different images
@@ -263,7 +270,10 @@ def _media_text(message: Any) -> str:
                 break
         else:  # nothing names it: the block as a whole
             ref = json.dumps(block, sort_keys=True, default=str)
-        out += f"\n[{block.get('type')} {short_digest(ref)}]"
+        if ref.startswith("data:") and (at := ref.find(";base64,", 5, 200)) > 0:
+            ref = ref[at + 8:]  # a data URL names its data, as a block of base64 does
+        kind = str(block.get("type"))
+        out += f"\n[{_MEDIA_TYPES.get(kind, kind)} {short_digest(ref)}]"
     return out
 
 
@@ -347,6 +357,19 @@ def message_id(message: Any) -> str:
     return "msg_" + _short_hash(kind, _read_text(message) + _media_text(message))
 
 
+def positional_ids(messages: Iterable[Any]) -> list[str]:
+    """The messages' :func:`message_id`, a repeat of one within the list ``<id>#2``, ``#3``...
+    by position, as a model call's blocks name repeats (``distinct_ids``): a record names the
+    copy it cut, not its twin."""
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    for m in messages:
+        mid = message_id(m)
+        n = seen[mid] = seen.get(mid, 0) + 1
+        out.append(mid if n == 1 else f"{mid}#{n}")
+    return out
+
+
 def message_kind(message: Any) -> ContextKind:
     kind = message_type(message)
     if kind == "system":
@@ -361,6 +384,6 @@ def message_kind(message: Any) -> ContextKind:
     return ContextKind.SESSION_HISTORY
 
 
-def message_item(message: Any) -> ContextItem:
-    return ContextItem(item_id=message_id(message), context_kind=message_kind(message),
+def message_item(message: Any, item_id: str | None = None) -> ContextItem:
+    return ContextItem(item_id=item_id or message_id(message), context_kind=message_kind(message),
                        token_estimate=message_tokens(message))

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..._api import Envelope
 from ..._enums import OverflowStrategy
-from ._items import SUMMARY_SOURCE, message_id, message_tokens
+from ._items import SUMMARY_SOURCE, message_tokens, positional_ids
 from ._state import recording
 
 __all__ = ["input_messages", "record_removals"]
@@ -87,9 +87,10 @@ def record_removals(env: Envelope | None, before: Sequence[Any], outputs: Any,
         return
     strategy = _strategy(before, removed_at)
     budget = env.budget(overflow_strategy=strategy, start_time=start)
+    named = positional_ids(before)
     for i in removed_at:
         message = before[i]
-        budget.truncated(item_id=message_id(message), strategy=strategy,
+        budget.truncated(item_id=named[i], strategy=strategy,
                          tokens_before=message_tokens(message), tokens_after=0)
     budget.actual(tokens=sum(message_tokens(m) for m in after),
                   items=len(after))

@@ -22,7 +22,7 @@ from ..._digest import short_digest
 from ..._enums import CompactionMethod, ContextKind
 from ..._records import ContextItem
 from .._tokens import estimate_tokens
-from ._items import message_id, message_item, message_kind, message_text
+from ._items import message_id, message_item, message_kind, message_text, positional_ids
 from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
 
 __all__ = ["MEMORIES", "MIDDLEWARE", "wrap_memory", "wrap_middleware"]
@@ -82,15 +82,16 @@ def _record_middleware(env: Envelope | None, middleware: Any, messages: list[Any
         return
     summary = new[at]
     preserved = {message_id(m) for m in new[at + 1:]}
-    sources = [m for m in messages if message_id(m) not in preserved]
+    sources = [(m, named) for m, named in zip(messages, positional_ids(messages), strict=True)
+               if message_id(m) not in preserved]
     compaction = env.compaction(method=CompactionMethod.ROLLING_SUMMARY,
                                 trigger=_trigger(middleware), scope=_SCOPE,
                                 replacement_policy=_REPLACE, start_time=start)
     uncovered = 0
-    for m in sources:
+    for m, named in sources:
         covered = collector.covers(m)
         uncovered += not covered
-        compaction.source(message_item(m), covered=covered)
+        compaction.source(message_item(m, named), covered=covered)
     text = message_text(summary)
     compaction.summary(content=text, token_estimate=estimate_tokens(text))
     if uncovered:
@@ -113,8 +114,8 @@ def _record_memory(env: Envelope | None, memory: Any, messages: Any, existing: A
         compaction.source(ContextItem(item_id=f"summary_{digest}",
                                       context_kind=ContextKind.THREAD_SUMMARY,
                                       token_estimate=estimate_tokens(existing)), covered=True)
-    for m in messages:
-        compaction.source(message_item(m), covered=True)
+    for m, named in zip(messages, positional_ids(messages), strict=True):
+        compaction.source(message_item(m, named), covered=True)
     compaction.summary(content=result, token_estimate=estimate_tokens(result))
     compaction.stop()
 

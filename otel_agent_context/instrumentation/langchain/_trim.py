@@ -25,7 +25,7 @@ from typing import Any
 
 from ..._api import Envelope
 from ..._enums import OverflowStrategy
-from ._items import message_id, message_text, message_tokens
+from ._items import message_text, message_tokens, positional_ids
 from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
 
 __all__ = ["TRIM_MODULE", "wrap_trim"]
@@ -133,12 +133,13 @@ def _record(env: Envelope | None, strategy: str, start: int, messages: Sequence[
     cut = _match_cut(result, messages)
     cut_ids = {id(orig) for orig, _ in cut}
     kept = {id(r) for r in result}
+    named = dict(zip(map(id, messages), positional_ids(messages), strict=True))
     for m in messages:
         if id(m) not in kept and id(m) not in cut_ids:
-            budget.truncated(item_id=message_id(m), strategy=mapped,
+            budget.truncated(item_id=named[id(m)], strategy=mapped,
                              tokens_before=tokens([m]), tokens_after=0)
     for orig, short in cut:
-        budget.truncated(item_id=message_id(orig), strategy=mapped,
+        budget.truncated(item_id=named[id(orig)], strategy=mapped,
                          tokens_before=tokens([orig]), tokens_after=tokens([short]))
     if by_items:
         budget.actual(items=after)

@@ -47,6 +47,7 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both) -> None:
         second = _block_ids(both)
     assert len(body["messages"]) < len(history) - 1  # merged by the client
     named = [message_id(m) for m in history]
+    named[6] += "#2"  # the question asked again
     cut = [e.attributes[S.ITEM_ID] for s in both.spans() for e in s.events
            if e.name == S.EVENT_BUDGET_TRUNCATED]
     assert cut == named[1:8]
@@ -57,7 +58,7 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both) -> None:
     assert named[7] != named[8] and {named[7], named[8]} <= set(first)
     assert [named[0], named[8], named[9]] == [i for i in second if i in named]
     assert len(first) == len(set(first))
-    assert "cdn.example" not in str(both.bundles())
+    assert "cdn.example" not in str(both.bundles()) and "iVBOR" not in str(both.bundles())
 
 
 def test_messages_of_strings_are_named_alike_without_being_told(both) -> None:
@@ -77,3 +78,24 @@ def test_messages_of_strings_are_named_alike_without_being_told(both) -> None:
     named = [message_id(m) for m in history]
     assert [i.split(":")[0] for i in named] == ["system", "user", "assistant", "user", "user"]
     assert _block_ids(both) == named
+
+
+@pytest.mark.parametrize("own_id", [None, "h0"], ids=["without_id", "with_id"])
+def test_a_message_of_text_parts_names_its_first_block(both, own_id) -> None:
+    """A message of two text parts, which the client sends as two blocks, and a later one
+    of their text joined: the first message's id names its first block (its second is a
+    block of its own); the later message keeps its own, never the first one's."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    history = [HumanMessage([{"type": "text", "text": "Where is "},
+                             {"type": "text", "text": "order 42?"}], id=own_id),
+               AIMessage("Checking.", id="a1"), HumanMessage("Where is order 42?"),
+               HumanMessage("Thanks.", id="u9")]
+    with StubServer() as stub:
+        model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                              api_key="sk-offline", max_retries=0)
+        model.invoke(history)
+    named = [message_id(m) for m in history]
+    blocks = _block_ids(both)
+    assert blocks[0] == named[0] and blocks[2:] == named[1:]
+    assert blocks[1].startswith("user:") and blocks[1] not in named

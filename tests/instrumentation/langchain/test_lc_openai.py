@@ -188,15 +188,25 @@ def test_a_message_of_parts_is_not_taken_for_another_of_its_text(both,
     assert list(inference.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["sys", "parts", "a1", "str"]
 
 
+def _model(stub: Any, use_responses_api: bool) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url, api_key="sk-offline",
+                      max_retries=0, use_responses_api=use_responses_api)
+
+
+def _block_ids(tel: CapturedTelemetry) -> list[str]:
+    """The block ids of the first model call recorded."""
+    return list(next(s for s in tel.spans() if s.name == "chat gpt-4o-mini")
+                .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+
+
 def _history_without_ids() -> list[Any]:
     """A conversation LangChain gave no ids (a prompt template's, a chain's), but for one
     tool result: a tool call alone, two results, a question asked twice, one text sent with
-    two different images."""
+    two different images (an OpenAI part, a standard block)."""
     from langchain_core.messages import AIMessage, ToolMessage
 
-    def photo(url: str) -> HumanMessage:
-        return HumanMessage([{"type": "text", "text": "Is this the one?"},
-                             {"type": "image_url", "image_url": {"url": url}}])
+    def photo(block: dict[str, Any]) -> HumanMessage:
+        return HumanMessage([{"type": "text", "text": "Is this the one?"}, block])
 
     called = AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
                                         "id": "call_1"}])
@@ -204,7 +214,9 @@ def _history_without_ids() -> list[Any]:
             ToolMessage('{"status": "shipped"}', tool_call_id="call_1"),
             ToolMessage('{"status": "shipped"}', tool_call_id="call_2", id="lc_tool_2"),
             AIMessage("It shipped."), HumanMessage("Where is order 42?"),
-            photo("https://cdn.example/a.png"), photo("https://cdn.example/b.png"),
+            photo({"type": "image_url", "image_url": {"url": "https://cdn.example/a.png"}}),
+            # a standard block: LangChain hands callbacks a data URL of it, trim the block
+            photo({"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"}),
             HumanMessage("When will it arrive?")]
 
 
@@ -222,12 +234,9 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both, use_responses
 
     history = _history_without_ids()
     with StubServer() as stub:
-        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
-                           api_key="sk-offline", max_retries=0,
-                           use_responses_api=use_responses_api)
+        model = _model(stub, use_responses_api)
         model.invoke(history)
-        first = list(next(s for s in both.spans() if s.name == "chat gpt-4o-mini")
-                     .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+        first = _block_ids(both)
         both.span_exporter.clear()
         kept = trim_messages(history, max_tokens=3, token_counter=len, strategy="last",
                              include_system=True)
@@ -243,12 +252,11 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both, use_responses
     spans = both.spans()
     cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
            if e.name == S.EVENT_BUDGET_TRUNCATED]
-    second = list(next(s for s in spans if s.name == "chat gpt-4o-mini")
-                  .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
-    assert cut == [message_id(m) for m in history[1:8]]  # the records name these messages
+    second = _block_ids(both)
+    assert cut == named[1:8]  # the records name these messages, the repeat's copy too
     assert set(cut) - {named[2]} <= set(first)
     assert second == [named[0], named[8], named[9]]
-    assert "cdn.example" not in str(both.bundles())
+    assert "cdn.example" not in str(both.bundles()) and "iVBOR" not in str(both.bundles())
 
 
 @pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
@@ -267,9 +275,7 @@ def test_messages_of_strings_are_named_alike_without_being_told(both, use_respon
     named = [message_id(m) for m in history]
     assert [i.split(":")[0] for i in named] == ["system", "user", "assistant", "user", "user"]
     with StubServer() as stub:
-        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
-                           api_key="sk-offline", max_retries=0,
-                           use_responses_api=use_responses_api)
+        model = _model(stub, use_responses_api)
         model.invoke(history)
         blocks = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in both.spans()
                   if s.name == "chat gpt-4o-mini"]
@@ -281,3 +287,26 @@ def test_messages_of_strings_are_named_alike_without_being_told(both, use_respon
     assert cut == named[:3]
     assert list(next(s for s in reversed(both.spans()) if s.name == "chat gpt-4o-mini")
                 .attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) == ["m0", "m1", "m2", "m3", "m4"]
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_results_of_one_call_keep_their_ids_in_order(both, use_responses_api) -> None:
+    """Two results of one tool call (a retry), only the second with an id of its own: each
+    block is its message's (``tool_result:<call id>``, then its id), not the other way."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    history = [HumanMessage("Where is order 42?"),
+               AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
+                                          "id": "call_1"}]),
+               ToolMessage("timeout", tool_call_id="call_1"),
+               ToolMessage("shipped", tool_call_id="call_1", id="t_retry"),
+               HumanMessage("When will it arrive?")]
+    with StubServer() as stub:
+        model = _model(stub, use_responses_api)
+        model.invoke(history)
+    blocks = _block_ids(both)
+    assert blocks[2:4] == [message_id(m) for m in history[2:4]] == [
+        "tool_result:call_1", "t_retry"]

@@ -152,11 +152,45 @@ def test_messages_of_one_text_and_other_media_are_other_items(tel) -> None:
     assert ids[-2:] == ["tool_result:call_7", "tool_result:c8"]
     trim_messages(messages, max_tokens=1, token_counter=len, strategy="last")
     cut = [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))]
-    assert cut == ids[:-1]
+    assert cut == [*ids[:len(media)], ids[0] + "#2", *ids[len(media) + 1:-1]]  # its copy
     recorded = str([(dict(s.attributes), [dict(e.attributes) for e in s.events])
                     for s in tel.spans()])
     assert "Is this it?" not in recorded  # (content capture is off: no text either)
     assert not any(s in recorded for s in ("cdn.example", "iVBOR", "R0lG", "file-9"))
+
+
+def test_a_standard_block_is_named_as_the_part_callbacks_see(tel) -> None:
+    """LangChain hands its callbacks (and so the client call) a standard block converted to
+    an OpenAI part (base64 data as a data URL, audio as ``input_audio``), while its trim
+    and middleware see the block as given: one message, one id."""
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    def ask(block: dict) -> str:
+        return message_id(HumanMessage([{"type": "text", "text": "Is this it?"}, block]))
+
+    assert ask({"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"}) == \
+        ask({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
+    assert ask({"type": "image", "url": "https://cdn.example/c.png"}) == \
+        ask({"type": "image_url", "image_url": {"url": "https://cdn.example/c.png"}})
+    assert ask({"type": "audio", "base64": "UklGRg==", "mime_type": "audio/wav"}) == \
+        ask({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}})
+    assert ask({"type": "image", "base64": "iVBORw0KGgo="}) != ask({"type": "image",
+                                                                     "base64": "R0lGODlh"})
+
+
+def test_first_strategy_names_the_copy_it_cut(tel) -> None:
+    """A message asked twice (no ids): ``strategy="first"`` keeps the first and cuts the
+    second, whose record names it as a model call's block does, ``<id>#2``, not the kept
+    twin."""
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    history = [HumanMessage("Where is order 42?"), AIMessage("Checking."),
+               HumanMessage("Where is order 42?"), AIMessage("It shipped.")]
+    kept = trim_messages(history, max_tokens=2, token_counter=len, strategy="first")
+    assert kept == history[:2]
+    first, answer = message_id(history[0]), message_id(history[3])
+    cut = [e[S.ITEM_ID] for _, e in events(one(tel, "context.budget"))]
+    assert cut == [f"{first}#2", answer]
 
 
 def test_a_streamed_message_is_the_message_it_streamed(tel) -> None:
