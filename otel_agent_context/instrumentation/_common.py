@@ -113,6 +113,7 @@ __all__ = [
     "overflow_tokens_from",
     "short_digest",
     "sync_wrapper",
+    "tool_call_id",
     "tool_result_id",
     "Wrapped",
     "unwrap_all",
@@ -427,12 +428,23 @@ KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[str]] | None] 
 
 
 TOOL_RESULT = "tool_result"
+#: the key a framework's id of a message of tool calls alone (no text) is given under, with
+#: its first call's id: the block of that call (an input item or a content block of its
+#: own, where the message makes none) takes it
+TOOL_CALL = "tool_call"
 
 
 def tool_result_id(call_id: Any) -> str:
     """The item id of a tool's result: the framework's own id of it if one was given, else
     ``tool_result:<call id>`` (two results of one output are two items)."""
     return known_message_id(TOOL_RESULT, str(call_id)) or f"tool_result:{call_id}"
+
+
+def tool_call_id(prefix: str, call_id: Any) -> str:
+    """The item id of a tool call read as a block of its own (``<prefix>:<call id>``), or
+    the framework's id of its message when the call is the first of a message of calls
+    alone (``TOOL_CALL``)."""
+    return known_message_id(TOOL_CALL, str(call_id)) or f"{prefix}:{call_id}"
 
 
 def known_message_id(role: str, text: str) -> str | None:

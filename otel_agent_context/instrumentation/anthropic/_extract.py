@@ -45,6 +45,7 @@ from .._common import (
     remembered,
     sdk_class,
     short_digest,
+    tool_call_id,
     tool_result_id,
 )
 from ..openai._extract import (
@@ -468,7 +469,7 @@ def _content_block(role: str, i: int, j: int, block: Any, latest_user: bool, req
     if btype == "tool_use":
         call_id = str(_get(block, "id"))
         req.tool_names[call_id] = str(_get(block, "name"))
-        return make_block(f"tool_use:{call_id}", _K_SESSION_HISTORY, text,
+        return make_block(tool_call_id("tool_use", call_id), _K_SESSION_HISTORY, text,
                           capture, _HISTORY, SEG_HISTORY, tool_call_id=call_id,
                           cache_breakpoint=breakpoint_)
     if btype == "compaction":

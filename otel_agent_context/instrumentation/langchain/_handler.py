@@ -40,9 +40,10 @@ from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
-from .._common import KNOWN_MESSAGES, TOOL_RESULT
+from .._common import KNOWN_MESSAGES, TOOL_CALL, TOOL_RESULT
 from ._items import (
     call_id,
+    first_call_id,
     message_id,
     message_role,
     message_text,
@@ -105,8 +106,14 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
             out.setdefault((TOOL_RESULT, called), []).append(message_id(message))
             continue
         role = message_role(message)
-        if role is not None:  # all of them, so each takes its own in its place
-            out.setdefault((role, message_text(message)), []).append(message_id(message))
+        if role is None:
+            continue
+        text, named = message_text(message), message_id(message)
+        out.setdefault((role, text), []).append(named)  # all, so each takes its own in place
+        if not text and (first := first_call_id(message)):
+            # calls alone: where the client sends them as blocks of their own (a Responses
+            # input item, an Anthropic tool use), the first one's block is the message's
+            out.setdefault((TOOL_CALL, first), []).append(named)
     return out
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "doc_scores",
     "doc_text",
     "call_id",
+    "first_call_id",
     "message_id",
     "message_kind",
     "message_role",
@@ -322,6 +323,16 @@ def _calls(message: Any) -> bool:
     AI message has them: a field a pydantic message lacks costs an exception to look for."""
     return message_type(message) == "ai" and bool(
         getattr(message, "tool_calls", None) or getattr(message, "invalid_tool_calls", None))
+
+
+def first_call_id(message: Any) -> str | None:
+    """The id of the first tool call an AI message makes, if any."""
+    if message_type(message) != "ai":
+        return None
+    calls = getattr(message, "tool_calls", None)
+    first = calls[0] if isinstance(calls, list) and calls else None
+    called = first.get("id") if isinstance(first, Mapping) else None
+    return called if isinstance(called, str) and called else None
 
 
 def named_by_reader(message: Any) -> bool:

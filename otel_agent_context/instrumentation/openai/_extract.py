@@ -46,6 +46,7 @@ from .._common import (
     sdk_class,
     settle_message,
     short_digest,
+    tool_call_id,
     tool_result_id,
 )
 from .._tokens import estimate_tokens
@@ -1126,7 +1127,7 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         text = f"{name}({_get(it, 'arguments') or ''})"
         msg = (InputMessage(role="assistant", parts=[ToolCallRequestPart(
             arguments=_get(it, "arguments"), name=name, id=call_id)]) if capture else None)
-        return make_block(f"tool_call:{call_id}", _K_SESSION_HISTORY, text,
+        return make_block(tool_call_id("tool_call", call_id), _K_SESSION_HISTORY, text,
                           capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if type(itype) is str and itype.endswith("_call_output"):
         # a tool's result (a function's; a computer-use screenshot, a custom or shell tool's

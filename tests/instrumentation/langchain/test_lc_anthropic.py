@@ -51,9 +51,10 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both) -> None:
     cut = [e.attributes[S.ITEM_ID] for s in both.spans() for e in s.events
            if e.name == S.EVENT_BUDGET_TRUNCATED]
     assert cut == named[1:8]
-    # every cut message but the tool call alone (a tool_use block, named by its call) was
-    # a block of the first call; the results of one output are two items
-    assert set(cut) - {named[2]} <= set(first)
+    # every cut message was a block of the first call (the tool call alone its tool_use
+    # block); the results of one output are two items
+    assert set(cut) <= set(first)
+    assert first[2] == named[2]
     assert {"tool_result:call_1", "lc_tool_2"} <= set(first)
     assert named[7] != named[8] and {named[7], named[8]} <= set(first)
     assert [named[0], named[8], named[9]] == [i for i in second if i in named]

@@ -245,16 +245,14 @@ def test_messages_are_named_alike_in_trim_records_and_blocks(both, use_responses
     assert named[3:5] == ["tool_result:call_1", "lc_tool_2"]
     assert len(set(named)) == len(named) - 1  # the question asked again
     named[6] += "#2"
-    if use_responses_api:  # the tool call an input item of its own, named by its call
-        assert first == [*named[:2], "tool_call:call_1", *named[3:]]
-    else:
-        assert first == named
+    # (the Responses API: the message of a tool call alone is the call's input item)
+    assert first == named
     spans = both.spans()
     cut = [e.attributes[S.ITEM_ID] for s in spans for e in s.events
            if e.name == S.EVENT_BUDGET_TRUNCATED]
     second = _block_ids(both)
     assert cut == named[1:8]  # the records name these messages, the repeat's copy too
-    assert set(cut) - {named[2]} <= set(first)
+    assert set(cut) <= set(first)
     assert second == [named[0], named[8], named[9]]
     assert "cdn.example" not in str(both.bundles()) and "iVBOR" not in str(both.bundles())
 
@@ -310,3 +308,23 @@ def test_results_of_one_call_keep_their_ids_in_order(both, use_responses_api) ->
     blocks = _block_ids(both)
     assert blocks[2:4] == [message_id(m) for m in history[2:4]] == [
         "tool_result:call_1", "t_retry"]
+
+
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+def test_a_message_of_calls_alone_is_its_first_calls_block(both, use_responses_api) -> None:
+    """An AI message of two tool calls and no text, which the Responses API sends as two
+    input items: the first is the message's item (its id, as its records name it), the
+    second its call's; chat completions send one message, the message's block."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from stub_server import StubServer
+
+    calls = [{"name": "lookup", "args": {"id": n}, "id": f"call_{n}"} for n in ("1", "2")]
+    history = [HumanMessage("Where are orders 1 and 2?", id="q"),
+               AIMessage("", tool_calls=calls, id="ai_1"),
+               ToolMessage("shipped", tool_call_id="call_1", id="t1"),
+               ToolMessage("late", tool_call_id="call_2", id="t2")]
+    with StubServer() as stub:
+        _model(stub, use_responses_api).invoke(history)
+    expected = ["q", "ai_1", "tool_call:call_2", "t1", "t2"] if use_responses_api else [
+        "q", "ai_1", "t1", "t2"]
+    assert _block_ids(both) == expected
