@@ -423,15 +423,19 @@ _LATEST_USER_SPEC = (_K_USER_MESSAGE, _P_HISTORY, SEG_HISTORY)
 #: in order, a tool's result by (``TOOL_RESULT``, its call id): a block takes its message's
 #: id (the one the framework's truncation and compaction records use) instead of a content
 #: digest or its call's. Set by the LangChain handler and LlamaIndex's turns.
-KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[str]] | None] = \
+KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[Any]] | None] = \
     contextvars.ContextVar("otel_agent_context.known_messages", default=None)
 
 
 TOOL_RESULT = "tool_result"
-#: the key a framework's id of a message of tool calls alone (no text) is given under, with
-#: its first call's id: the block of that call (an input item or a content block of its
-#: own, where the message makes none) takes it
+#: the key a framework's messages' tool calls are given under, with each call's id, in
+#: order: a message of calls alone (no text) by its id for its first call, which names the
+#: call's block (an input item or a content block of its own: the message makes none),
+#: every other call by "" (its block is ``<prefix>:<call id>``)
 TOOL_CALL = "tool_call"
+#: the key prefix (before the role) a message of several text parts is given under, with
+#: its first part: ``(parts, id)``, for a reader that reads each part as a block of its own
+TEXT_PARTS = "text_parts:"
 
 
 def tool_result_id(call_id: Any) -> str:

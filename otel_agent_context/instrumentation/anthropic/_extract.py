@@ -28,6 +28,7 @@ from .._common import (
     KNOWN_MESSAGES,
     SEG_HISTORY,
     SEG_SYSTEM,
+    TEXT_PARTS,
     Accumulator,
     Block,
     Outcome,
@@ -421,36 +422,35 @@ def _only_tool_results(content: Any) -> bool:
             and all(_get(b, "type") == "tool_result" for b in content))
 
 
-#: how many text blocks one framework message may span in a message the client merged
-_MAX_SPAN = 64
-
-
 def _framework_names(role: str, blocks: list[Any]) -> dict[int, str]:
     """Which text blocks of one message (or of the system prompt) a framework's message ids
-    (``KNOWN_MESSAGES``) name, by block index: a block by its text, else a run of text
-    blocks (others between them) by their texts joined, as the framework names a message of
-    several text parts (LangChain's ``ChatAnthropic`` sends each part as a block, and merges
-    consecutive messages into one), the id on the run's first block. Each id taken once."""
+    (``KNOWN_MESSAGES``) name, by block index: a run of blocks of a message of several text
+    parts (LangChain's ``ChatAnthropic`` sends each part as a block, and merges consecutive
+    messages into one) the message's, its first block by its id and the others ``<id>/2``,
+    ``/3``...; else a block by its text. Each id taken once, in order."""
     known = KNOWN_MESSAGES.get() or {}
-    texts = [(j, _block_text(b)) for j, b in enumerate(blocks)
-             if isinstance(b, str) or _get(b, "type") == "text"]
+    texts = [(j, text) for j, b in enumerate(blocks)
+             if (isinstance(b, str) or _get(b, "type") == "text") and (text := _block_text(b))]
     out: dict[int, str] = {}
     k = 0
     while k < len(texts):
         j, text = texts[k]
-        ids = known.get((role, text))
-        end = k
-        if not ids:
-            joined = text
-            for m in range(k + 1, min(len(texts), k + _MAX_SPAN)):
-                joined += texts[m][1]
-                ids = known.get((role, joined))
-                if ids:
-                    end = m
-                    break
-        if ids:
-            out[j] = ids.pop(0)
-        k = end + 1
+        span, named = 1, None
+        for n, (parts, mid) in enumerate(known.get((TEXT_PARTS + role, text)) or ()):
+            if tuple(t for _, t in texts[k:k + len(parts)]) == parts:
+                del known[(TEXT_PARTS + role, text)][n]
+                joined = known.get((role, "".join(parts)))
+                if joined and mid in joined:  # the same message, named by its joined text
+                    joined.remove(mid)
+                span, named = len(parts), mid
+                break
+        if named is None:
+            named = known_message_id(role, text)
+        if named is not None:
+            out[j] = named
+            for n in range(1, span):
+                out[texts[k + n][0]] = f"{named}/{n + 1}"
+        k += span
     return out
 
 

@@ -40,15 +40,16 @@ from ..._api import AgentContext, Envelope, current_envelope
 from ..._enums import Scope
 from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
-from .._common import KNOWN_MESSAGES, TOOL_CALL, TOOL_RESULT
+from .._common import KNOWN_MESSAGES, TEXT_PARTS, TOOL_CALL, TOOL_RESULT
 from ._items import (
     call_id,
-    first_call_id,
+    call_ids,
     message_id,
     message_role,
     message_text,
     message_type,
     named_by_reader,
+    text_parts,
 )
 from ._official import deferring, official_run_context
 from ._removals import input_messages, record_removals
@@ -90,7 +91,7 @@ def _agent_name(name: str | None) -> str | None:
     return None if name in _DEFAULT_NAMES else name
 
 
-def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
+def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
     """The ids LangChain's trim and summary records name a chat model run's input messages
     by (``message_id``), for the client call's blocks to take, in order, by (role, text); a
     tool's result by (``TOOL_RESULT``, its call id). Nothing
@@ -99,7 +100,7 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
     if not isinstance(messages, list) or len(messages) != 1 or \
             all(map(named_by_reader, messages[0])):
         return {}
-    out: dict[tuple[str, str], list[str]] = {}
+    out: dict[tuple[str, str], list[Any]] = {}
     for message in messages[0]:
         if message_type(message) == "tool" and (called := call_id(message)):
             # every result of the call, so each takes its own in its place
@@ -110,10 +111,16 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[str]]:
             continue
         text, named = message_text(message), message_id(message)
         out.setdefault((role, text), []).append(named)  # all, so each takes its own in place
-        if not text and (first := first_call_id(message)):
-            # calls alone: where the client sends them as blocks of their own (a Responses
-            # input item, an Anthropic tool use), the first one's block is the message's
-            out.setdefault((TOOL_CALL, first), []).append(named)
+        parts = [t for t in text_parts(message) if t]
+        if len(parts) > 1:
+            # several text parts, which a client may send as blocks of their own (Anthropic):
+            # the run of blocks of these texts is this message, its first block named by it
+            out.setdefault((TEXT_PARTS + role, parts[0]), []).append((tuple(parts), named))
+        # every call, in order, so a call id used again in another message takes its own;
+        # a message of calls alone is its first call's block where a client sends each call
+        # as one (a Responses input item, an Anthropic tool use)
+        for n, called in enumerate(call_ids(message)):
+            out.setdefault((TOOL_CALL, called), []).append("" if n or text else named)
     return out
 
 

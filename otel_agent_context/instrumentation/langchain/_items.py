@@ -24,13 +24,14 @@ __all__ = [
     "doc_scores",
     "doc_text",
     "call_id",
-    "first_call_id",
+    "call_ids",
     "message_id",
     "message_kind",
     "message_role",
     "message_type",
     "named_by_reader",
     "positional_ids",
+    "text_parts",
     "message_text",
     "message_tokens",
 ]
@@ -212,20 +213,28 @@ class DocIndex:
 # -- messages -------------------------------------------------------------------------------
 
 
-def message_text(message: Any) -> str:
-    """The text of a message's content (string, or the text blocks of a list)."""
+def text_parts(message: Any) -> list[str]:
+    """The texts of a message's content: the string, or the strings and text blocks of a
+    list, in order."""
     content = getattr(message, "content", None)
     if isinstance(content, str):
-        return content
+        return [content]
+    parts: list[str] = []
     if isinstance(content, list):
-        parts = []
         for block in content:
             if isinstance(block, str):
                 parts.append(block)
             elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
                 parts.append(block["text"])
-        return "".join(parts)
-    return ""
+    return parts
+
+
+def message_text(message: Any) -> str:
+    """The text of a message's content (string, or the text blocks of a list)."""
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        return content
+    return "".join(text_parts(message))
 
 
 def _read_text(message: Any) -> str:
@@ -325,14 +334,15 @@ def _calls(message: Any) -> bool:
         getattr(message, "tool_calls", None) or getattr(message, "invalid_tool_calls", None))
 
 
-def first_call_id(message: Any) -> str | None:
-    """The id of the first tool call an AI message makes, if any."""
+def call_ids(message: Any) -> list[str]:
+    """The ids of the tool calls an AI message makes, in order (calls without one left out)."""
     if message_type(message) != "ai":
-        return None
+        return []
     calls = getattr(message, "tool_calls", None)
-    first = calls[0] if isinstance(calls, list) and calls else None
-    called = first.get("id") if isinstance(first, Mapping) else None
-    return called if isinstance(called, str) and called else None
+    if not isinstance(calls, list):
+        return []
+    found = (c.get("id") for c in calls if isinstance(c, Mapping))
+    return [c for c in found if isinstance(c, str) and c]
 
 
 def named_by_reader(message: Any) -> bool:

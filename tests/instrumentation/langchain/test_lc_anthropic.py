@@ -82,21 +82,44 @@ def test_messages_of_strings_are_named_alike_without_being_told(both) -> None:
 
 
 @pytest.mark.parametrize("own_id", [None, "h0"], ids=["without_id", "with_id"])
-def test_a_message_of_text_parts_names_its_first_block(both, own_id) -> None:
-    """A message of two text parts, which the client sends as two blocks, and a later one
-    of their text joined: the first message's id names its first block (its second is a
-    block of its own); the later message keeps its own, never the first one's."""
+def test_a_message_of_text_parts_names_its_blocks(both, own_id) -> None:
+    """A message of two text parts, which the client sends as two blocks, beside messages
+    of its first part's text and of its text joined (merged into one message by the client,
+    and later): its blocks are ``<id>`` and ``<id>/2``; the others keep their own ids."""
     from langchain_core.messages import AIMessage, HumanMessage
 
-    history = [HumanMessage([{"type": "text", "text": "Where is "},
+    history = [HumanMessage("Where is ", id="u0"),
+               HumanMessage([{"type": "text", "text": "Where is "},
                              {"type": "text", "text": "order 42?"}], id=own_id),
-               AIMessage("Checking.", id="a1"), HumanMessage("Where is order 42?"),
-               HumanMessage("Thanks.", id="u9")]
+               AIMessage("Checking.", id="a1"), HumanMessage("Where is "),
+               HumanMessage("Where is order 42?"), HumanMessage("Thanks.", id="u9")]
+    with StubServer() as stub:
+        model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                              api_key="sk-offline", max_retries=0)
+        model.invoke(history)
+        ((_, body),) = stub.requests
+    assert len(body["messages"]) == 3  # merged by the client
+    named = [message_id(m) for m in history]
+    assert _block_ids(both) == [named[0], named[1], f"{named[1]}/2", *named[2:]]
+
+
+def test_a_call_id_used_again_names_its_own_message(both) -> None:
+    """A client that numbers its calls per turn (``call_0`` in two turns): the second
+    turn's message of calls alone is its tool use's block; the first turn's call, made
+    with text, stays ``tool_use:<call id>``."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    def called(text: str) -> AIMessage:
+        return AIMessage(text, tool_calls=[{"name": "lookup", "args": {}, "id": "call_0"}])
+
+    history = [HumanMessage("Order 1?"), called("Looking."),
+               ToolMessage("shipped", tool_call_id="call_0"), AIMessage("Shipped."),
+               HumanMessage("Order 2?"), called(""),
+               ToolMessage("late", tool_call_id="call_0"), HumanMessage("Thanks.")]
     with StubServer() as stub:
         model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
                               api_key="sk-offline", max_retries=0)
         model.invoke(history)
     named = [message_id(m) for m in history]
-    blocks = _block_ids(both)
-    assert blocks[0] == named[0] and blocks[2:] == named[1:]
-    assert blocks[1].startswith("user:") and blocks[1] not in named
+    assert _block_ids(both) == [named[0], named[1], "tool_use:call_0", named[2], named[3],
+                                named[4], named[5], f"{named[6]}#2", named[7]]
