@@ -91,6 +91,18 @@ def _agent_name(name: str | None) -> str | None:
     return None if name in _DEFAULT_NAMES else name
 
 
+class _RunIds(dict):  # type: ignore[type-arg]
+    """A model run's message ids (``_message_ids``) as ``KNOWN_MESSAGES`` holds them, with
+    the runs started together in one context and not ended (``generate`` starts every run
+    before calling the model for any, and ends them all after) and the value before the
+    first of them, put back when the last ends: in whatever order they end, no run's ids
+    stay for a later call."""
+
+    __slots__ = ("outer", "pending")
+    outer: Any
+    pending: set[UUID]
+
+
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
     """The ids LangChain's trim and summary records name a chat model run's input messages
     by (``message_id``), for the client call's blocks to take, in order, by (role, text); a
@@ -163,7 +175,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         #: node run -> (the state's messages it started with, its start time)
         self._inputs: dict[UUID, tuple[list[Any], int]] = {}
         #: model run -> the token of its known message ids (reset when it ends)
-        self._known: dict[UUID, contextvars.Token[Any]] = {}
+        self._known: dict[UUID, set[UUID]] = {}
         #: model run -> the token of its run's envelope made current for it (see _pin)
         self._pinned: dict[UUID, contextvars.Token[Any]] = {}
 
@@ -310,8 +322,15 @@ class ContextCallbackHandler(BaseCallbackHandler):
                     model=_model(metadata, kwargs))
         self._pin(run_id)
         known = _message_ids(messages)
-        if known:  # the client call below names its blocks by these ids
-            self._known[run_id] = KNOWN_MESSAGES.set(known)
+        current = KNOWN_MESSAGES.get()
+        chained = isinstance(current, _RunIds) and current.pending
+        if known or chained:  # the client call below names its blocks by these ids
+            ids = _RunIds(known)
+            ids.outer = current.outer if chained else current  # type: ignore[union-attr]
+            ids.pending = current.pending if chained else set()  # type: ignore[union-attr]
+            ids.pending.add(run_id)
+            KNOWN_MESSAGES.set(ids)
+            self._known[run_id] = ids.pending
 
     def _pin(self, run_id: UUID) -> None:
         """For a model run, make its run's envelope the one the client call below finds,
@@ -323,10 +342,14 @@ class ContextCallbackHandler(BaseCallbackHandler):
             self._pinned[run_id] = _RUN_ENVELOPE.set(root.env)
 
     def _forget_messages(self, run_id: UUID) -> None:
-        token = self._known.pop(run_id, None)
-        if token is not None:
-            with contextlib.suppress(ValueError):  # ended in another context
-                KNOWN_MESSAGES.reset(token)
+        pending = self._known.pop(run_id, None)
+        if pending is not None:
+            pending.discard(run_id)
+            current = KNOWN_MESSAGES.get()
+            # the last of the runs started together ends: what was there before them again
+            # (ended in another context: nothing to undo here)
+            if not pending and isinstance(current, _RunIds) and current.pending is pending:
+                KNOWN_MESSAGES.set(current.outer)
         pinned = self._pinned.pop(run_id, None)
         if pinned is not None:
             with contextlib.suppress(ValueError):  # ended in another context

@@ -328,3 +328,28 @@ def test_a_message_of_calls_alone_is_its_first_calls_block(both, use_responses_a
     expected = ["q", "ai_1", "tool_call:call_2", "t1", "t2"] if use_responses_api else [
         "q", "ai_1", "t1", "t2"]
     assert _block_ids(both) == expected
+
+
+def test_runs_started_together_leave_no_ids_behind(both) -> None:
+    """``generate`` of two message lists starts both runs, calls the model for each, then
+    ends both (the first first): no run's ids stay for a later call in the same context
+    (a later conversation's messages of the same texts were given the first run's ids)."""
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation._common import KNOWN_MESSAGES
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    def history(prefix: str) -> list[Any]:
+        return [HumanMessage("a", id=f"{prefix}-1"), AIMessage("b", id=f"{prefix}-2"),
+                HumanMessage("c", id=f"{prefix}-3")]
+
+    with StubServer() as stub:
+        model = _model(stub, False)
+        model.generate([history("first"), history("second")])
+        assert KNOWN_MESSAGES.get() is None
+        both.span_exporter.clear()
+        later = [HumanMessage("a"), AIMessage("b"), HumanMessage("c")]
+        model.invoke(later)
+    assert _block_ids(both) == [message_id(m) for m in later]
+    assert all(":" in i for i in _block_ids(both))
