@@ -95,12 +95,14 @@ class _RunIds(dict):  # type: ignore[type-arg]
     """A model run's message ids (``_message_ids``) as ``KNOWN_MESSAGES`` holds them, with
     the runs started together in one context and not ended (``generate`` starts every run
     before calling the model for any, and ends them all after) and the value before the
-    first of them, put back when the last ends: in whatever order they end, no run's ids
-    stay for a later call."""
+    first of them, put back when the last ends; then emptied in place, as a run may end in
+    another task (``ainvoke``, ``agenerate``): in whatever order and task they end, no run's
+    ids stay for a later call."""
 
-    __slots__ = ("outer", "pending")
+    __slots__ = ("outer", "pending", "together")
     outer: Any
     pending: set[UUID]
+    together: list[_RunIds]
 
 
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
@@ -123,7 +125,7 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
             continue
         text, named = message_text(message), message_id(message)
         out.setdefault((role, text), []).append(named)  # all, so each takes its own in place
-        parts = [t for t in text_parts(message) if t]
+        parts = [t for t in text_parts(message) if t.strip()]  # (a client drops blank ones)
         if len(parts) > 1:
             # several text parts, which a client may send as blocks of their own (Anthropic):
             # the run of blocks of these texts is this message, its first block named by it
@@ -175,7 +177,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         #: node run -> (the state's messages it started with, its start time)
         self._inputs: dict[UUID, tuple[list[Any], int]] = {}
         #: model run -> the token of its known message ids (reset when it ends)
-        self._known: dict[UUID, set[UUID]] = {}
+        self._known: dict[UUID, _RunIds] = {}
         #: model run -> the token of its run's envelope made current for it (see _pin)
         self._pinned: dict[UUID, contextvars.Token[Any]] = {}
 
@@ -323,14 +325,19 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._pin(run_id)
         known = _message_ids(messages)
         current = KNOWN_MESSAGES.get()
-        chained = isinstance(current, _RunIds) and current.pending
-        if known or chained:  # the client call below names its blocks by these ids
+        if isinstance(current, _RunIds) and not current.pending:
+            current = None  # runs that ended in another task (emptied): nothing there
+        if known or current is not None:  # the client call below names its blocks by these
             ids = _RunIds(known)
-            ids.outer = current.outer if chained else current  # type: ignore[union-attr]
-            ids.pending = current.pending if chained else set()  # type: ignore[union-attr]
+            if isinstance(current, _RunIds):  # started together with runs not ended
+                ids.outer, ids.pending, ids.together = (
+                    current.outer, current.pending, current.together)
+            else:
+                ids.outer, ids.pending, ids.together = current, set(), []
             ids.pending.add(run_id)
+            ids.together.append(ids)
             KNOWN_MESSAGES.set(ids)
-            self._known[run_id] = ids.pending
+            self._known[run_id] = ids
 
     def _pin(self, run_id: UUID) -> None:
         """For a model run, make its run's envelope the one the client call below finds,
@@ -342,14 +349,18 @@ class ContextCallbackHandler(BaseCallbackHandler):
             self._pinned[run_id] = _RUN_ENVELOPE.set(root.env)
 
     def _forget_messages(self, run_id: UUID) -> None:
-        pending = self._known.pop(run_id, None)
-        if pending is not None:
-            pending.discard(run_id)
-            current = KNOWN_MESSAGES.get()
-            # the last of the runs started together ends: what was there before them again
-            # (ended in another context: nothing to undo here)
-            if not pending and isinstance(current, _RunIds) and current.pending is pending:
-                KNOWN_MESSAGES.set(current.outer)
+        ids = self._known.pop(run_id, None)
+        if ids is not None:
+            ids.pending.discard(run_id)
+            if not ids.pending:
+                # the last of the runs started together ends: their ids emptied where they
+                # are (a run may end in another task, whose context is a copy), and here
+                # what was there before them again
+                for started in ids.together:
+                    started.clear()
+                current = KNOWN_MESSAGES.get()
+                if any(current is started for started in ids.together):
+                    KNOWN_MESSAGES.set(ids.outer)
         pinned = self._pinned.pop(run_id, None)
         if pinned is not None:
             with contextlib.suppress(ValueError):  # ended in another context

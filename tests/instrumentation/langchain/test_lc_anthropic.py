@@ -123,3 +123,39 @@ def test_a_call_id_used_again_names_its_own_message(both) -> None:
     named = [message_id(m) for m in history]
     assert _block_ids(both) == [named[0], named[1], "tool_use:call_0", named[2], named[3],
                                 named[4], named[5], f"{named[6]}#2", named[7]]
+
+
+def test_an_async_run_leaves_no_ids_for_a_later_call(both) -> None:
+    """``ainvoke`` ends its run in another task (a copy of the context): the ids handed for
+    its call (here a message of parts, which the OpenAI reader names by its joined text and
+    leaves its parts' entry) are gone after it, so a later call of messages of those texts,
+    which hands none, gets the reader's own ids."""
+    import asyncio
+
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    from otel_agent_context.instrumentation._common import KNOWN_MESSAGES
+    from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
+
+    openai_inst = OpenAIContextInstrumentor()
+    openai_inst.instrument(tracer_provider=both.tracer_provider,
+                           meter_provider=both.meter_provider, agent_context=both.agent_context)
+    later = [HumanMessage("alpha"), HumanMessage("beta")]
+
+    async def main() -> None:
+        with StubServer() as stub:
+            await ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                             api_key="sk-offline", max_retries=0).ainvoke(
+                [HumanMessage([{"type": "text", "text": "alpha"},
+                               {"type": "text", "text": "beta"}], id="LC-H")])
+            assert not KNOWN_MESSAGES.get()
+            both.span_exporter.clear()
+            await ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                                api_key="sk-offline", max_retries=0).ainvoke(later)
+
+    try:
+        asyncio.run(main())
+    finally:
+        openai_inst.uninstrument()
+    assert _block_ids(both) == [message_id(m) for m in later]
