@@ -107,10 +107,11 @@ class _RunIds(dict):  # type: ignore[type-arg]
 
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
     """The ids LangChain's trim and summary records name a chat model run's input messages
-    by (``message_id``), for the client call's blocks to take, in order, by (role, text); a
-    tool's result by (``TOOL_RESULT``, its call id). Nothing
-    when the blocks name every message so by themselves (a template's messages: the readers'
-    plain path stays open). One message list: LangChain batches are lists of lists."""
+    by (``message_id``), for the client call's blocks to take, in order: by (role, text), a
+    tool's result by (``TOOL_RESULT``, its call id), a message's calls (``TOOL_CALL``) and
+    text parts (``TEXT_PARTS``) too. Nothing when the blocks name every message so by
+    themselves (a template's messages: the readers' plain path stays open). One message
+    list: LangChain batches are lists of lists."""
     if not isinstance(messages, list) or len(messages) != 1 or \
             all(map(named_by_reader, messages[0])):
         return {}
@@ -125,7 +126,8 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
             continue
         text, named = message_text(message), message_id(message)
         out.setdefault((role, text), []).append(named)  # all, so each takes its own in place
-        parts = [t for t in text_parts(message) if t.strip()]  # (a client drops blank ones)
+        parts = [t for t in text_parts(message) if t.strip()] if isinstance(
+            getattr(message, "content", None), list) else ()  # (a client drops blank parts)
         if len(parts) > 1:
             # several text parts, which a client may send as blocks of their own (Anthropic):
             # the run of blocks of these texts is this message, its first block named by it
