@@ -42,6 +42,7 @@ from ..._envelope import _RUN_ENVELOPE
 from ..._failsafe import is_strict
 from .._common import KNOWN_MESSAGES, TEXT_PARTS, TOOL_CALL, TOOL_RESULT
 from ._items import (
+    ROLES,
     call_id,
     call_ids,
     message_id,
@@ -117,26 +118,35 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
         return {}
     out: dict[tuple[str, str], list[Any]] = {}
     for message in messages[0]:
-        if message_type(message) == "tool" and (called := call_id(message)):
+        # each field read once: this runs for every message of every model call
+        kind, native = message_type(message), getattr(message, "id", None)
+        if not (isinstance(native, str) and native):
+            native = None
+        if kind == "tool" and (called := call_id(message)):
             # every result of the call, so each takes its own in its place
-            out.setdefault((TOOL_RESULT, called), []).append(message_id(message))
+            out.setdefault((TOOL_RESULT, called), []).append(
+                native or f"tool_result:{called}")
             continue
-        role = message_role(message)
+        role = message_role(message) if kind == "chat" else ROLES.get(kind)
         if role is None:
             continue
-        text, named = message_text(message), message_id(message)
+        content = getattr(message, "content", None)
+        text = content if type(content) is str else message_text(message)
+        named = native or message_id(message)
         out.setdefault((role, text), []).append(named)  # all, so each takes its own in place
-        parts = [t for t in text_parts(message) if t.strip()] if isinstance(
-            getattr(message, "content", None), list) else ()  # (a client drops blank parts)
-        if len(parts) > 1:
-            # several text parts, which a client may send as blocks of their own (Anthropic):
-            # the run of blocks of these texts is this message, its first block named by it
-            out.setdefault((TEXT_PARTS + role, parts[0]), []).append((tuple(parts), named))
-        # every call, in order, so a call id used again in another message takes its own;
-        # a message of calls alone is its first call's block where a client sends each call
-        # as one (a Responses input item, an Anthropic tool use)
-        for n, called in enumerate(call_ids(message)):
-            out.setdefault((TOOL_CALL, called), []).append("" if n or text else named)
+        if isinstance(content, list):
+            parts = [t for t in text_parts(message) if t.strip()]  # (a client drops blanks)
+            if len(parts) > 1:
+                # several text parts, which a client may send as blocks of their own
+                # (Anthropic): the run of blocks of these texts is this message, its first
+                # block named by it
+                out.setdefault((TEXT_PARTS + role, parts[0]), []).append((tuple(parts), named))
+        if kind == "ai":
+            # every call, in order, so a call id used again in another message takes its
+            # own; a message of calls alone is its first call's block where a client sends
+            # each call as one (a Responses input item, an Anthropic tool use)
+            for n, called in enumerate(call_ids(message)):
+                out.setdefault((TOOL_CALL, called), []).append("" if n or text else named)
     return out
 
 

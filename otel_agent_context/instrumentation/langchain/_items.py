@@ -24,6 +24,7 @@ __all__ = [
     "doc_scores",
     "doc_text",
     "call_id",
+    "ROLES",
     "call_ids",
     "message_id",
     "message_kind",
@@ -308,14 +309,14 @@ def message_tokens(message: Any) -> int:
 
 
 #: LangChain message type -> the role a client API sends it as
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
          "developer": "developer"}
 
 
 def message_role(message: Any) -> str | None:
     """The role a client API sends the message as (a ``ChatMessage``'s own)."""
     kind = message_type(message)
-    role = _ROLES.get(kind)
+    role = ROLES.get(kind)
     if role is None and kind == "chat":
         role = getattr(message, "role", None)
     return role if isinstance(role, str) and role else None
@@ -351,10 +352,15 @@ def named_by_reader(message: Any) -> bool:
     native = getattr(message, "id", None)
     if isinstance(native, str) and native:
         return False
-    if message_type(message) == "tool" and call_id(message):
+    kind = message_type(message)
+    if kind == "tool" and call_id(message):
         return True
-    return (type(getattr(message, "content", None)) is str and not _calls(message)
-            and message_role(message) is not None)
+    if type(getattr(message, "content", None)) is not str:
+        return False
+    if kind == "ai":
+        return not (getattr(message, "tool_calls", None)
+                    or getattr(message, "invalid_tool_calls", None))
+    return kind in ROLES or (kind == "chat" and message_role(message) is not None)
 
 
 def message_id(message: Any) -> str:
