@@ -40,7 +40,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, compress
 from timeit import default_timer
@@ -108,6 +108,7 @@ __all__ = [
     "known_message_id",
     "make_block",
     "make_item",
+    "numbered",
     "plain_block",
     "remembered",
     "overflow_tokens_from",
@@ -458,6 +459,18 @@ def known_message_id(role: str, text: str) -> str | None:
         return None
     ids = known.get((role, text))
     return ids.pop(0) if ids else None
+
+
+def numbered(ids: Iterable[str]) -> list[str]:
+    """``ids`` with a repeat of one ``<id>#2``, ``#3``... by position, as
+    :func:`distinct_ids` names repeated blocks (for a framework's records of the same
+    messages)."""
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    for item_id in ids:
+        n = seen[item_id] = seen.get(item_id, 0) + 1
+        out.append(item_id if n == 1 else f"{item_id}#{n}")
+    return out
 
 
 def distinct_ids(blocks: list[Block], ids: Sequence[Any] | None = None) -> bool:

@@ -160,7 +160,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
     estimator = _tokens._estimator_key
     system_blocks = [system] if isinstance(system, str) else list(system or ())
     # a framework's ids of its system messages (LangChain's) name their blocks
-    names = _framework_names("system", system_blocks) if known else None
+    names = _framework_names(known, "system", system_blocks) if known else None
     for j, block in enumerate(system_blocks):
         if (type(block) is dict and block.get("type") == "text"
                 and type(text := block.get("text")) is str):
@@ -225,7 +225,7 @@ def messages_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: boo
         role = str(role)
         blocks = [content] if isinstance(content, str) else list(content or ())
         parts: list[Any] = []
-        names = _framework_names(role, blocks) if known else None
+        names = _framework_names(known, role, blocks) if known else None
         for j, block in enumerate(blocks):
             append(_content_block(role, i, j, block, i == last_user, req, capture,
                                   names.get(j) if names else None))
@@ -422,13 +422,14 @@ def _only_tool_results(content: Any) -> bool:
             and all(_get(b, "type") == "tool_result" for b in content))
 
 
-def _framework_names(role: str, blocks: list[Any]) -> dict[int, str]:
+def _framework_names(known: dict[tuple[str, str], list[Any]], role: str, blocks: list[Any]
+                     ) -> dict[int, str]:
     """Which text blocks of one message (or of the system prompt) a framework's message ids
     (``KNOWN_MESSAGES``) name, by block index: a run of blocks of a message of several text
     parts (LangChain's ``ChatAnthropic`` sends each part as a block, and merges consecutive
     messages into one) the message's, its first block by its id and the others ``<id>/2``,
-    ``/3``...; else a block by its text. Each id taken once, in order."""
-    known = KNOWN_MESSAGES.get() or {}
+    ``/3``...; else a block by its text. Each id taken once, in order, from ``known``
+    (``KNOWN_MESSAGES``'s value)."""
     texts = [(j, text) for j, b in enumerate(blocks)
              if (isinstance(b, str) or _get(b, "type") == "text") and (text := _block_text(b))]
     out: dict[int, str] = {}

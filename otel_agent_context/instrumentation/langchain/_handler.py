@@ -124,8 +124,7 @@ def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
             native = None
         if kind == "tool" and (called := call_id(message)):
             # every result of the call, so each takes its own in its place
-            out.setdefault((TOOL_RESULT, called), []).append(
-                native or f"tool_result:{called}")
+            out.setdefault((TOOL_RESULT, called), []).append(native or message_id(message))
             continue
         role = message_role(message) if kind == "chat" else ROLES.get(kind)
         if role is None:
@@ -188,7 +187,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._retrievals: dict[UUID, Retrieval] = {}
         #: node run -> (the state's messages it started with, its start time)
         self._inputs: dict[UUID, tuple[list[Any], int]] = {}
-        #: model run -> the token of its known message ids (reset when it ends)
+        #: model run -> its message ids as the context holds them (see _RunIds)
         self._known: dict[UUID, _RunIds] = {}
         #: model run -> the token of its run's envelope made current for it (see _pin)
         self._pinned: dict[UUID, contextvars.Token[Any]] = {}
@@ -339,7 +338,9 @@ class ContextCallbackHandler(BaseCallbackHandler):
         current = KNOWN_MESSAGES.get()
         if isinstance(current, _RunIds) and not current.pending:
             current = None  # runs that ended in another task (emptied): nothing there
-        if known or current is not None:  # the client call below names its blocks by these
+        # the client call below names its blocks by these (none: a run started with it,
+        # not ended, must not give it its own)
+        if known or isinstance(current, _RunIds):
             ids = _RunIds(known)
             if isinstance(current, _RunIds):  # started together with runs not ended
                 ids.outer, ids.pending, ids.together = (

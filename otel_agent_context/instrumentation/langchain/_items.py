@@ -16,6 +16,7 @@ from ..._digest import short_digest
 from ..._enums import ContentMode, ContextKind
 from ..._records import ContextItem, ContextSourceRef
 from .._common import message_id as reader_message_id
+from .._common import numbered
 from .._tokens import estimate_tokens
 
 __all__ = [
@@ -328,10 +329,11 @@ def call_id(message: Any) -> str | None:
     return called if isinstance(called, str) and called else None
 
 
-def _calls(message: Any) -> bool:
-    """Whether the message makes tool calls (the clients send malformed ones too). Only an
-    AI message has them: a field a pydantic message lacks costs an exception to look for."""
-    return message_type(message) == "ai" and bool(
+def _calls(message: Any, kind: str) -> bool:
+    """Whether the message, of type ``kind``, makes tool calls (the clients send malformed
+    ones too). Only an AI message has them: a field a pydantic message lacks costs an
+    exception to look for."""
+    return kind == "ai" and bool(
         getattr(message, "tool_calls", None) or getattr(message, "invalid_tool_calls", None))
 
 
@@ -355,11 +357,8 @@ def named_by_reader(message: Any) -> bool:
     kind = message_type(message)
     if kind == "tool" and call_id(message):
         return True
-    if type(getattr(message, "content", None)) is not str:
+    if type(getattr(message, "content", None)) is not str or _calls(message, kind):
         return False
-    if kind == "ai":
-        return not (getattr(message, "tool_calls", None)
-                    or getattr(message, "invalid_tool_calls", None))
     return kind in ROLES or (kind == "chat" and message_role(message) is not None)
 
 
@@ -377,7 +376,7 @@ def message_id(message: Any) -> str:
     if kind == "tool" and (called := call_id(message)):
         return f"tool_result:{called}"
     content = getattr(message, "content", None)
-    if type(content) is str and not _calls(message):
+    if type(content) is str and not _calls(message, kind):
         role = message_role(message)
         if role is not None:
             return reader_message_id(role, content)
@@ -386,15 +385,8 @@ def message_id(message: Any) -> str:
 
 def positional_ids(messages: Iterable[Any]) -> list[str]:
     """The messages' :func:`message_id`, a repeat of one within the list ``<id>#2``, ``#3``...
-    by position, as a model call's blocks name repeats (``distinct_ids``): a record names the
-    copy it cut, not its twin."""
-    out: list[str] = []
-    seen: dict[str, int] = {}
-    for m in messages:
-        mid = message_id(m)
-        n = seen[mid] = seen.get(mid, 0) + 1
-        out.append(mid if n == 1 else f"{mid}#{n}")
-    return out
+    by position (:func:`numbered`): a record names the copy it cut, not its twin."""
+    return numbered(map(message_id, messages))
 
 
 def message_kind(message: Any) -> ContextKind:

@@ -21,6 +21,7 @@ from ..._api import Envelope
 from ..._digest import short_digest
 from ..._enums import CompactionMethod, ContextKind
 from ..._records import ContextItem
+from .._common import numbered
 from .._tokens import estimate_tokens
 from ._items import message_id, message_item, message_kind, message_text, positional_ids
 from ._state import ACTIVE_COMPACTION, STATE, guarded, recording, stage_envelope
@@ -82,8 +83,9 @@ def _record_middleware(env: Envelope | None, middleware: Any, messages: list[Any
         return
     summary = new[at]
     preserved = {message_id(m) for m in new[at + 1:]}
-    sources = [(m, named) for m, named in zip(messages, positional_ids(messages), strict=True)
-               if message_id(m) not in preserved]
+    ids = [message_id(m) for m in messages]
+    sources = [(m, named) for m, mid, named in zip(messages, ids, numbered(ids), strict=True)
+               if mid not in preserved]
     compaction = env.compaction(method=CompactionMethod.ROLLING_SUMMARY,
                                 trigger=_trigger(middleware), scope=_SCOPE,
                                 replacement_policy=_REPLACE, start_time=start)
