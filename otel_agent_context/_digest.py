@@ -29,6 +29,7 @@ import hashlib
 import logging
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -101,7 +102,7 @@ def _resolve() -> bytes:
         key_file = os.environ.get(_env.OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE)
         if key_file:
             try:
-                key = Path(key_file).read_bytes().strip()
+                key = _read_key_file(key_file)
             except OSError as exc:
                 _log.error("otel_agent_context: cannot read %s=%s (%s); using the host's key",
                            _env.OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE, key_file, exc)
@@ -116,6 +117,23 @@ def _resolve() -> bytes:
         _log.warning("otel_agent_context: no digest key could be read or stored; this "
                      "process uses a key of its own (its digests match no other process's)")
     return key
+
+
+#: a key file larger than this is not a key (a log, a device): refused, not read
+_KEY_FILE_MAX_BYTES = 4096
+
+
+def _read_key_file(path: str) -> bytes:
+    """The key a file holds, stripped; OSError for anything but a small regular file (a
+    FIFO would block the application's first model call, ``/dev/zero`` fill its memory)."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{path} is not a regular file")
+    if info.st_size > _KEY_FILE_MAX_BYTES:
+        raise OSError(f"{path} holds {info.st_size} bytes, more than a key's "
+                      f"{_KEY_FILE_MAX_BYTES}")
+    with open(path, "rb") as f:
+        return f.read(_KEY_FILE_MAX_BYTES + 1).strip()
 
 
 def _pads(key: bytes) -> tuple[Any, Any]:

@@ -82,9 +82,9 @@ def test_a_bad_key_file_is_said_and_the_host_key_used(tmp_path: Path, monkeypatc
         f"'{tmp_path / 'missing.key'}'); using the host's key"]
 
 
-def test_an_empty_key_file_is_said_once(tmp_path: Path, monkeypatch, caplog) -> None:
-    (tmp_path / "empty.key").write_text("\n")
-    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE", str(tmp_path / "empty.key"))
+def _digest_with_key_file(path: Path, tmp_path: Path, monkeypatch) -> None:
+    """A digest made with the key file ``path`` and no key given: keyed all the same."""
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY_FILE", str(path))
     monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     _digest.reset()
@@ -93,6 +93,11 @@ def test_an_empty_key_file_is_said_once(tmp_path: Path, monkeypatch, caplog) -> 
     finally:
         monkeypatch.undo()
         _digest.reset()
+
+
+def test_an_empty_key_file_is_said_once(tmp_path: Path, monkeypatch, caplog) -> None:
+    (tmp_path / "empty.key").write_text("\n")
+    _digest_with_key_file(tmp_path / "empty.key", tmp_path, monkeypatch)
     assert [r.getMessage() for r in caplog.records if "empty.key" in r.getMessage()] == [
         f"otel_agent_context: the digest key file {tmp_path / 'empty.key'} is empty; "
         "using the host's key"]
@@ -546,3 +551,23 @@ def test_an_assembly_hash_is_its_parts_hashed_however_they_are_joined(monkeypatc
             b"parts", ids, digests)
     finally:
         _digest.reset()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "large"])
+def test_a_key_file_that_is_not_a_small_file_is_refused_unread(
+        tmp_path: Path, monkeypatch, caplog, kind: str) -> None:
+    """A FIFO would block the first digest (the application's first model call) until
+    something writes to it, /dev/zero would fill the memory: refused by what ``stat``
+    says, never opened, and said."""
+    if kind == "fifo":
+        path = tmp_path / "key.fifo"
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path = tmp_path / "large.key"
+        path.write_bytes(b"k" * 5000)
+    _digest_with_key_file(path, tmp_path, monkeypatch)
+    (message,) = [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
+    assert "using the host's key" in message
+    assert ("not a regular file" if kind != "large" else "5000 bytes") in message

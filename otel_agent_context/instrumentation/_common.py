@@ -40,7 +40,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, compress
 from timeit import default_timer
@@ -784,6 +784,10 @@ class ClientTelemetry:
         #: content capture (ours or util-genai's), nor with a completion hook.
         self.light: bool = not self.capture and not self.genai_capture and \
             light_supported(self.handler)
+        #: False once uninstrumented: a wrapper the client cached before then (the SDKs
+        #: cache ``with_raw_response`` and ``with_streaming_response``, holding the
+        #: wrapped method) calls through without recording
+        self.active = True
 
     @guarded
     def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -1720,12 +1724,26 @@ def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
             continue  # the model, the sizes: no call for them
         if key == own and type(value) is list:
             continue
+        if _maybe_one_shot(value):
+            return False
         settled = _settle(value, 0, failed)
         if settled is not value:
             kwargs[key] = settled
     if failed and own is not None and type(listed := kwargs.get(own)) is list:
         _settle(listed, 0, failed)  # the reader will not run: settled here, as the others
     return not failed
+
+
+def _maybe_one_shot(value: Any) -> bool:
+    """Whether ``value`` is an iterable the request's readers would iterate but that may
+    yield only once (a cursor, a queue's view: ``__iter__`` without being an iterator), nor
+    a container we know: reading it first could send the provider nothing, and the SDK may
+    refuse it anyway (then the application must meet that error unchanged). Such a request
+    is not read; the call is recorded without its context."""
+    if isinstance(value, (list, tuple, Mapping, Iterator, str, bytes)) or \
+            not isinstance(value, Iterable):
+        return False
+    return getattr(type(value), "model_fields", None) is None  # not an SDK's (pydantic) model
 
 
 #: How deep a request is searched for iterators (messages > message > content > block >
@@ -2073,6 +2091,8 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
+        if not tel.active:
+            return wrapped(*args, **kwargs)
         try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
             # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))
@@ -2099,6 +2119,8 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
+        if not tel.active:
+            return await wrapped(*args, **kwargs)
         try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
             # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))

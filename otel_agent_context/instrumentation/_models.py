@@ -2,12 +2,22 @@
 
 Override or extend with ``OTEL_AGENT_CONTEXT_MODEL_WINDOWS="my-model=32768,other=8192"`` or
 ``register_model_window("my-model", 32768)``. Lookup takes the longest known prefix, so dated
-snapshots (``gpt-4o-2024-08-06``) resolve to their family.
+snapshots (``gpt-4o-2024-08-06``) resolve to their family; of names that are prefixes of a
+model, the longest wins whichever table holds it (a short override such as ``gpt-4=8192``
+does not shrink ``gpt-4o-mini``), a registered one before the variable's before the table's
+on a tie. An entry of the variable that is not ``<name>=<positive integer>`` is left out
+with a warning naming it.
 """
 
 from __future__ import annotations
 
+import logging
+
 from .._env import env_text
+
+_log = logging.getLogger(__name__)
+#: the largest window an OTLP integer attribute holds (int64)
+_MAX_TOKENS = 2**63 - 1
 
 __all__ = ["MODEL_WINDOWS", "context_window", "register_model_window"]
 
@@ -49,7 +59,7 @@ _env_tables: dict[str, dict[str, int]] = {}
 
 def register_model_window(model: str, tokens: int) -> None:
     """Declare the context window of ``model`` (wins over the table)."""
-    if not isinstance(tokens, int) or tokens <= 0:
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= _MAX_TOKENS:
         raise ValueError(f"context window of {model!r} must be a positive integer, got {tokens!r}")
     _user[model] = tokens
     _found.clear()
@@ -62,13 +72,24 @@ def _from_env(raw: str | None = None) -> dict[str, int]:
     if out is not None:
         return out
     out = {}
+    bad = []
     for part in raw.split(","):
-        if "=" in part:
-            name, _, value = part.partition("=")
-            try:
-                out[name.strip()] = int(value)
-            except ValueError:
-                continue
+        if not part.strip():
+            continue
+        name, _, value = part.partition("=")
+        name = name.strip()
+        try:
+            tokens = int(value)
+        except ValueError:
+            tokens = 0
+        if name and 0 < tokens <= _MAX_TOKENS:
+            out[name] = tokens
+        else:
+            bad.append(part.strip())
+    if bad:  # once a setting: the parsed table is kept below
+        _log.warning("otel_agent_context: %s entries left out (each must be "
+                     "<model name>=<positive integer>): %s", OTEL_AGENT_CONTEXT_MODEL_WINDOWS,
+                     ", ".join(repr(b) for b in bad))
     if len(_env_tables) > 16:
         _env_tables.clear()
     _env_tables[raw] = out
@@ -76,13 +97,12 @@ def _from_env(raw: str | None = None) -> dict[str, int]:
 
 
 def _locate(model: str, env: dict[str, int]) -> tuple[str, str] | None:
+    found = None
     for name, table in (("user", _user), ("env", env), ("table", MODEL_WINDOWS)):
-        if model in table:
-            return name, model
         best = max((k for k in table if model.startswith(k)), key=len, default=None)
-        if best is not None:
-            return name, best
-    return None
+        if best is not None and (found is None or len(best) > len(found[1])):
+            found = name, best
+    return found
 
 
 def context_window(model: str | None) -> int | None:

@@ -612,10 +612,15 @@ class StubServer:
 def main() -> None:  # pragma: no cover - manual use and the benchmark
     """``python -m otel_agent_context.instrumentation._stub [port]``: serve until killed;
     prints the URL on the first line."""
-    import sys
+    import argparse
     import time
 
-    with StubServer(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0) as stub:
+    parser = argparse.ArgumentParser(
+        prog="python -m otel_agent_context.instrumentation._stub",
+        description="A loopback stub of the OpenAI and Anthropic APIs (tests, benchmarks; "
+                    "`otel-agent-context stub` is the command for people); prints its URL.")
+    parser.add_argument("port", nargs="?", type=int, default=0, help="0: any free port")
+    with StubServer(port=parser.parse_args().port) as stub:
         print(stub.url, flush=True)
         while True:
             time.sleep(3600)

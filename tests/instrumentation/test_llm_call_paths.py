@@ -247,3 +247,47 @@ def test_anthropic_parse_is_recorded(beta: bool) -> None:
     finally:
         inst.uninstrument()
         tel.shutdown()
+
+
+def test_a_client_cached_before_uninstrument_records_nothing_after() -> None:
+    """The SDKs cache ``with_raw_response`` / ``with_streaming_response`` on the client,
+    holding the method as it was then (ours): after ``uninstrument()`` those calls go
+    through unrecorded, as every other call does."""
+    import anthropic
+
+    from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
+
+    tel = CapturedTelemetry()
+    instrumentors = [OpenAIContextInstrumentor(), AnthropicContextInstrumentor()]
+    for inst in instrumentors:
+        inst.instrument(agent_context=tel.agent_context, tracer_provider=tel.tracer_provider)
+    try:
+        with StubServer() as stub:
+            oc = openai.OpenAI(base_url=f"{stub.url}/v1", api_key="sk-test", max_retries=0)
+            ac = anthropic.Anthropic(base_url=stub.url, api_key="k", max_retries=0)
+            anthropic_messages = [{"role": "user", "content": "Where is 42?"}]
+
+            def calls() -> None:
+                oc.chat.completions.with_raw_response.create(
+                    model="gpt-4o-mini", messages=MESSAGES).parse()
+                with oc.chat.completions.with_streaming_response.create(
+                        model="gpt-4o-mini", messages=MESSAGES) as streamed:
+                    streamed.parse()
+                oc.responses.with_raw_response.create(model="gpt-4o-mini",
+                                                      input="Where is 42?").parse()
+                for messages in (ac.messages, ac.beta.messages):
+                    messages.with_raw_response.create(
+                        model="claude-sonnet-4-6", max_tokens=50,
+                        messages=anthropic_messages).parse()
+
+            calls()
+            assert len(inference_spans(tel.spans())) == 5
+            for inst in instrumentors:
+                inst.uninstrument()
+            calls()
+            assert len(inference_spans(tel.spans())) == 5  # none more
+            assert len(tel.bundles()) == 5
+    finally:
+        for inst in instrumentors:
+            inst.uninstrument()
+        tel.shutdown()

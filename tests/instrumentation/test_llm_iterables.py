@@ -293,3 +293,34 @@ def test_a_read_an_iterator_stops_takes_no_framework_ids(alone, stub) -> None:
     finally:
         KNOWN_MESSAGES.reset(token)
     assert known == {("system", "Be brief."): ["id-s"], ("user", "hi"): ["id-a", "id-b"]}
+
+
+class _OneShot:
+    """An iterable that yields its items once (a cursor, a queue's view): not an iterator."""
+
+    def __init__(self, items: list) -> None:
+        self._items: list | None = items
+
+    def __iter__(self):
+        items, self._items = self._items or [], None
+        return iter(items)
+
+
+def test_an_iterable_that_yields_once_reaches_the_provider(setup, stub) -> None:
+    """Reading such an iterable first would leave the SDK an empty one: the provider got
+    no messages. It is not read; what the SDK does with it (sends it for chat, refuses it
+    for the others) is unchanged."""
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test", max_retries=0)
+    message = {"role": "user", "content": "Where is order 42?"}
+    sent = oc.chat.completions.create(model="gpt-4o", messages=_OneShot([message]))
+    listed = oc.chat.completions.create(model="gpt-4o", messages=[message])
+    assert sent.usage.prompt_tokens == listed.usage.prompt_tokens > 0
+    for call in (lambda: ac.messages.create(model="claude-3-haiku", max_tokens=50,
+                                            messages=_OneShot([message])),
+                 lambda: oc.responses.create(model="gpt-4o", input=_OneShot([message]))):
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            call()
+    # the first call's inference span carries no context (its request was not read)
+    (bundle,) = setup.tel.bundles()
+    assert bundle["context_assemblies"][0]["block_count"] == 1

@@ -121,6 +121,8 @@ _frames.hide(_StreamManager.__enter__, _StreamManager.__exit__, _StreamManager._
 def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
+        if not tel.active:  # uninstrumented: a client's cached wrapper (see ClientTelemetry)
+            return wrapped(*args, **kwargs)
         # The manager keeps these kwargs for the request it sends on __enter__, and we read
         # them then too: one-shot iterators become lists now, so both see the same data.
         readable = guarded(_materialize)(kwargs)
@@ -143,12 +145,13 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[Any, str]] = []
+    _telemetry: ClientTelemetry | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        tel = ClientTelemetry(__name__, **kwargs)
+        tel = self._telemetry = ClientTelemetry(__name__, **kwargs)
         api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
                   X.messages_is_stream, X.PROVIDER, plain=X.messages_plain,
                   plain_response=X.messages_plain_response)
@@ -166,4 +169,6 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._wrapped = wrap_all(targets)
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if self._telemetry is not None:
+            self._telemetry.active = False
         unwrap_all(self._wrapped)

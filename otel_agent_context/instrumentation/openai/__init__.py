@@ -58,12 +58,13 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[Any, str]] = []
+    _telemetry: ClientTelemetry | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        tel = ClientTelemetry(__name__, **kwargs)
+        tel = self._telemetry = ClientTelemetry(__name__, **kwargs)
         chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator, X.chat_is_stream,
                    X.PROVIDER, "messages", X.chat_plain, X.chat_plain_response)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
@@ -93,4 +94,6 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         ))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if self._telemetry is not None:
+            self._telemetry.active = False
         unwrap_all(self._wrapped)
