@@ -6,6 +6,7 @@ never on the hot path.
 
 from __future__ import annotations
 
+import logging
 import os
 
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = (
@@ -30,9 +31,27 @@ For the project's own tests; never set it in production. Default: ``false``."""
 _CAPTURE_ON_SPANS = frozenset({"SPAN_ONLY", "SPAN_AND_EVENT", "TRUE"})
 
 
+_log = logging.getLogger("otel_agent_context")
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_once(name: str, value: str, message: str) -> None:
+    """Log ``message`` about the setting ``name=value`` once a process: every instrumentor
+    and AgentContext reads the same settings (six said the same thing six times)."""
+    if (name, value) not in _warned:
+        _warned.add((name, value))
+        _log.warning("otel_agent_context: %s=%r %s", name, value, message)
+
+
 def capture_content_from_env(value: str | None) -> bool:
     """Whether the content-capture switch's value asks for content on spans."""
-    return (value or "").strip().upper() in _CAPTURE_ON_SPANS
+    mode = (value or "").strip().upper()
+    if mode == "TRUE":
+        warn_once(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, value or "",
+                  "(the older spelling) records context content on spans; "
+                  "opentelemetry-util-genai reads it as NO_CONTENT, so the GenAI messages "
+                  "are not: SPAN_ONLY asks both")
+    return mode in _CAPTURE_ON_SPANS
 
 OTEL_AGENT_CONTEXT_EVENTS = "OTEL_AGENT_CONTEXT_EVENTS"
 """Where context events go: ``span_events`` (default; Jaeger shows them) or ``logs``: log

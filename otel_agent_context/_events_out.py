@@ -48,8 +48,8 @@ def events_as_from(value: str | None) -> str:
     mode = str(value).strip().lower()
     if mode in _MODES:
         return mode
-    _log.warning("otel_agent_context: %s=%r is not one of %s; context events stay span events",
-                 source, value, ", ".join(_MODES))
+    _env.warn_once(source, str(value), f"is not one of {', '.join(_MODES)}; context events "
+                   "stay span events")
     return SPAN_EVENTS
 
 

@@ -60,7 +60,7 @@ from .._attributes import digest_text
 from .._digest import message_digests, remember
 from .._digest import short_digest as _short_digest
 from .._enums import CompactionMethod, ContextKind, InjectionPoint, OverflowStrategy, Scope
-from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS
+from .._env import OTEL_AGENT_CONTEXT_STAGE_SPANS, warn_once
 from .._envelope import _parent_and_envelope
 from .._failsafe import is_strict
 from .._fastattrs import set_attributes
@@ -775,8 +775,11 @@ class ClientTelemetry:
         self.capture: bool = self.ctx.capture_content
         #: contract v0.2's folded form (one span per call) unless the deployment asks for
         #: the stage spans and events of v0.1
-        self.fold: bool = os.environ.get(OTEL_AGENT_CONTEXT_STAGE_SPANS, "").strip().lower() \
-            not in ("true", "1", "yes")
+        stage_spans = os.environ.get(OTEL_AGENT_CONTEXT_STAGE_SPANS, "")
+        self.fold: bool = stage_spans.strip().lower() not in ("true", "1", "yes")
+        if self.fold and stage_spans.strip().lower() not in ("", "false", "0", "no"):
+            warn_once(OTEL_AGENT_CONTEXT_STAGE_SPANS, stage_spans,
+                      "is not true or false; model calls are recorded in the folded form")
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
         self.genai_capture: bool = self.handler.should_capture_content()
         #: Whether a plain call may record its inference through :class:`LightInference`
@@ -2024,9 +2027,34 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
             return follow_awaited(result)
         return follow(result)
 
+    def ended() -> None:
+        # closed unparsed (``with_streaming_response``'s block left after reading the
+        # body's bytes or lines): the call ends now, not when raw is collected
+        if not parsed_once:
+            parsed_once.append(True)
+            guarded(call.finish)(None)
+
+    close = getattr(raw, "close", None)
+
+    @functools.wraps(close)  # type: ignore[arg-type]
+    def closed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return close(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            ended()
+
+    @functools.wraps(close)  # type: ignore[arg-type]
+    async def closed_async(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await close(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            ended()
+
     try:
         weakref.finalize(raw, _unparsed, call, parsed_once)
         raw.parse = parsed
+        if callable(close):
+            raw.close = closed_async if inspect.iscoroutinefunction(close) else closed
     except Exception:
         if _strict_now():
             raise
@@ -2034,7 +2062,7 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
 
 
 # closures that stand between the application and the client (raw.parse(), close())
-_frames.hide(_frames.nested(_follow_raw, "parsed"),
+_frames.hide(_frames.nested(_follow_raw, "parsed"), _frames.nested(_follow_raw, "closed"),
              _frames.nested(OurSyncStream.__init__, "closing"),
              _frames.nested(OurAsyncStream.__init__, "closing"))
 

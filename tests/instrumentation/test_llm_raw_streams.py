@@ -184,6 +184,40 @@ def test_streaming_response_read_as_bytes_is_untouched(alone, stub) -> None:
     assert S.GEN_AI_USAGE_INPUT_TOKENS not in inf.attributes
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["response", "stream"])
+def test_a_streaming_response_closed_unparsed_ends_the_call_there(setup, stub,
+                                                                  stream: bool) -> None:
+    """Read as lines (a proxy forwarding the events as they are) and closed by its block:
+    our call ends at the block's end, while the application still holds the response (it
+    ended only when the response was collected: never, or with a wrong duration), its
+    records in the one inference span however composed."""
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with oc.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=MESSAGES, stream=stream) as response:
+        lines = list(response.iter_lines())
+        if setup.official == "none":  # composed, the official instrumentor's span ends
+            # when the client's method returns (its own timing, in either order)
+            assert not inference_spans(setup.tel.spans())  # not ended while being read
+    assert lines
+    inf = one_inference(setup.tel.spans())  # ``response`` still held
+    assert inf.attributes[S.ASSEMBLY_BLOCK_COUNT] == len(MESSAGES)
+    if setup.official == "none":  # (the official instrumentor reads a plain response)
+        assert S.GEN_AI_USAGE_INPUT_TOKENS not in inf.attributes
+    response.close()  # again: nothing more
+    assert len(inference_spans(setup.tel.spans())) == 1
+
+    async def run() -> None:
+        aoc = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test",
+                                 max_retries=0)
+        async with aoc.chat.completions.with_streaming_response.create(
+                model="gpt-4o-mini", messages=MESSAGES, stream=stream) as response:
+            assert [line async for line in response.iter_lines()]
+        assert len(inference_spans(setup.tel.spans())) == 2
+        del response
+
+    asyncio.run(run())
+
+
 def test_async_streaming_response_is_read_from_the_awaited_parse(alone, stub) -> None:
     async def run() -> str:
         oc = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test",
