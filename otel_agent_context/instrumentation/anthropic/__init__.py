@@ -17,6 +17,8 @@ error is a rejected overflow.
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -41,6 +43,8 @@ from . import _extract as X
 
 __all__ = ["AnthropicContextInstrumentor"]
 
+_log = logging.getLogger(__name__)
+
 _instruments = ("anthropic >= 0.40.0, < 3",)
 
 _MESSAGES = "anthropic.resources.messages"
@@ -56,6 +60,7 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
         self._self_start = (tel, api, instance, args, kwargs, wrapped)
         self._self_call: Any = None
         self._self_stream: Any = None
+        self._self_exiting = False
 
     def _enter(self) -> None:
         tel, api, instance, args, kwargs, wrapped = self._self_start
@@ -68,7 +73,37 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
         self._self_stream = stream
         if self._self_call is not None:
             self._self_call.invocation.suspend()
+            self._end_on_close(stream)
         return stream
+
+    def _end_on_close(self, stream: Any) -> None:
+        """The call ends when the stream is closed too: another instrumentor's manager
+        around ours (OpenInference's) leaves its block by closing the stream, never calling
+        our ``__exit__``, and the call stayed open. Closed by our manager's exit (the SDK's
+        closes it), the exit ends it, with the block's error."""
+        close = getattr(stream, "close", None)
+        if not callable(close) or not type(stream).__module__.startswith("anthropic."):
+            return  # another's proxy of the stream (the official instrumentor's, inside
+            # ours): its close calls the stream's, which would call it again
+
+        def closed() -> Any:
+            try:
+                return close()
+            finally:
+                if not self._self_exiting:
+                    self._exit(None)
+
+        async def closed_async() -> Any:
+            try:
+                return await close()
+            finally:
+                if not self._self_exiting:
+                    self._exit(None)
+
+        try:
+            stream.close = closed_async if inspect.iscoroutinefunction(close) else closed
+        except Exception:  # noqa: BLE001 - a stream that takes no attribute: exit only
+            _log.debug("otel_agent_context: cannot follow the stream's close", exc_info=True)
 
     @guarded
     def _exit(self, exc: BaseException | None) -> None:
@@ -92,6 +127,7 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
         return self._entered(stream)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        self._self_exiting = True
         try:
             return self.__wrapped__.__exit__(exc_type, exc, tb)
         finally:
@@ -107,6 +143,7 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
         return self._entered(stream)
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        self._self_exiting = True
         try:
             return await self.__wrapped__.__aexit__(exc_type, exc, tb)
         finally:
