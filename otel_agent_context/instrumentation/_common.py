@@ -1717,7 +1717,8 @@ def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
     The SDKs type ``messages``, ``system``, ``tools``, ``input``, message ``content``,
     ``tool_calls``, tool-result ``content`` and more as ``Iterable``, so a generator is
     valid anywhere in there: reading it first would send the provider an empty request. The
-    lists are written back into the request the SDK receives, so both see the same data. An
+    lists are written into the request the SDK receives, so both see the same data, in copies
+    of the lists and dicts on the way to them (the application's own stay as they were). An
     iterator that raises is handed on as one that yields what it yielded and then raises the
     same exception, so the SDK meets the application's error where it would have.
     ``own``: a key whose list the reader settles as it reads it (``settle_message``)."""
@@ -1733,7 +1734,7 @@ def _materialize(kwargs: dict[str, Any], own: str | None = None) -> bool:
         if settled is not value:
             kwargs[key] = settled
     if failed and own is not None and type(listed := kwargs.get(own)) is list:
-        _settle(listed, 0, failed)  # the reader will not run: settled here, as the others
+        kwargs[own] = _settle(listed, 0, failed)  # the reader will not run: settled here
     return not failed
 
 
@@ -1758,20 +1759,27 @@ _PLAIN_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
+    """``value`` with its iterators read into lists (see :func:`_materialize`): the same
+    object when none is in it, else a copy of each container on the way to one, the
+    application's own lists and dicts left as they were (the SDK never changes them)."""
     kind = type(value)
     if kind in _PLAIN_TYPES or depth > _SETTLE_DEPTH:
         return value  # the usual request: plain dicts, lists and strings, no ABC check
     if kind is dict:
+        copied = None
         for key, item in value.items():
             if key in _PLAIN_KEYS or type(item) in _PLAIN_TYPES:
                 continue
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
-                value[key] = settled
-        return value
+                if copied is None:
+                    copied = dict(value)
+                copied[key] = settled
+        return value if copied is None else copied
     if kind is list:
         if depth < _SETTLE_DEPTH and _plain_messages(value):
             return value  # a history of plain messages (the usual request): nothing to settle
+        listed = None
         for i, item in enumerate(value):
             item_kind = type(item)
             if item_kind in _PLAIN_TYPES:
@@ -1785,10 +1793,13 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
                     continue
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
-                value[i] = settled
-        return value
+                if listed is None:
+                    listed = list(value)
+                listed[i] = settled
+        return value if listed is None else listed
     if value is None or isinstance(value, _LEAVES):
         return value
+    ours = False
     if isinstance(value, Iterator):
         items: list[Any] = []
         try:
@@ -1799,23 +1810,31 @@ def _settle(value: Any, depth: int, failed: list[BaseException]) -> Any:
             return _replay(items, exc)
         # A BaseException (Ctrl-C, SystemExit) is not held for the SDK to meet: it would be
         # lost if the SDK never read the iterator; it leaves from here, one frame early.
-        value = items
+        value, ours = items, True
     if isinstance(value, list):
+        listed = value if ours else None
         for i, item in enumerate(value):
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
-                value[i] = settled
-    elif isinstance(value, tuple):
+                if listed is None:
+                    listed = list(value)
+                listed[i] = settled
+        return value if listed is None else listed
+    if isinstance(value, tuple):
         settled_items = tuple(_settle(item, depth + 1, failed) for item in value)
         if any(a is not b for a, b in zip(settled_items, value, strict=True)):
             return settled_items
     elif isinstance(value, dict):
+        copied = None
         for key, item in value.items():
             if key in _PLAIN_KEYS:
                 continue
             settled = _settle(item, depth + 1, failed)
             if settled is not item:
-                value[key] = settled
+                if copied is None:
+                    copied = dict(value)  # the SDK reads any mapping as a dict
+                copied[key] = settled
+        return value if copied is None else copied
     return value
 
 
@@ -1827,7 +1846,8 @@ class Unsettled(Exception):
 
 
 def settle_message(messages: list[Any], i: int, failed: list[BaseException]) -> Any:
-    """``_materialize`` for ``messages[i]`` (the request's own list, written back), for a
+    """``_materialize`` for ``messages[i]`` (the request's list, ours: a copy of the
+    application's, written back into the request), for a
     reader that settles its messages as it reads them: a message its loop has seen to be a
     role and a string alone needs no call. When an iterator raised, the rest of the list is
     settled (as ``_materialize`` does) and ``Unsettled`` raised."""

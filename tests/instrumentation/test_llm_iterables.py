@@ -3,6 +3,8 @@ request for telemetry must not consume what the SDK then sends."""
 
 from __future__ import annotations
 
+import operator
+
 import anthropic
 import openai
 import pytest
@@ -183,7 +185,8 @@ def test_a_raising_iterator_inside_a_listed_message_reaches_the_application(
         alone, stub, caplog) -> None:
     # The chat reader settles a listed history itself, message by message: an iterator that
     # raises there (after plain messages were read) must leave the request unread, every
-    # later message settled as before, and the SDK meet the application's own error.
+    # later message settled as before (in the request's copies: the application's messages
+    # keep their own iterators), and the SDK meet the application's own error.
     error = ValueError("the application's part generator failed")
 
     def parts():
@@ -204,7 +207,7 @@ def test_a_raising_iterator_inside_a_listed_message_reaches_the_application(
         set_strict(True)
     assert raised.value is error
     assert stub.requests == []
-    assert type(history[3]["content"]) is list and history[3]["content"][0]["text"] == "later"
+    assert history[3]["content"] is later  # the application's message left as it was
     assert not [r for r in caplog.records if r.name.startswith("otel_agent_context")]
     chat = [s for s in alone.tel.spans() if s.name.startswith("chat ")]
     assert len(chat) == 1 and not any(
@@ -234,7 +237,7 @@ def test_a_message_the_reader_fails_on_still_leaves_later_iterators_settled(
         oc.chat.completions.create(model="gpt-4o", messages=history)
     finally:
         set_strict(True)
-    assert history[2]["tool_calls"] == [_CALL]
+    assert type(history[2]["tool_calls"]) is not list  # the application's: its iterator
     assert stub.requests[0][1]["messages"][2]["tool_calls"] == [_CALL]
 
 
@@ -270,7 +273,7 @@ def test_a_raising_tools_iterator_still_settles_the_messages(alone, stub) -> Non
     with pytest.raises(ValueError) as raised:
         oc.chat.completions.create(model="gpt-4o", messages=history, tools=tools())
     assert raised.value is error and stub.requests == []
-    assert history[0]["content"] == [{"type": "text", "text": "hello"}]
+    assert history[0]["content"] is parts  # settled in the request's copy, not here
 
 
 def test_a_read_an_iterator_stops_takes_no_framework_ids(alone, stub) -> None:
@@ -324,3 +327,38 @@ def test_an_iterable_that_yields_once_reaches_the_provider(setup, stub) -> None:
     # the first call's inference span carries no context (its request was not read)
     (bundle,) = setup.tel.bundles()
     assert bundle["context_assemblies"][0]["block_count"] == 1
+
+
+class _Tracked(dict):
+    """An application's dict that notes every write into it."""
+
+    writes: list[str] = []
+
+    def __setitem__(self, key: str, value: object) -> None:
+        _Tracked.writes.append(key)
+        super().__setitem__(key, value)
+
+
+def test_the_applications_own_lists_and_dicts_are_left_as_they_were(setup, stub) -> None:
+    """The SDK never writes into the request it is given: neither do we. An iterator read
+    for telemetry goes to the SDK as a list in a copy of the message holding it."""
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test", max_retries=0)
+    _Tracked.writes.clear()
+    for send in (lambda history: oc.chat.completions.create(model="gpt-4o", messages=history),
+                 lambda history: ac.messages.create(model="claude-3-haiku", max_tokens=50,
+                                                    messages=history)):
+        parts = iter([{"type": "text", "text": "hello there"}])
+        calls = iter([{"type": "text", "text": "and more"}])
+        tracked = _Tracked({"role": "user", "content": calls})
+        history = [{"role": "user", "content": parts}, {"role": "assistant", "content": "hi"},
+                   tracked]
+        as_given = list(history)
+        send(history)
+        assert history == as_given and all(map(operator.is_, history, as_given))
+        assert history[0]["content"] is parts and tracked["content"] is calls
+        sent = stub.requests[-1][1]["messages"]
+        assert sent[0]["content"] == [{"type": "text", "text": "hello there"}]
+        assert sent[2]["content"] == [{"type": "text", "text": "and more"}]
+    assert _Tracked.writes == []
+    assert [b["context_assemblies"][0]["block_count"] for b in setup.tel.bundles()] == [3, 3]

@@ -405,8 +405,11 @@ def _history_kind(role: str | None, is_latest_user: bool) -> str:
 def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -> Request:
     get = kwargs.get
     messages = get("messages")
-    # a list is settled here, as it is read (the Api's ``settles``); a copy is read
-    source: list[Any] | None = messages if type(messages) is list else None
+    # a list is settled here, as it is read (the Api's ``settles``), in a copy that the
+    # SDK gets (the application's list is left as it is); another copy is read
+    source: list[Any] | None = None
+    if type(messages) is list:
+        source = kwargs["messages"] = list(messages)
     messages = list(source) if source is not None else list(given(messages) or ())
     failed: list[BaseException] = []
     reserved = _int(get("max_completion_tokens")) or _int(get("max_tokens"))
