@@ -40,7 +40,15 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MappingView,
+    Sequence,
+)
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, compress
 from timeit import default_timer
@@ -95,6 +103,7 @@ __all__ = [
     "Block",
     "Call",
     "ClientTelemetry",
+    "LiveTelemetry",
     "OurAsyncStream",
     "OurSyncStream",
     "Outcome",
@@ -755,6 +764,19 @@ def overflow_tokens_from(message: str) -> int | None:
     return None
 
 
+class LiveTelemetry:
+    """The telemetry an instrumentor records with now, None while it is off, shared by
+    every wrapper it ever made: a client keeps the wrapper of its first
+    ``with_raw_response`` / ``with_streaming_response`` call (the SDKs cache those, holding
+    the method as it was), which then calls through unrecorded after ``uninstrument()``
+    and records with the new telemetry after ``instrument()`` again."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, current: ClientTelemetry | None = None) -> None:
+        self.current = current
+
+
 class ClientTelemetry:
     """Per-instrumentor configuration: our API, the GenAI handler, the capture switch."""
 
@@ -787,10 +809,9 @@ class ClientTelemetry:
         #: content capture (ours or util-genai's), nor with a completion hook.
         self.light: bool = not self.capture and not self.genai_capture and \
             light_supported(self.handler)
-        #: False once uninstrumented: a wrapper the client cached before then (the SDKs
-        #: cache ``with_raw_response`` and ``with_streaming_response``, holding the
-        #: wrapped method) calls through without recording
-        self.active = True
+        #: what the wrappers made with this telemetry record with (an instrumentor shares
+        #: one between its instrumentations: see :class:`LiveTelemetry`)
+        self.live = LiveTelemetry(self)
 
     @guarded
     def start(self, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -1744,9 +1765,9 @@ def _maybe_one_shot(value: Any) -> bool:
     a container we know: reading it first could send the provider nothing, and the SDK may
     refuse it anyway (then the application must meet that error unchanged). Such a request
     is not read; the call is recorded without its context."""
-    if isinstance(value, (list, tuple, Mapping, Iterator, str, bytes)) or \
+    if isinstance(value, (Sequence, Mapping, AbstractSet, MappingView, Iterator, bytes)) or \
             not isinstance(value, Iterable):
-        return False
+        return False  # read again as often as asked (a deque, a dict's values, a range)
     return getattr(type(value), "model_fields", None) is None  # not an SDK's (pydantic) model
 
 
@@ -2139,14 +2160,15 @@ def sync_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        if not tel.active:
+        live = tel.live.current
+        if live is None:
             return wrapped(*args, **kwargs)
         try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
             # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))
         except Exception:
             streaming = None
-        call = _begin(tel, api, instance, args, kwargs, streaming is not None, wrapped)
+        call = _begin(live, api, instance, args, kwargs, streaming is not None, wrapped)
         if call is None:
             return wrapped(*args, **kwargs)
         try:
@@ -2167,14 +2189,15 @@ def async_wrapper(tel: ClientTelemetry, api: Api) -> Callable[..., Any]:
 
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-        if not tel.active:
+        live = tel.live.current
+        if live is None:
             return await wrapped(*args, **kwargs)
         try:  # None: its ``stream`` argument cannot say (the client rejects it, recorded
             # as the call's error, as without the light path)
             streaming: bool | None = bool(is_stream(kwargs))
         except Exception:
             streaming = None
-        call = _begin(tel, api, instance, args, kwargs, streaming is not None, wrapped)
+        call = _begin(live, api, instance, args, kwargs, streaming is not None, wrapped)
         if call is None:
             return await wrapped(*args, **kwargs)
         try:

@@ -252,7 +252,8 @@ def test_anthropic_parse_is_recorded(beta: bool) -> None:
 def test_a_client_cached_before_uninstrument_records_nothing_after() -> None:
     """The SDKs cache ``with_raw_response`` / ``with_streaming_response`` on the client,
     holding the method as it was then (ours): after ``uninstrument()`` those calls go
-    through unrecorded, as every other call does."""
+    through unrecorded, as every other call does, and after ``instrument()`` again they
+    are recorded once each, as a new client's are."""
     import anthropic
 
     from otel_agent_context.instrumentation.anthropic import AnthropicContextInstrumentor
@@ -287,6 +288,12 @@ def test_a_client_cached_before_uninstrument_records_nothing_after() -> None:
             calls()
             assert len(inference_spans(tel.spans())) == 5  # none more
             assert len(tel.bundles()) == 5
+            for inst in instrumentors:
+                inst.instrument(agent_context=tel.agent_context,
+                                tracer_provider=tel.tracer_provider)
+            calls()
+            assert len(inference_spans(tel.spans())) == 10
+            assert len(tel.bundles()) == 10
     finally:
         for inst in instrumentors:
             inst.uninstrument()

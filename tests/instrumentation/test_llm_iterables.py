@@ -3,6 +3,7 @@ request for telemetry must not consume what the SDK then sends."""
 
 from __future__ import annotations
 
+import collections
 import operator
 
 import anthropic
@@ -298,6 +299,9 @@ def test_a_read_an_iterator_stops_takes_no_framework_ids(alone, stub) -> None:
     assert known == {("system", "Be brief."): ["id-s"], ("user", "hi"): ["id-a", "id-b"]}
 
 
+_TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
+
+
 class _OneShot:
     """An iterable that yields its items once (a cursor, a queue's view): not an iterator."""
 
@@ -324,9 +328,15 @@ def test_an_iterable_that_yields_once_reaches_the_provider(setup, stub) -> None:
                  lambda: oc.responses.create(model="gpt-4o", input=_OneShot([message]))):
         with pytest.raises(TypeError, match="not JSON serializable"):
             call()
-    # the first call's inference span carries no context (its request was not read)
-    (bundle,) = setup.tel.bundles()
-    assert bundle["context_assemblies"][0]["block_count"] == 1
+    # the first call's inference span carries no context (its request was not read);
+    # iterables read again as often as asked are read (a deque of the last turns, a
+    # dict's values)
+    oc.chat.completions.create(model="gpt-4o", messages=collections.deque([message],
+                                                                          maxlen=20))
+    oc.chat.completions.create(model="gpt-4o", messages=[message],
+                               tools={"lookup": _TOOL}.values())
+    assert [b["context_assemblies"][0]["block_count"]
+            for b in setup.tel.bundles()] == [1, 1, 1]
 
 
 class _Tracked(dict):

@@ -31,6 +31,7 @@ from .. import _frames
 from .._common import (
     Api,
     ClientTelemetry,
+    LiveTelemetry,
     _begin,
     _materialize,
     async_wrapper,
@@ -158,7 +159,8 @@ _frames.hide(_StreamManager.__enter__, _StreamManager.__exit__, _StreamManager._
 def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-        if not tel.active:  # uninstrumented: a client's cached wrapper (see ClientTelemetry)
+        live = tel.live.current
+        if live is None:  # uninstrumented: a wrapper a client kept (see LiveTelemetry)
             return wrapped(*args, **kwargs)
         # The manager keeps these kwargs for the request it sends on __enter__, and we read
         # them then too: one-shot iterators become lists now, so both see the same data.
@@ -167,7 +169,7 @@ def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:
         if not readable:  # the application's iterable raised: the SDK raises it on enter
             return manager
         try:
-            return _StreamManager(manager, tel, api, instance, args, kwargs, wrapped)
+            return _StreamManager(manager, live, api, instance, args, kwargs, wrapped)
         except Exception:  # pragma: no cover - proxying cannot fail in practice
             return manager
 
@@ -182,13 +184,18 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[Any, str]] = []
-    _telemetry: ClientTelemetry | None = None
+    #: the telemetry every wrapper of this instrumentor records with (see LiveTelemetry)
+    _live: LiveTelemetry | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        tel = self._telemetry = ClientTelemetry(__name__, **kwargs)
+        tel = ClientTelemetry(__name__, **kwargs)
+        if self._live is None:
+            self._live = LiveTelemetry()
+        tel.live = self._live
+        self._live.current = tel
         api = Api(X.messages_request, X.messages_response, X.MessagesAccumulator,
                   X.messages_is_stream, X.PROVIDER, plain=X.messages_plain,
                   plain_response=X.messages_plain_response)
@@ -206,6 +213,6 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._wrapped = wrap_all(targets)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        if self._telemetry is not None:
-            self._telemetry.active = False
+        if self._live is not None:
+            self._live.current = None
         unwrap_all(self._wrapped)

@@ -31,6 +31,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 from .._common import (
     Api,
     ClientTelemetry,
+    LiveTelemetry,
     async_wrapper,
     helper_aexit,
     helper_exit,
@@ -58,13 +59,18 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _wrapped: list[tuple[Any, str]] = []
-    _telemetry: ClientTelemetry | None = None
+    #: the telemetry every wrapper of this instrumentor records with (see LiveTelemetry)
+    _live: LiveTelemetry | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        tel = self._telemetry = ClientTelemetry(__name__, **kwargs)
+        tel = ClientTelemetry(__name__, **kwargs)
+        if self._live is None:
+            self._live = LiveTelemetry()
+        tel.live = self._live
+        self._live.current = tel
         chat = Api(X.chat_request, X.chat_response, X.ChatAccumulator, X.chat_is_stream,
                    X.PROVIDER, "messages", X.chat_plain, X.chat_plain_response)
         responses = Api(X.responses_request, X.responses_response, X.ResponsesAccumulator,
@@ -94,6 +100,6 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         ))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        if self._telemetry is not None:
-            self._telemetry.active = False
+        if self._live is not None:
+            self._live.current = None
         unwrap_all(self._wrapped)
