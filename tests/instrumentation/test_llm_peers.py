@@ -85,12 +85,17 @@ def test_the_stream_helper_under_a_peer_that_closes_the_stream(stub, is_async: b
         tel.shutdown()
 
 
-def test_our_own_exit_still_ends_the_call_with_the_blocks_error(stub) -> None:
-    """Closed by our manager's exit (the SDK's closes the stream), the exit ends the call,
-    failed with the application's error, not as a success when the stream closes."""
+@pytest.mark.parametrize("peer", [True, False], ids=["peer_closes", "ours_exits"])
+def test_the_call_fails_with_the_blocks_error(stub, peer: bool) -> None:
+    """Under the peer, its exit closes the stream while the block's error leaves (the
+    interpreter runs ``__exit__`` as its handler); alone, our exit ends the call first
+    (the SDK's exit closes the stream inside it): either way the call fails with the
+    application's error, and a stream closed outside any error is a success."""
     tel = CapturedTelemetry()
     ours = AnthropicContextInstrumentor()
     ours.instrument(tracer_provider=tel.tracer_provider, agent_context=tel.agent_context)
+    if peer:
+        wrapt.wrap_function_wrapper("anthropic.resources.messages", "Messages.stream", _peer)
     try:
         client = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="k",
                                      max_retries=0)
@@ -100,6 +105,12 @@ def test_our_own_exit_still_ends_the_call_with_the_blocks_error(stub) -> None:
             raise KeyError("the application's")
         (span,) = inference_spans(tel.spans())
         assert span.attributes["error.type"] == "KeyError"
+        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
+                                    messages=MESSAGES) as stream:
+            stream.get_final_message()
+        assert "error.type" not in inference_spans(tel.spans())[1].attributes
     finally:
+        if peer:
+            unwrap(Messages, "stream")
         ours.uninstrument()
         tel.shutdown()

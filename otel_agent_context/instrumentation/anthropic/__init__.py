@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -88,18 +89,20 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             # ours): its close calls the stream's, which would call it again
 
         def closed() -> Any:
+            handled = _handled()  # the block's error, when the peer's exit closes it
             try:
                 return close()
             finally:
                 if not self._self_exiting:
-                    self._exit(None)
+                    self._exit(handled)
 
         async def closed_async() -> Any:
+            handled = _handled()
             try:
                 return await close()
             finally:
                 if not self._self_exiting:
-                    self._exit(None)
+                    self._exit(handled)
 
         try:
             stream.close = closed_async if inspect.iscoroutinefunction(close) else closed
@@ -149,6 +152,14 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             return await self.__wrapped__.__aexit__(exc_type, exc, tb)
         finally:
             self._exit(exc)
+
+
+def _handled() -> Exception | None:
+    """The error being handled where the stream is closed: a ``with`` block's, when a
+    manager's ``__exit__`` closes it while the block's error leaves (the interpreter runs
+    ``__exit__`` as a handler of it)."""
+    error = sys.exc_info()[1]
+    return error if isinstance(error, Exception) else None
 
 
 # the manager's methods stand between the application's ``with`` and the SDK's
