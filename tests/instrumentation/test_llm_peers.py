@@ -90,7 +90,8 @@ def test_the_call_fails_with_the_blocks_error(stub, peer: bool) -> None:
     """Under the peer, its exit closes the stream while the block's error leaves (the
     interpreter runs ``__exit__`` as its handler); alone, our exit ends the call first
     (the SDK's exit closes the stream inside it): either way the call fails with the
-    application's error, and a stream closed outside any error is a success."""
+    application's error, and a stream closed outside any error, or in the application's
+    own handler of an error it handled, is a success."""
     tel = CapturedTelemetry()
     ours = AnthropicContextInstrumentor()
     ours.instrument(tracer_provider=tel.tracer_provider, agent_context=tel.agent_context)
@@ -108,7 +109,17 @@ def test_the_call_fails_with_the_blocks_error(stub, peer: bool) -> None:
         with client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
                                     messages=MESSAGES) as stream:
             stream.get_final_message()
-        assert "error.type" not in inference_spans(tel.spans())[1].attributes
+        # closed in the application's own handler of an error it handled: not the call's
+        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=50,
+                                    messages=MESSAGES) as stream:
+            try:
+                next(iter(stream.text_stream))
+                raise ValueError("handled")
+            except ValueError:
+                stream.close()
+        for span in inference_spans(tel.spans())[1:]:
+            assert "error.type" not in span.attributes
+        assert len(inference_spans(tel.spans())) == 3
     finally:
         if peer:
             unwrap(Messages, "stream")

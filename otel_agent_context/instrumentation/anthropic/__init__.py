@@ -89,7 +89,7 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             # ours): its close calls the stream's, which would call it again
 
         def closed() -> Any:
-            handled = _handled()  # the block's error, when the peer's exit closes it
+            handled = _handled(sys._getframe(1))  # the block's, when a peer's exit closes it
             try:
                 return close()
             finally:
@@ -97,7 +97,7 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
                     self._exit(handled)
 
         async def closed_async() -> Any:
-            handled = _handled()
+            handled = _handled(sys._getframe(1))
             try:
                 return await close()
             finally:
@@ -154,10 +154,13 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             self._exit(exc)
 
 
-def _handled() -> Exception | None:
-    """The error being handled where the stream is closed: a ``with`` block's, when a
-    manager's ``__exit__`` closes it while the block's error leaves (the interpreter runs
-    ``__exit__`` as a handler of it)."""
+def _handled(caller: Any) -> Exception | None:
+    """The error a ``with`` block leaves with, when a manager's ``__exit__`` (the caller)
+    closes the stream: the interpreter runs ``__exit__`` as a handler of that error. None
+    for a close anywhere else: an application that closes the stream in its own ``except``
+    handled that error, the call did not fail with it."""
+    if caller is None or caller.f_code.co_name not in ("__exit__", "__aexit__"):
+        return None
     error = sys.exc_info()[1]
     return error if isinstance(error, Exception) else None
 
