@@ -118,6 +118,7 @@ __all__ = [
     "make_block",
     "make_item",
     "numbered",
+    "on_close",
     "plain_block",
     "remembered",
     "overflow_tokens_from",
@@ -798,8 +799,9 @@ class ClientTelemetry:
         #: contract v0.2's folded form (one span per call) unless the deployment asks for
         #: the stage spans and events of v0.1
         stage_spans = os.environ.get(OTEL_AGENT_CONTEXT_STAGE_SPANS, "")
-        self.fold: bool = stage_spans.strip().lower() not in ("true", "1", "yes")
-        if self.fold and stage_spans.strip().lower() not in ("", "false", "0", "no"):
+        mode = stage_spans.strip().lower()
+        self.fold: bool = mode not in ("true", "1", "yes")
+        if self.fold and mode not in ("", "false", "0", "no"):
             warn_once(OTEL_AGENT_CONTEXT_STAGE_SPANS, stage_spans,
                       "is not true or false; model calls are recorded in the folded form")
         #: The GenAI handler's own switch: gen_ai.input/output.messages go on spans only then.
@@ -2068,42 +2070,53 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
             return follow_awaited(result)
         return follow(result)
 
-    def ended() -> None:
+    def ended(caller: Any, handled: BaseException | None) -> None:
         # closed unparsed (``with_streaming_response``'s block left after reading the
         # body's bytes or lines): the call ends now, not when raw is collected
         if not parsed_once:
             parsed_once.append(True)
             guarded(call.finish)(None)
 
-    close = getattr(raw, "close", None)
-
-    @functools.wraps(close)  # type: ignore[arg-type]
-    def closed(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return close(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            ended()
-
-    @functools.wraps(close)  # type: ignore[arg-type]
-    async def closed_async(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await close(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            ended()
-
     try:
         weakref.finalize(raw, _unparsed, call, parsed_once)
         raw.parse = parsed
-        if callable(close):
-            raw.close = closed_async if inspect.iscoroutinefunction(close) else closed
+        on_close(raw, ended)
     except Exception:
         if _strict_now():
             raise
         call.finish(None)
 
 
+def on_close(target: Any, then: Callable[[Any, BaseException | None], None]) -> None:
+    """Make ``target.close()`` (sync or async, as its own is) call ``then(caller, handled)``
+    once it has closed: ``caller`` the frame that called it, ``handled`` the error being
+    handled there (if any). For a call that ends when what it returned is closed. Nothing
+    when ``target`` has no close; raises what setting the attribute raises."""
+    close = getattr(target, "close", None)
+    if not callable(close):
+        return
+
+    @functools.wraps(close)
+    def closed(*args: Any, **kwargs: Any) -> Any:
+        caller, handled = sys._getframe(1), sys.exc_info()[1]
+        try:
+            return close(*args, **kwargs)
+        finally:
+            then(caller, handled)
+
+    @functools.wraps(close)
+    async def closed_async(*args: Any, **kwargs: Any) -> Any:
+        caller, handled = sys._getframe(1), sys.exc_info()[1]
+        try:
+            return await close(*args, **kwargs)
+        finally:
+            then(caller, handled)
+
+    target.close = closed_async if inspect.iscoroutinefunction(close) else closed
+
+
 # closures that stand between the application and the client (raw.parse(), close())
-_frames.hide(_frames.nested(_follow_raw, "parsed"), _frames.nested(_follow_raw, "closed"),
+_frames.hide(_frames.nested(_follow_raw, "parsed"), _frames.nested(on_close, "closed"),
              _frames.nested(OurSyncStream.__init__, "closing"),
              _frames.nested(OurAsyncStream.__init__, "closing"))
 

@@ -17,9 +17,7 @@ error is a rejected overflow.
 
 from __future__ import annotations
 
-import inspect
 import logging
-import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -37,6 +35,7 @@ from .._common import (
     _materialize,
     async_wrapper,
     guarded,
+    on_close,
     sync_wrapper,
     unwrap_all,
     wrap_all,
@@ -83,29 +82,16 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
         around ours (OpenInference's) leaves its block by closing the stream, never calling
         our ``__exit__``, and the call stayed open. Closed by our manager's exit (the SDK's
         closes it), the exit ends it, with the block's error."""
-        close = getattr(stream, "close", None)
-        if not callable(close) or not type(stream).__module__.startswith("anthropic."):
+        if not type(stream).__module__.startswith("anthropic."):
             return  # another's proxy of the stream (the official instrumentor's, inside
             # ours): its close calls the stream's, which would call it again
 
-        def closed() -> Any:
-            handled = _handled(sys._getframe(1))  # the block's, when a peer's exit closes it
-            try:
-                return close()
-            finally:
-                if not self._self_exiting:
-                    self._exit(handled)
-
-        async def closed_async() -> Any:
-            handled = _handled(sys._getframe(1))
-            try:
-                return await close()
-            finally:
-                if not self._self_exiting:
-                    self._exit(handled)
+        def closed(caller: Any, handled: BaseException | None) -> None:
+            if not self._self_exiting:
+                self._exit(_handled(caller, handled))
 
         try:
-            stream.close = closed_async if inspect.iscoroutinefunction(close) else closed
+            on_close(stream, closed)
         except Exception:  # noqa: BLE001 - a stream that takes no attribute: exit only
             _log.debug("otel_agent_context: cannot follow the stream's close", exc_info=True)
 
@@ -154,14 +140,13 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             self._exit(exc)
 
 
-def _handled(caller: Any) -> Exception | None:
+def _handled(caller: Any, error: BaseException | None) -> Exception | None:
     """The error a ``with`` block leaves with, when a manager's ``__exit__`` (the caller)
     closes the stream: the interpreter runs ``__exit__`` as a handler of that error. None
     for a close anywhere else: an application that closes the stream in its own ``except``
     handled that error, the call did not fail with it."""
     if caller is None or caller.f_code.co_name not in ("__exit__", "__aexit__"):
         return None
-    error = sys.exc_info()[1]
     return error if isinstance(error, Exception) else None
 
 
