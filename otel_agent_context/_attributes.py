@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import _semconv as S
-from ._digest import digest_bytes, digest_str, ordered_digest
+from ._digest import assembly_hash, digest_bytes, digest_str
 from ._masking import has_masker, mask
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
 from ._table import ATTRIBUTES, EVENTS, SPANS
@@ -152,8 +152,9 @@ def item_attributes(item: ContextItem, capture_content: bool,
 
 
 def ordered_hash(parts: Iterable[str]) -> str:
-    """The digest of ordered parts, newline-separated (assembly and injection hashes)."""
-    return ordered_digest(parts)
+    """An assembly's hash from its ``<index>:<item id>:<digest>`` parts (its injection's too):
+    :func:`._digest.assembly_hash`, as the rebuild derives it from folded blocks."""
+    return assembly_hash(parts)
 
 
 def to_ns(value: int | str | None) -> int | None:

@@ -2,10 +2,15 @@
 
 A plain ``sha256:`` of a short text ("yes", an order number, a name) is that text to anyone
 who can guess it and hash the guess. Every digest this package records (items, blocks,
-summaries, assembly and injection hashes, the content part of message ids) is therefore an
+summaries, the content part of message ids) is therefore an
 HMAC-SHA256 under a deployment key, written ``hmac-sha256:<hex>``: equal texts still match
 across turns, processes and services that share the key, and a guess cannot be tested
 without it.
+
+An assembly's hash (:func:`assembly_hash`, also its injection's) is a plain SHA-256 of its
+blocks' ids and digests: those digests are keyed already and travel beside it, so a second
+key would hide nothing, and the rebuild derives the same hash from a span's folded block
+arrays, where the emitter does not send it (contract v0.2).
 
 Where the key comes from, first found:
 
@@ -31,14 +36,14 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from . import _env
 
-__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_digest", "digest_bytes", "digest_chunks",
-           "digest_str", "message_digests", "ordered_digest", "recall", "remember",
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_hash", "digest_bytes", "digest_chunks",
+           "digest_str", "message_digests", "recall", "remember",
            "remember_beside", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
@@ -178,29 +183,16 @@ _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
 
 
-#: The assembly hash's state after each conversation's last call (``assembly_digest``), by
-#: its first two blocks, oldest first: bounded apart from the memo and replaced rather than
-#: added to. A conversation whose window slides (an agent keeping its last exchanges) has new
-#: first blocks every call, so its state is never continued; kept in the memo, that was six
-#: objects a call left for the garbage collector until the memo was full (run AK).
-_ASSEMBLY_STATES: dict[Any, Any] = {}
-_ASSEMBLY_MAX_ENTRIES = 512
-_ASSEMBLY_MAX_CHARS = 4 * 2**20
-_assembly_chars = 0
-
-
 #: counts the forgettings: a state hashed under a key forgotten meanwhile is not kept
 _generation = 0
 
 
 def _forget() -> None:
-    global _memo_chars, _assembly_chars, _generation
+    global _memo_chars, _generation
     _generation += 1
     _MEMO.clear()
     _BIG_SHORT.clear()
     _memo_chars = 0
-    _ASSEMBLY_STATES.clear()
-    _assembly_chars = 0
 
 
 def _remember(key: Any, chars: int, value: Any) -> None:
@@ -261,115 +253,13 @@ def digest_chunks(chunks: Iterable[bytes]) -> str:
     return HMAC_PREFIX + _keyed(h) if _current_key() else SHA256_PREFIX + h.hexdigest()
 
 
-def ordered_digest(parts: Iterable[str]) -> str:
-    """The digest of ordered parts, each followed by a newline (assembly and injection
-    hashes)."""
-    keyed = bool(_current_key())
-    h = _inner.copy() if keyed else hashlib.sha256()
-    items = parts if type(parts) is list else list(parts)
-    if items:  # each part followed by a newline, hashed in one update
-        h.update(("\n".join(items) + "\n").encode("utf-8", "surrogatepass"))
-    return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
-
-
-def assembly_digest(item_ids: Sequence[str], digests: Sequence[str]) -> str:
-    """``ordered_digest`` of the blocks' ``<i>:<item id>:<digest>`` parts (an assembly's
-    hash), continuing from the hash state remembered for the conversation's previous call
-    when its blocks are a prefix of these: an agent's next call sends the same history again
-    with a few messages added, and hashing it whole cost more than the rest of the call's
-    assembly. The conversation is named by its first two blocks; its state is kept in
-    ``_ASSEMBLY_STATES`` (bounded, forgotten with the digests and with the key), and used
-    only when the previous call's ids and digests equal the start of these, position by
-    position. The result is the same bytes hashed the same way: streaming the parts in two
-    updates gives the digest of one."""
-    generation = _generation
-    keyed = bool(_current_key())
-    # tuples (a call's columns are): kept as they are, compared by slices
-    if type(item_ids) is not tuple:
-        item_ids = tuple(item_ids)
-    if type(digests) is not tuple:
-        digests = tuple(digests)
-    n = len(item_ids)
-    key = (*item_ids[:2], *digests[:2])
-    found = _ASSEMBLY_STATES.get(key) if _resolved else None
-    start = counted = 0
-    h: Any = None
-    if found is not None:
-        old_ids, old_digests, state, old_chars = found
-        m = len(old_ids)
-        if m <= n and item_ids[:m] == old_ids and digests[:m] == old_digests:
-            h = state.copy()
-            start, counted = m, old_chars
-    if h is None:
-        h = _inner.copy() if keyed else hashlib.sha256()
-    if start < n:
-        data, text = _parts(start, item_ids[start:], digests[start:])
-        h.update(data)
-        # the lists' strings are kept alive by the entry: counted by the bytes hashed (at
-        # least their characters), an id that is not text (an invalid request) not kept
-        chars = counted + len(data) if text else -1
-        if chars >= 0 and generation == _generation:  # never updated once kept
-            # tuples of strings and a hash object, which the collector does not track: the
-            # tuples untracked at their first collection, the state at the one after (by
-            # then at most in the middle generation), not walked by every full one after
-            _keep_state(key, (item_ids, digests, h, chars), chars, generation)
-    return HMAC_PREFIX + _keyed(h) if keyed else SHA256_PREFIX + h.hexdigest()
-
-
-#: ``<i>:`` for the first positions, and a part's five pieces (``<i>:``, id, ``:``, digest,
-#: newline) as a template: slices of them joined cost a third of formatting each part
-_POSITIONS = tuple(f"{i}:" for i in range(256))
-_PIECES = ["", "", ":", "", "\n"]
-_TEMPLATE = _PIECES * len(_POSITIONS)
-
-
-def _parts(start: int, item_ids: Sequence[Any], digests: Sequence[Any]
-           ) -> tuple[bytes, bool]:
-    """The UTF-8 of the parts ``<i>:<item id>:<digest>\n`` from position ``start`` (a
-    string's own characters, a subclass's too, as exported), and whether every id and digest
-    is text (one that is not is formatted, and its state never remembered)."""
-    k = len(item_ids)
-    if k != len(digests):
-        raise ValueError(f"{k} item ids and {len(digests)} digests")
-    parts = _TEMPLATE[:5 * k] if k <= len(_POSITIONS) else _PIECES * k
-    if start + k <= len(_POSITIONS):
-        parts[0::5] = _POSITIONS[start:start + k]
-    else:
-        parts[0::5] = [f"{i}:" for i in range(start, start + k)]
-    parts[1::5] = item_ids
-    parts[3::5] = digests
-    try:
-        return "".join(parts).encode("utf-8", "surrogatepass"), True
-    except TypeError:  # not text: formatted as the parts' f-string would
-        parts[1::5] = [x if isinstance(x, str) else f"{x}" for x in item_ids]
-        parts[3::5] = [x if isinstance(x, str) else f"{x}" for x in digests]
-        return "".join(parts).encode("utf-8", "surrogatepass"), False
-
-
-def _keep_state(key: Any, state: Any, chars: int, generation: int) -> None:
-    """Keep a conversation's assembly state as its newest (in place of its last one), the
-    oldest ones dropped past the bounds; one too large for them is not kept, nor one
-    hashed under a key forgotten since (checked under the lock ``reset`` holds)."""
-    global _assembly_chars
-    with _lock:
-        if generation != _generation:
-            return
-        last = _ASSEMBLY_STATES.pop(key, None)
-        if last is not None:
-            _assembly_chars -= last[3]
-        if chars > _ASSEMBLY_MAX_CHARS // 8:
-            return
-        states = _ASSEMBLY_STATES
-        while states and (len(states) >= _ASSEMBLY_MAX_ENTRIES
-                          or _assembly_chars + chars > _ASSEMBLY_MAX_CHARS):
-            try:  # another thread may drop the same oldest state meanwhile
-                dropped = states.pop(next(iter(states)), None)
-            except (StopIteration, RuntimeError):
-                break
-            if dropped is not None:
-                _assembly_chars -= dropped[3]
-        states[key] = state
-        _assembly_chars += chars
+def assembly_hash(parts: Iterable[str]) -> str:
+    """An assembly's hash from its blocks' ``<index>:<item id>:<digest>`` parts, in order:
+    ``sha256:`` of the parts, each followed by a newline. Not keyed: each part holds a keyed
+    digest already, and the rebuild computes the same hash without the key (the folded
+    form sends the block arrays, not the hash)."""
+    data = "".join([f"{part}\n" for part in parts]).encode("utf-8", "surrogatepass")
+    return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
 
 
 def digest_str(text: str) -> str:

@@ -21,7 +21,6 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from . import _semconv as S
-from ._digest import assembly_digest
 from ._enums import InjectionPoint, Lifecycle, Scope, Visibility
 from ._envelope import Envelope
 from ._failsafe import is_strict
@@ -221,15 +220,13 @@ def _fill_plain(attrs: dict[str, Any], new: Any, max_tokens: int | None,
     attrs[S.WINDOW_SEGMENT_ORDERS] = tuple(orders)
     attrs[S.WINDOW_SEGMENT_RESERVED_TOKENS] = tuple(reserved)
     attrs[S.WINDOW_SEGMENT_USED_TOKENS] = tuple(used)
-    assembly_hash = assembly_digest(ids_col, digests)
-    _put_assembly(attrs, new("asm"), assembly_hash, sum(tokens), ids_col, kinds, tokens,
+    _put_assembly(attrs, new("asm"), sum(tokens), ids_col, kinds, tokens,
                   points, digests)
     if tool_call_ids is not None:  # exactly str, the readers' check
         attrs[S.ASSEMBLY_BLOCK_TOOL_CALL_IDS] = tool_call_ids
     attrs[S.INJECTION_ID] = new("inj")
     attrs[S.INJECTION_TARGET] = _MODEL
     attrs[S.INJECTION_POINT] = _HISTORY
-    attrs[S.INJECTION_HASH] = assembly_hash
     # the item ids are exactly str (the caller's check); the rest as ``_ours`` checks it
     checked = (max_tokens is None or type(max_tokens) is int) and (
         reserved_tokens is None or type(reserved_tokens) is int) and (
@@ -267,8 +264,7 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
             refs.extend(mine)
             counts.append(len(mine))
     plain = all(plains)
-    assembly_hash = assembly_digest(ids_col, digests_col)
-    _put_assembly(attrs, ids.new("asm"), assembly_hash, total, ids_col, kinds, tokens, points,
+    _put_assembly(attrs, ids.new("asm"), total, ids_col, kinds, tokens, points,
                   digests_col)
     # Every value here is built by our own code (ids, digests, kinds, injection points and
     # token counts of the instrumentors' blocks, our window sizes) but the item ids, which
@@ -299,7 +295,6 @@ def _fill(attrs: dict[str, Any], ids: Any, max_tokens: int | None,
     attrs[S.INJECTION_ID] = ids.new("inj")
     attrs[S.INJECTION_TARGET] = _MODEL
     attrs[S.INJECTION_POINT] = _HISTORY
-    attrs[S.INJECTION_HASH] = assembly_hash
     return budget_id, checked
 
 
@@ -317,7 +312,7 @@ def _put_budget(attrs: dict[str, Any], budget_id: str, max_tokens: int | None,
         attrs[S.BUDGET_OVERFLOW_STRATEGY] = overflow_strategy
 
 
-def _put_assembly(attrs: dict[str, Any], assembly_id: str, assembly_hash: str, total: int,
+def _put_assembly(attrs: dict[str, Any], assembly_id: str, total: int,
                   ids: Sequence[Any], kinds: Sequence[Any], tokens: Sequence[Any],
                   points: Sequence[Any], digests: Sequence[Any]) -> None:
     """The assembly's attributes, in the contract's order (the columns as they are: tuples,
@@ -326,7 +321,6 @@ def _put_assembly(attrs: dict[str, Any], assembly_id: str, assembly_hash: str, t
     attrs[S.ASSEMBLY_TARGET] = _MODEL
     attrs[S.ASSEMBLY_BLOCK_COUNT] = len(ids)
     attrs[S.ASSEMBLY_TOKEN_COUNT] = total
-    attrs[S.ASSEMBLY_HASH] = assembly_hash
     attrs[S.ASSEMBLY_BLOCK_ITEM_IDS] = ids
     attrs[S.ASSEMBLY_BLOCK_KINDS] = kinds
     attrs[S.ASSEMBLY_BLOCK_TOKENS] = tokens

@@ -129,7 +129,7 @@ def test_the_precomputed_hmac_is_the_standard_one(monkeypatch) -> None:
             for data in (b"", b"yes", b"a" * 5000):
                 assert _digest.digest_bytes(data) == "hmac-sha256:" + hmac.new(
                     key.encode(), data, "sha256").hexdigest()
-            assert _digest.ordered_digest(["a", "b"]) == "hmac-sha256:" + hmac.new(
+            assert _digest.digest_chunks([b"a\n", b"b\n"]) == "hmac-sha256:" + hmac.new(
                 key.encode(), b"a\nb\n", "sha256").hexdigest()
         finally:
             _digest.reset()
@@ -253,122 +253,6 @@ def test_an_enum_role_keeps_its_own_message_id() -> None:
         _digest.reset()
 
 
-def _assembly_reference(key: bytes | None, ids: list[str], digests: list[str]) -> str:
-    data = "".join(f"{i}:{a}:{d}\n" for i, (a, d) in enumerate(zip(ids, digests, strict=True)))
-    if key is None:
-        return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
-    return "hmac-sha256:" + hmac.new(key, data.encode(), "sha256").hexdigest()
-
-
-def test_an_assembly_hash_continues_from_the_conversations_previous_call(monkeypatch) -> None:
-    """``assembly_digest`` hashes only the blocks added since the conversation's previous
-    call (its blocks a prefix of these), and is always the hash of the whole: a changed,
-    removed or reordered block, another conversation, a new key or plain sha256 start over."""
-    history_ids = [f"user:{i:012x}" for i in range(8)]
-    history_digests = [f"hmac-sha256:{i:064x}" for i in range(8)]
-    for key in ("first", "second", None):
-        if key is None:
-            monkeypatch.delenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", raising=False)
-            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST", "sha256")
-        else:
-            monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", key)
-        _digest.reset()
-        try:
-            raw = None if key is None else key.encode()
-            calls: list[tuple[list[str], list[str]]] = [
-                (history_ids[:n], history_digests[:n]) for n in (0, 1, 2, 3, 5, 5, 8)]
-            changed = list(history_digests)
-            changed[3] = "hmac-sha256:" + "f" * 64  # a block edited in place
-            calls += [(history_ids, changed), (history_ids[:4], history_digests[:4]),
-                      (history_ids[::-1], history_digests[::-1]),
-                      (history_ids[1:], history_digests[1:]), (history_ids, history_digests),
-                      (history_ids + ["user:x"], history_digests + ["sha256:y"])]
-            for ids, digests in calls:
-                assert _digest.assembly_digest(ids, digests) == _assembly_reference(
-                    raw, ids, digests), (key, ids, digests)
-            # the state for the full history was remembered, and is what the next call uses
-            remembered = list(_digest._ASSEMBLY_STATES.values())
-            assert remembered and any(len(v[0]) == 9 for v in remembered)
-            extended = history_ids + ["user:x", "user:z"]
-            extended_digests = history_digests + ["sha256:y", "sha256:w"]
-            assert _digest.assembly_digest(extended, extended_digests) == \
-                _assembly_reference(raw, extended, extended_digests)
-        finally:
-            _digest.reset()
-
-
-def test_a_conversations_remembered_hash_counts_its_characters_once() -> None:
-    """The same or a growing conversation, call after call: its one state is replaced, its
-    characters counted once (they used to be added each call) by the bytes hashed (its ids'
-    and digests' characters, their positions and separators), and the digests' memo is not
-    touched by it."""
-    def hashed(ids: list[str], digests: list[str], start: int = 0) -> int:
-        return len("".join(f"{i}:{a}:{b}\n" for i, a, b in zip(
-            range(start, len(ids)), ids[start:], digests[start:], strict=True)))
-
-    _digest.reset()
-    try:
-        ids = [f"msg-{i}" for i in range(50)]
-        digests = [_digest.digest_str(f"text {i}") for i in range(50)]
-        memo = dict(_digest._MEMO)
-        _digest.assembly_digest(ids, digests)
-        after_first = _digest._assembly_chars
-        assert after_first == hashed(ids, digests) > sum(map(len, ids)) + sum(map(len, digests))
-        for _ in range(200):
-            _digest.assembly_digest(ids, digests)
-        assert _digest._assembly_chars == after_first
-        grown = [*ids, "msg-50"], [*digests, _digest.digest_str("text 50")]
-        _digest.assembly_digest(*grown)
-        assert _digest._assembly_chars - after_first == hashed(*grown, start=50)
-        assert len(_digest._ASSEMBLY_STATES) == 1
-        assert {k: v for k, v in _digest._MEMO.items() if k != "text 50"} == memo
-        assert _digest.digest_str("text 0") == digests[0]
-    finally:
-        _digest.reset()
-
-
-def test_sliding_windows_keep_a_bounded_number_of_assembly_states(monkeypatch) -> None:
-    """An agent keeping its last exchanges sends new first blocks every call, so no state is
-    ever continued: the states stay within their bounds, the oldest dropped first, while a
-    conversation that keeps growing meanwhile keeps its own (the newest after each call)
-    and is still continued; a state past its share of the bound is not kept."""
-    monkeypatch.setattr(_digest, "_ASSEMBLY_MAX_ENTRIES", 8)
-    _digest.reset()
-    try:
-        growing_ids = ["system:a", "user:b"]
-        growing_digests = ["hmac-sha256:a", "hmac-sha256:b"]
-        for call in range(40):
-            window = [f"user:{i}" for i in range(call, call + 6)]
-            window_digests = [f"hmac-sha256:{i}" for i in range(call, call + 6)]
-            assert _digest.assembly_digest(window, window_digests) == _assembly_reference(
-                _digest._current_key(), window, window_digests)
-            growing_ids.append(f"user:g{call}")
-            growing_digests.append(f"hmac-sha256:g{call}")
-            assert _digest.assembly_digest(growing_ids, growing_digests) == \
-                _assembly_reference(_digest._current_key(), growing_ids, growing_digests)
-            states = _digest._ASSEMBLY_STATES
-            assert len(states) <= 8
-            assert _digest._assembly_chars == sum(v[3] for v in states.values())
-            newest_ids = list(states.values())[-1][0]
-            assert newest_ids == tuple(growing_ids)  # continued: replaced, not added
-        kept = [v[0][0] for v in _digest._ASSEMBLY_STATES.values()]
-        assert kept == ["user:33", "user:34", "user:35", "user:36", "user:37", "user:38",
-                        "user:39", "system:a"]
-        # a state past an eighth of the characters' bound is not kept; the others stay
-        monkeypatch.setattr(_digest, "_ASSEMBLY_MAX_CHARS", 8 * 40)
-        big = ["x" * 30, "y" * 30]
-        _digest.assembly_digest(big, ["d1", "d2"])
-        assert (*big, "d1", "d2") not in _digest._ASSEMBLY_STATES
-        # a small one fits only once older states make room for it
-        _digest.assembly_digest(["s", "u"], ["d1", "d2"])
-        assert list(_digest._ASSEMBLY_STATES)[-1] == ("s", "u", "d1", "d2")
-        assert _digest._assembly_chars <= 8 * 40
-        assert _digest._assembly_chars == sum(v[3] for v in _digest._ASSEMBLY_STATES.values())
-    finally:
-        _digest.reset()
-    assert not _digest._ASSEMBLY_STATES and _digest._assembly_chars == 0
-
-
 def test_message_digests_are_the_short_and_full_digests_not_remembered(monkeypatch) -> None:
     """``message_digests`` gives what ``short_digest(text)`` and ``digest_str(text)`` give
     (the short one the start of the other's hex: one hash), keyed or plain, and leaves the
@@ -388,15 +272,6 @@ def test_message_digests_are_the_short_and_full_digests_not_remembered(monkeypat
                            _digest.digest_str(text) if text else None), (key, text)
             assert not text or got[1].split(":")[1][:12] == got[0]
     _digest.reset()
-
-
-def test_an_id_that_is_not_text_is_hashed_not_raised() -> None:
-    _digest.reset()
-    try:
-        value = _digest.assembly_digest(["s", "u", 1], ["d1", "d2", "d3"])  # type: ignore[list-item]
-        assert value == _digest.assembly_digest(["s", "u", "1"], ["d1", "d2", "d3"])
-    finally:
-        _digest.reset()
 
 
 def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
@@ -422,56 +297,6 @@ def test_a_new_message_is_one_entry_of_the_memo_with_its_characters() -> None:
         message_facts("user", huge)
         plain_block("user", huge, "session_history", "message_history", "message_history")
         assert len(_digest._MEMO) == 2 and _digest._memo_chars == 2 * len(text)
-    finally:
-        _digest.reset()
-
-
-def test_a_state_hashed_under_a_key_forgotten_meanwhile_is_not_kept(monkeypatch) -> None:
-    """The digest key changes while an assembly is hashed (another thread's ``reset``, here
-    while its parts are joined): its state is not kept, so the next call under the new key
-    hashes the whole again and gets the new key's hash."""
-    real = _digest._parts
-
-    def resetting(*args: object) -> object:
-        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
-        _digest.reset()
-        return real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
-    _digest.reset()
-    try:
-        ids = ["system:a", "user:b", "user:c"]
-        digests = ["d1", "d2", "d3"]
-        monkeypatch.setattr(_digest, "_parts", resetting)
-        _digest.assembly_digest(ids, digests)
-        monkeypatch.setattr(_digest, "_parts", real)
-        assert not _digest._ASSEMBLY_STATES
-        grown = [*ids, "user:d"], [*digests, "d4"]
-        assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
-    finally:
-        _digest.reset()
-
-
-def test_a_key_forgotten_just_before_the_state_is_kept_keeps_none(monkeypatch) -> None:
-    """The key forgotten after the hash and just before its state is stored (another
-    thread's ``reset`` in that window): the check is made again where it is stored, under
-    the lock ``reset`` holds, so nothing under the old key is kept."""
-    real = _digest._keep_state
-
-    def reset_first(*args: object) -> None:
-        monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "second")
-        _digest.reset()
-        real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "first")
-    _digest.reset()
-    monkeypatch.setattr(_digest, "_keep_state", reset_first)
-    try:
-        _digest.assembly_digest(["system:a", "user:b"], ["d1", "d2"])
-        assert not _digest._ASSEMBLY_STATES
-        monkeypatch.setattr(_digest, "_keep_state", real)
-        grown = ["system:a", "user:b", "user:c"], ["d1", "d2", "d3"]
-        assert _digest.assembly_digest(*grown) == _assembly_reference(b"second", *grown)
     finally:
         _digest.reset()
 
@@ -514,41 +339,6 @@ def test_a_long_media_text_is_named_from_memory_without_holding_it(monkeypatch) 
         monkeypatch.setattr(_digest, "_hmac_hex", forgetting)
         _digest.short_digest(images[1])
         assert _digest._BIG_SHORT == {}
-    finally:
-        _digest.reset()
-
-
-@pytest.mark.parametrize("size", [0, 1, 255, 256, 257, 300])
-def test_an_assembly_hash_is_its_parts_hashed_however_they_are_joined(monkeypatch,
-                                                                        size: int) -> None:
-    """The parts are joined from slices of a template up to 256 positions and formatted one
-    by one past them, from the start or continuing a conversation's state: the same bytes
-    (text outside ASCII included). An id that is not text is formatted as the parts say
-    and its state not kept; lists of different lengths are refused."""
-    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "parts")
-    _digest.reset()
-    try:
-        ids = [f"user:{i:04d}é" for i in range(size)]
-        digests = [f"hmac-sha256:{i:064x}" for i in range(size)]
-        for cut in (size // 2, size):  # the first half remembered, then the whole continues
-            got = _digest.assembly_digest(ids[:cut], digests[:cut])
-            assert got == _assembly_reference(b"parts", ids[:cut], digests[:cut])
-        _digest.reset()
-        odd = [*ids, 7, None]
-        odd_digests = [*digests, "d", 3.5]
-        assert _digest.assembly_digest(odd, odd_digests) == _assembly_reference(
-            b"parts", odd, odd_digests)  # type: ignore[arg-type]
-        assert not _digest._ASSEMBLY_STATES
-        with pytest.raises(ValueError):
-            _digest.assembly_digest([*ids, "user:x"], digests)
-
-        class Named(str):  # an id that is a str subclass (an SDK's enum): its characters
-            def __format__(self, spec: str) -> str:
-                return "formatted"
-
-        named = [Named(i) for i in ids]
-        assert _digest.assembly_digest(named, digests) == _assembly_reference(
-            b"parts", ids, digests)
     finally:
         _digest.reset()
 

@@ -1,9 +1,10 @@
-"""The folded call's budget attributes and assembly hash, written out for speed, are the ones
-the generic paths give: the table's ``ContextBudget`` fields, the newline-joined digest."""
+"""The folded call's budget attributes, written out for speed, are the ones the generic paths
+give (the table's ``ContextBudget`` fields); an assembly's hash is the newline-joined parts'
+plain sha256 under any digest setting."""
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import itertools
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from otel_agent_context import _digest
 from otel_agent_context import _semconv as S
 from otel_agent_context._attributes import fields_to_attributes
-from otel_agent_context._digest import ordered_digest
+from otel_agent_context._digest import assembly_hash
 from otel_agent_context._folded import fold_call
 from otel_agent_context.testing import CapturedTelemetry
 
@@ -42,15 +43,20 @@ def test_budget_attributes_are_the_tables(max_tokens: int | None, reserved: int 
 
 @pytest.mark.parametrize("parts", [[], [""], ["a"], ["0:user:1:sha256:x", "1:u:2:", "é\ud800"],
                                    ("a", "b")])
-def test_ordered_digest_is_each_part_and_a_newline(parts: list[str], monkeypatch) -> None:
+@pytest.mark.parametrize("mode", ["hmac-sha256", "sha256"])
+def test_an_assembly_hash_is_each_part_and_a_newline_unkeyed(parts: list[str], mode: str,
+                                                             monkeypatch) -> None:
+    """Not keyed in either digest mode: its parts carry the (keyed) block digests, and the
+    rebuild derives the same value from a folded span without the key."""
     monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST_KEY", "k")
+    monkeypatch.setenv("OTEL_AGENT_CONTEXT_DIGEST", mode)
     _digest.reset()
     try:
-        h = hmac.new(b"k", b"", "sha256")
+        h = hashlib.sha256()
         for part in parts:
             h.update(part.encode("utf-8", "surrogatepass"))
             h.update(b"\n")
-        assert ordered_digest(parts) == "hmac-sha256:" + h.hexdigest()
-        assert ordered_digest(iter(parts)) == ordered_digest(list(parts))
+        assert assembly_hash(parts) == "sha256:" + h.hexdigest()
+        assert assembly_hash(iter(parts)) == assembly_hash(list(parts))
     finally:
         _digest.reset()

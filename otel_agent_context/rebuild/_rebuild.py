@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import _semconv as S
+from .._digest import assembly_hash
 from .._records import ns_to_rfc3339
 from .._table import ATTRIBUTES, EVENTS, FOLDED, SPANS, FieldSpec
 from ._boundary import (
@@ -496,11 +497,12 @@ class _Builder:
         attributes (contract v0.2): the same records as from their spans and events."""
         a = span.attributes
         start = span.start_time_unix_nano
-        if S.ASSEMBLY_ID in a:
-            self._folded_assembly(span, a, start)
+        assembled = self._folded_assembly(span, a, start) if S.ASSEMBLY_ID in a else None
         if S.INJECTION_ID in a:
             iid = a[S.INJECTION_ID]
             rec = _pick(a, _INJECTION_FIELDS, {"injection_id": iid})
+            if "hash" not in rec and assembled is not None and "hash" in assembled:
+                rec["hash"] = assembled["hash"]  # injected as assembled: the same hash
             rec["created_at"] = _t(start)
             self.injections.append(rec)
             self.event(start, S.EVENT_INJECTION_APPLIED, f"injection:{iid}", span)
@@ -518,7 +520,7 @@ class _Builder:
                     segments.append(seg)
             self.budget(span, truncations, segments)
 
-    def _folded_assembly(self, span: SpanView, a: Any, start: int) -> None:
+    def _folded_assembly(self, span: SpanView, a: Any, start: int) -> dict[str, Any]:
         aid = a[S.ASSEMBLY_ID]
         rec = _pick(a, _ASSEMBLY_FIELDS, {"assembly_id": aid})
         item_ids = a.get(S.ASSEMBLY_BLOCK_ITEM_IDS) or ()
@@ -562,7 +564,12 @@ class _Builder:
             sources[self.item(item)] = None
             for ref in block.get("source_item_refs", ()):
                 sources[ref] = None
+        if "hash" not in rec and item_ids:
+            # not sent in the folded form: what the explicit form's emitter computes
+            rec["hash"] = assembly_hash([f"{i}:{item_id}:{digests[i] if digests else ''}"
+                                         for i, item_id in enumerate(item_ids)])
         self._assembled(span, rec, blocks, sources, start)
+        return rec
 
     def _assembled(self, span: SpanView, rec: dict[str, Any], blocks: list[dict[str, Any]],
                    sources: dict[str, None], at: int) -> None:

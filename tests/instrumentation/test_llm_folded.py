@@ -145,10 +145,16 @@ def test_folded_and_stage_spans_rebuild_the_same_bundle(scenario: str, capture: 
     folded_spans, folded = _record(scenario, capture, False, monkeypatch)
     staged_spans, staged = _record(scenario, capture, True, monkeypatch)
     assert folded and len(folded) == len(staged)
+    # the hashes too: derived by the rebuild from the folded arrays, sent by the stage spans
     assert [_same(b) for b in folded] == [_same(b) for b in staged]
     for bundle in folded:
         assert bundle["rebuild"]["status"] == "complete", bundle["rebuild"]
         assert bundle.get("context_assemblies"), scenario
+        hashes = {a["hash"] for a in bundle["context_assemblies"]}
+        assert all(h.startswith("sha256:") for h in hashes), hashes
+        assert {i["hash"] for i in bundle["context_injections"]} == hashes
+    assert not any(S.ASSEMBLY_HASH in s.attributes or S.INJECTION_HASH in s.attributes
+                   for s in folded_spans)
     # the folded form: no stage span of a model call, no block or segment event anywhere
     names = {s.name for s in folded_spans}
     assert not names & {S.SPAN_BUDGET, S.SPAN_ASSEMBLY}, names
@@ -192,7 +198,7 @@ def test_a_call_outside_any_envelope_is_one_span(alone, stub) -> None:
     assert a[S.BUDGET_MAX_TOKENS] == 128_000 and a[S.BUDGET_RESERVED_TOKENS] == 300
     assert a[S.BUDGET_ACTUAL_TOKENS] == a[S.GEN_AI_USAGE_INPUT_TOKENS]
     assert a[S.BUDGET_OVERFLOW] is False
-    assert a[S.INJECTION_HASH] == a[S.ASSEMBLY_HASH]
+    assert S.ASSEMBLY_HASH not in a and S.INJECTION_HASH not in a  # derived
     assert a[S.INJECTION_POINT] == "message_history" and a[S.INJECTION_TARGET] == "model"
     (bundle,) = alone.tel.bundles()
     assert [b["item_id"] for b in bundle["context_assemblies"][0]["ordered_blocks"]] == ids

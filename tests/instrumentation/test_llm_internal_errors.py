@@ -47,7 +47,7 @@ def test_failure_while_folding_the_call_ends_the_call_alone(alone, stub, monkeyp
         raise RuntimeError("bug in our assembly code")
 
     # fails after the budget was made, before anything was written on the span
-    monkeypatch.setattr(_folded, "assembly_digest", broken)
+    monkeypatch.setattr(_folded, "_put_assembly", broken)
     assert _call(stub)  # the application is unaffected
     assert "context stages failed" in caplog.text
     spans = alone.tel.spans()
@@ -67,7 +67,7 @@ def test_in_strict_mode_a_failure_while_folding_still_ends_the_call(alone, stub,
     def broken(*args):
         raise RuntimeError("bug in our assembly code")
 
-    monkeypatch.setattr(_folded, "assembly_digest", broken)
+    monkeypatch.setattr(_folded, "_put_assembly", broken)
     oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
     with pytest.raises(RuntimeError, match="bug in our assembly code"):
         oc.chat.completions.create(model="gpt-4o",

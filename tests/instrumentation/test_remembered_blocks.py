@@ -118,7 +118,7 @@ def test_a_repeat_is_renamed_on_a_copy() -> None:
 def test_what_a_one_pass_reader_remembers_is_not_left_for_the_garbage_collector(
         estimator: Any) -> None:
     """An agent's calls, each with two new messages and a window that slides, read in one
-    pass: after two collections nothing the memo or the assembly states hold is tracked (a
+    pass: after two collections nothing the memo holds is tracked (a
     remembered block object was, until the memo was full, and an agent's new messages drove
     full collections of the application's whole heap; a key holding the token estimator
     function was too). The rows are still the ones made the first time."""
@@ -139,16 +139,13 @@ def test_what_a_one_pass_reader_remembers_is_not_left_for_the_garbage_collector(
                                            "messages": sent[1:]})):
                 assert req is not None and req.plain_history is not None
                 rows = req.plain_history[0]
-                _digest.assembly_digest([r[0] for r in rows], [r[4] for r in rows])
                 if first_rows is None:
                     first_rows = rows
             recent = [*recent[-6:], question,
                       {"role": "assistant", "content": f"Answer {turn}."}]
-        # a tuple holding tuples (an assembly state) is untracked at the collection after
-        # its tuples' (by then in the middle generation, never the old one)
         gc.collect()
         gc.collect()
-        held = [*_digest._MEMO.items(), *_digest._ASSEMBLY_STATES.items()]
+        held = list(_digest._MEMO.items())
         assert len(held) > 100 and any(k[0] == C._PLAIN_ROW for k, _ in held)
         assert [kv for kv in held if gc.is_tracked(kv[0]) or gc.is_tracked(kv[1])] == []
         again = OX.chat_plain({"model": "m", "messages": [

@@ -8,6 +8,7 @@ bundle that validates."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import jsonschema
@@ -90,6 +91,35 @@ def test_a_folded_call_rebuilds_to_its_records(start_processor) -> None:
     classes = [e["event_class"] for e in bundle["context_events"]]
     assert {"context.assembly.created", "context.injection.applied",
             "context.budget.applied"} <= set(classes)
+
+
+def _parts_hash(lines: list[str]) -> str:
+    return "sha256:" + hashlib.sha256("".join(f"{x}\n" for x in lines).encode()).hexdigest()
+
+
+def test_the_hashes_left_out_are_derived_and_sent_ones_kept(start_processor) -> None:
+    """The folded form need not carry `context.assembly.hash` / `context.injection.hash`
+    (ours does not): the rebuild derives the assembly's from the block ids and digests, one
+    `<index>:<item id>:<digest>` line each, and gives the injection the same; a hash the
+    span carries is kept as sent, and an injection hash of its own too."""
+    processor = start_processor()
+    sent = "hmac-sha256:" + "c" * 64
+    post(processor, [call(), call("ctx_sent", 0x7E59, **{S.ASSEMBLY_HASH: sent}),
+                     call("ctx_own", 0x7E5A, **{S.INJECTION_HASH: "sha256:" + "d" * 64})])
+    found = {b["context_envelope"]["context_id"]: b for b in bundles(processor, 3)}
+    derived = _parts_hash([f"0:system:1:sha256:{'a' * 64}", "1:user:1:",
+                           f"2:user:2:sha256:{'b' * 64}"])
+    bundle = found[CID]
+    assert bundle["rebuild"]["status"] == "complete", bundle["rebuild"]
+    assert "repairs" not in bundle["rebuild"]
+    assert bundle["context_assemblies"][0]["hash"] == derived
+    assert bundle["context_injections"][0]["hash"] == derived
+    assert found["ctx_sent"]["context_assemblies"][0]["hash"] == sent
+    assert found["ctx_sent"]["context_injections"][0]["hash"] == sent
+    assert found["ctx_own"]["context_assemblies"][0]["hash"] == derived
+    assert found["ctx_own"]["context_injections"][0]["hash"] == "sha256:" + "d" * 64
+    for b in found.values():
+        jsonschema.validate(b, SCHEMA)
 
 
 def test_arrays_of_other_lengths_are_cut_or_padded_and_said(start_processor) -> None:
