@@ -564,10 +564,12 @@ class _Builder:
             sources[self.item(item)] = None
             for ref in block.get("source_item_refs", ()):
                 sources[ref] = None
-        if "hash" not in rec and item_ids:
-            # not sent in the folded form: what the explicit form's emitter computes
-            rec["hash"] = assembly_hash([f"{i}:{item_id}:{digests[i] if digests else ''}"
-                                         for i, item_id in enumerate(item_ids)])
+        if not rec.get("hash"):  # not sent (ours sends none), or empty: derived
+            rec.pop("hash", None)
+            if S.ASSEMBLY_BLOCK_ITEM_IDS in a and _whole_blocks(span, a, len(item_ids)):
+                # what the explicit form's emitter computes for the same blocks
+                rec["hash"] = assembly_hash([f"{i}:{item_id}:{digests[i] if digests else ''}"
+                                             for i, item_id in enumerate(item_ids)])
         self._assembled(span, rec, blocks, sources, start)
         return rec
 
@@ -615,6 +617,20 @@ class _Builder:
         counted = attrs.get(key)
         if counted is not None and counted > recorded:
             self.notes.append(f"{what}: {counted} {noun} items counted, {recorded} recorded")
+
+
+#: the folded arrays an assembly's hash is derived from
+_HASHED_ARRAYS = frozenset((S.ASSEMBLY_BLOCK_ITEM_IDS, S.ASSEMBLY_BLOCK_DIGESTS))
+
+
+def _whole_blocks(span: SpanView, a: Any, carried: int) -> bool:
+    """Whether a folded span's blocks are all there as sent, so that a hash derived from them
+    is the one its emitter would have computed: not when the boundary cut, padded or dropped
+    from the item ids or digests, nor when the span counts more blocks than it carries."""
+    counted = a.get(S.ASSEMBLY_BLOCK_COUNT)
+    if isinstance(counted, int) and counted > carried:
+        return False
+    return not any(r.field in _HASHED_ARRAYS for r in span.repairs)
 
 
 #: stage span name -> the builder's method for it

@@ -122,6 +122,37 @@ def test_the_hashes_left_out_are_derived_and_sent_ones_kept(start_processor) -> 
         jsonschema.validate(b, SCHEMA)
 
 
+def test_no_hash_is_derived_from_blocks_not_all_there(start_processor) -> None:
+    """A hash derived from repaired arrays would be no emitter's: none when the boundary cut
+    or padded the digests or dropped a block without an id, nor when the span counts more
+    blocks than it carries; an empty assembly's is the hash of no lines, as the explicit
+    form's; an empty hash sent counts as none."""
+    processor = start_processor()
+    empty = {S.ASSEMBLY_BLOCK_COUNT: 0, S.ASSEMBLY_TOKEN_COUNT: 0}
+    for key in (S.ASSEMBLY_BLOCK_ITEM_IDS, S.ASSEMBLY_BLOCK_KINDS, S.ASSEMBLY_BLOCK_TOKENS,
+                S.ASSEMBLY_BLOCK_INJECTION_POINTS, S.ASSEMBLY_BLOCK_DIGESTS,
+                S.ASSEMBLY_BLOCK_SOURCE_COUNTS, S.ASSEMBLY_BLOCK_SOURCE_ITEM_REFS,
+                S.ASSEMBLY_BLOCK_TOOL_CALL_IDS):
+        empty[key] = None
+    empty[S.ASSEMBLY_BLOCK_ITEM_IDS] = []
+    post(processor, [
+        call("ctx_short", 0x7E61, **{S.ASSEMBLY_BLOCK_DIGESTS: ["sha256:" + "a" * 64]}),
+        call("ctx_unnamed", 0x7E62, **{S.ASSEMBLY_BLOCK_ITEM_IDS: ["system:1", "", "user:2"]}),
+        call("ctx_counted", 0x7E63, **{S.ASSEMBLY_BLOCK_COUNT: 4}),
+        call("ctx_empty", 0x7E64, **empty),
+        call("ctx_blank", 0x7E65, **{S.ASSEMBLY_HASH: ""})])
+    found = {b["context_envelope"]["context_id"]: b for b in bundles(processor, 5)}
+    for cid in ("ctx_short", "ctx_unnamed", "ctx_counted"):
+        (asm,) = found[cid]["context_assemblies"]
+        assert "hash" not in asm and "hash" not in found[cid]["context_injections"][0], cid
+        assert found[cid]["rebuild"]["status"] == "partial", cid
+    assert found["ctx_empty"]["context_assemblies"][0]["hash"] == _parts_hash([])
+    assert found["ctx_blank"]["context_assemblies"][0]["hash"] == _parts_hash(
+        [f"0:system:1:sha256:{'a' * 64}", "1:user:1:", f"2:user:2:sha256:{'b' * 64}"])
+    for b in found.values():
+        jsonschema.validate(b, SCHEMA)
+
+
 def test_arrays_of_other_lengths_are_cut_or_padded_and_said(start_processor) -> None:
     processor = start_processor()
     post(processor, [call(**{
