@@ -9,11 +9,10 @@ from __future__ import annotations
 import enum
 import types
 import typing
-from collections.abc import Iterable
 from typing import Any
 
 from . import _semconv as S
-from ._digest import assembly_hash, digest_bytes, digest_str
+from ._digest import digest_bytes, digest_str
 from ._masking import has_masker, mask
 from ._records import ContextItem, ContextSourceRef, rfc3339_to_ns
 from ._table import ATTRIBUTES, EVENTS, SPANS
@@ -149,12 +148,6 @@ def item_attributes(item: ContextItem, capture_content: bool,
         # The contract carries one source ref per item event: the first, the item's origin.
         source_attributes(item.source_refs[0], out)
     return out, withheld
-
-
-def ordered_hash(parts: Iterable[str]) -> str:
-    """An assembly's hash from its ``<index>:<item id>:<digest>`` parts (its injection's too):
-    :func:`._digest.assembly_hash`, as the rebuild derives it from folded blocks."""
-    return assembly_hash(parts)
 
 
 def to_ns(value: int | str | None) -> int | None:

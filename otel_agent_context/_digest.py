@@ -42,8 +42,8 @@ from typing import Any
 
 from . import _env
 
-__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_hash", "digest_bytes", "digest_chunks",
-           "digest_str", "message_digests", "recall", "remember",
+__all__ = ["HMAC_PREFIX", "SHA256_PREFIX", "assembly_hash", "assembly_line", "digest_bytes",
+           "digest_chunks", "digest_str", "message_digests", "recall", "remember",
            "remember_beside", "short_digest"]
 
 _log = logging.getLogger("otel_agent_context")
@@ -183,7 +183,7 @@ _MEMO_MAX_CHARS = 8 * 2**20
 _memo_chars = 0
 
 
-#: counts the forgettings: a state hashed under a key forgotten meanwhile is not kept
+#: counts the forgettings: a digest made under a key forgotten meanwhile is not kept
 _generation = 0
 
 
@@ -253,8 +253,14 @@ def digest_chunks(chunks: Iterable[bytes]) -> str:
     return HMAC_PREFIX + _keyed(h) if _current_key() else SHA256_PREFIX + h.hexdigest()
 
 
+def assembly_line(index: Any, item_id: Any, digest: Any) -> str:
+    """A block's part of its assembly's hash: ``<index>:<item id>:<digest>`` (an empty digest
+    where none), the one format the emitter and the rebuild use."""
+    return f"{index}:{item_id}:{digest or ''}"
+
+
 def assembly_hash(parts: Iterable[str]) -> str:
-    """An assembly's hash from its blocks' ``<index>:<item id>:<digest>`` parts, in order:
+    """An assembly's hash from its blocks' :func:`assembly_line` parts, in order:
     ``sha256:`` of the parts, each followed by a newline. Not keyed: each part holds a keyed
     digest already, and the rebuild computes the same hash without the key (the folded
     form sends the block arrays, not the hash)."""

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from . import _semconv as S
-from ._attributes import digest_text, fields_to_attributes, ordered_hash, to_ns
+from ._attributes import digest_text, fields_to_attributes, to_ns
 from ._checks import compile_check
+from ._digest import assembly_hash, assembly_line
 from ._enums import ContextKind, InjectionPoint, OmissionReason, OverflowStrategy, Visibility
 from ._failsafe import _guard
 from ._fastattrs import set_attributes
@@ -382,7 +383,7 @@ class Assembly(_Stage):
         if refs:
             attrs[S.BLOCK_SOURCE_ITEM_REFS] = refs
         self._tokens += tokens or 0
-        self._hash_parts.append(f"{idx}:{item_id}:{digest or ''}")
+        self._hash_parts.append(assembly_line(idx, item_id, digest))
         self._item_event(S.EVENT_ASSEMBLY_BLOCK, attrs, ts)
 
     def _block_refs(self, item_id: str, digest: str | None, text: str | None,
@@ -423,7 +424,7 @@ class Assembly(_Stage):
                 attrs[S.INJECTION_POINT] = _enum(InjectionPoint, injection_point)
             if digest is not None:
                 attrs[S.BLOCK_DIGEST] = digest
-            parts.append(f"{idx}:{item_id}:{digest or ''}")
+            parts.append(assembly_line(idx, item_id, digest))
             idx += 1
             self._index = idx
             self._tokens = total
@@ -445,7 +446,7 @@ class Assembly(_Stage):
 
     def _current_hash(self) -> str:
         if self.hash is None:
-            self.hash = ordered_hash(self._hash_parts)
+            self.hash = assembly_hash(self._hash_parts)
         return self.hash
 
     def _finish(self, end_time: int | str | None) -> None:

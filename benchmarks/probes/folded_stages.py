@@ -28,7 +28,7 @@ from wrapt import wrap_function_wrapper
 
 import otel_agent_context.instrumentation.anthropic._extract as AX
 import otel_agent_context.instrumentation.openai._extract as OX
-from otel_agent_context._attributes import ordered_hash
+from otel_agent_context._digest import assembly_hash, assembly_line
 from otel_agent_context.instrumentation._common import ClientTelemetry, _materialize
 from otel_agent_context.instrumentation._models import context_window
 
@@ -84,8 +84,8 @@ class Folded:
                     "context.assembly.block.tokens": tuple(b.tokens for b in blocks),
                     "context.assembly.block.injection_points": tuple(b.point for b in blocks),
                     "context.assembly.block.digests": tuple(b.digest or "" for b in blocks),
-                    "context.assembly.hash": ordered_hash(
-                        [f"{i}:{b.item_id}:{b.digest or ''}" for i, b in enumerate(blocks)]),
+                    "context.assembly.hash": assembly_hash(
+                        [assembly_line(i, b.item_id, b.digest) for i, b in enumerate(blocks)]),
                 })
                 result = wrapped(*args, **kwargs)
                 out = parse_response(result, False)

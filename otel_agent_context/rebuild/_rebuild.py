@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import _semconv as S
-from .._digest import assembly_hash
+from .._digest import assembly_hash, assembly_line
 from .._records import ns_to_rfc3339
 from .._table import ATTRIBUTES, EVENTS, FOLDED, SPANS, FieldSpec
 from ._boundary import (
@@ -568,8 +568,9 @@ class _Builder:
             rec.pop("hash", None)
             if S.ASSEMBLY_BLOCK_ITEM_IDS in a and _whole_blocks(span, a, len(item_ids)):
                 # what the explicit form's emitter computes for the same blocks
-                rec["hash"] = assembly_hash([f"{i}:{item_id}:{digests[i] if digests else ''}"
-                                             for i, item_id in enumerate(item_ids)])
+                rec["hash"] = assembly_hash(
+                    [assembly_line(i, item_id, digests[i] if digests else "")
+                     for i, item_id in enumerate(item_ids)])
         self._assembled(span, rec, blocks, sources, start)
         return rec
 
