@@ -249,6 +249,33 @@ def _media_turn(image: str) -> list[dict]:
         {"type": "text", "text": "Which of these applies to me?"}]}]
 
 
+def test_the_same_text_from_two_sources_is_two_documents(setup, stub) -> None:
+    """Two search results of the same title and text from different sources are two
+    documents (each its own item, neither a repeat ``#2`` of the other); the same source
+    sent again in a later call is the same item."""
+    def result(source: str) -> dict[str, Any]:
+        return {"type": "search_result", "source": source, "title": "Shipping",
+                "content": [{"type": "text", "text": "Orders ship in 2 days."}]}
+
+    turn = [{"role": "user", "content": [
+        result("https://kb.example/shipping"), result("https://kb.example/archive"),
+        {"type": "text", "text": "Which applies?"}]}]
+    c = client(stub)
+    c.messages.create(model=MODEL, max_tokens=64, messages=turn)
+    c.messages.create(model=MODEL, max_tokens=64, messages=[
+        {"role": "user", "content": [result("https://kb.example/shipping"),
+                                     {"type": "text", "text": "Which applies?"}]}])
+    first, second = (block_rows(s) for s in inference_spans(setup.tel.spans()))
+    ids = [r[S.ITEM_ID] for r in first]
+    assert len(set(ids)) == 3 and not any("#" in i for i in ids)
+    assert first[0][S.BLOCK_DIGEST] != first[1][S.BLOCK_DIGEST]
+    assert second[0][S.ITEM_ID] == ids[0]
+    for bundle in setup.tel.bundles():
+        assert len({i["item_id"] for i in bundle["context_items"]}) == \
+            len(bundle["context_items"])
+    assert "kb.example" not in str([dict(s.attributes) for s in setup.tel.spans()])
+
+
 def test_content_nested_past_any_api_limit_is_read_to_a_bound(alone, stub) -> None:
     """Documents nested in documents' content far deeper than the API takes (the SDK sends
     them): the block stands for what it holds past the bound, the call's records kept."""
@@ -284,7 +311,8 @@ def test_images_and_documents_are_items_of_their_own(setup, stub) -> None:
     assert text_doc[S.BLOCK_DIGEST] == digest_text("Refund policy: returns within 30 days.")
     assert text_doc[S.BLOCK_TOKENS] == estimate_tokens(
         "Refund policy: returns within 30 days.")
-    assert search[S.BLOCK_DIGEST] == digest_text("Shipping\nOrders ship in 2 days.")
+    assert search[S.BLOCK_DIGEST] == digest_text(
+        "https://kb.example/shipping\nShipping\nOrders ship in 2 days.")
     recorded = str([dict(s.attributes) for s in setup.tel.spans()]) + str(setup.tel.bundles())
     for private in ("iVBORw0KGgo", "R0lGODlh", "file_011Refunds", "kb.example"):
         assert private not in recorded

@@ -100,10 +100,13 @@ def _block_text(block: Any, depth: int = 0) -> str:
         return str(_get(block, "content") or "")
     if btype in ("image", "document"):
         return _source_text(btype, _get(block, "source"), depth)
-    if btype == "search_result":  # a retrieved document given as text: its title and text
-        title = _get(block, "title")
+    if btype == "search_result":
+        # a retrieved document given as text: its source (the model cites it), title and
+        # text; the same text from two sources is two documents, not a repeat of one
         body = _texts(_get(block, "content"), depth)
-        return f"{title}\n{body}" if isinstance(title, str) and title else body
+        head = [v for v in (_get(block, "source"), _get(block, "title"))
+                if isinstance(v, str) and v]
+        return "\n".join((*head, body)) if head else body
     if btype == "container_upload":
         return media_marker(btype, block, (("file_id",),))
     if type(btype) is str and btype.endswith("_tool_result"):
