@@ -43,6 +43,7 @@ from ..._enums import ContextKind, Scope
 from ..._envelope import _ENVELOPE_KEY, _RUN_ENVELOPE
 from ..._records import ContextItem
 from .._common import message_id as reader_message_id
+from .._common import numbered
 from .._tokens import estimate_tokens
 from ._items import message_id, message_role, message_text
 from ._state import STATE
@@ -106,7 +107,8 @@ def _call_message_id(role: str, text: str, calls: Any) -> str | None:
 def _ids(turn: Any, messages: Sequence[Any]) -> list[str]:
     """The ids the next model call's blocks give these messages (the turn's names, read
     without taking them; a tool result by its call id; a tool call as the OpenAI
-    instrumentor names it), else their own."""
+    instrumentor names it), else their own; a repeat of one (the same tool called alike
+    twice) ``<id>#2``, as the call's blocks name it."""
     seen: dict[tuple[str, str], int] = {}
     out = []
     for m in messages:
@@ -124,7 +126,7 @@ def _ids(turn: Any, messages: Sequence[Any]) -> list[str]:
         n = seen[(role, text)] = seen.get((role, text), 0) + 1
         names = turn.known.get((role, text)) or ()
         out.append(names[n - 1] if n <= len(names) else message_id(m))
-    return out
+    return numbered(out)
 
 
 def _item(item_id: str, kind: ContextKind, text: str) -> ContextItem:

@@ -12,6 +12,7 @@ import contextlib
 import io
 import sys
 from pathlib import Path
+from typing import Any
 
 from llama_index.core.agent.workflow import AgentWorkflow, CodeActAgent, FunctionAgent, ReActAgent
 from llama_index.core.memory import Memory
@@ -44,14 +45,16 @@ HANDOFF = ('Where is my order? [call:handoff {"to_agent": "Order agent", '
            f'"reason": "{REASON}"}}]')
 
 
-async def run_workflow(base_url: str, question: str = HANDOFF) -> str:
-    """A two-agent ``AgentWorkflow``: the triage agent hands off to the order agent."""
+async def run_workflow(base_url: str, question: str = HANDOFF,
+                       chat_history: list[Any] | None = None) -> str:
+    """A two-agent ``AgentWorkflow``: the triage agent hands off to the order agent
+    (``chat_history``: the conversation before the question, as the application gives it)."""
     llm = OpenAIToolsLLM(api_base=base_url)
     triage = FunctionAgent(name="Triage agent", description="Routes questions.", tools=[],
                            llm=llm, system_prompt="You route questions.",
                            can_handoff_to=["Order agent"], streaming=False)
     workflow = AgentWorkflow(agents=[triage, make_agent(base_url)], root_agent="Triage agent")
-    return str(await workflow.run(user_msg=question))
+    return str(await workflow.run(user_msg=question, chat_history=chat_history))
 
 
 SESSION = "support-7"

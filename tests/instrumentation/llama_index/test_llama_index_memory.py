@@ -299,6 +299,45 @@ def test_an_agent_workflow_handoff_is_a_handoff_envelope_holding_the_next_agents
     assert (li_agent_app.REASON in _exported(tel)) is capture
 
 
+def test_a_tool_called_twice_alike_before_a_handoff_is_two_items(
+        capture_setup: Any) -> None:
+    """The conversation before a handoff called the same tool with the same arguments twice
+    (two calls, two results): the handoff's selection names the two call messages as the
+    order agent's prompt names its blocks (the second ``#2``), and its bundle holds no two
+    items under one id."""
+    from llama_index.core.llms import ChatMessage
+
+    def called(call_id: str) -> list[Any]:
+        return [ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [
+                    {"id": call_id, "type": "function", "function": {
+                        "name": "order_status", "arguments": '{"order_id": "A-1042"}'}}]}),
+                ChatMessage(role="tool", content="Shipped.",
+                            additional_kwargs={"tool_call_id": call_id,
+                                               "name": "order_status"})]
+
+    history = [ChatMessage(role="user", content="Is it shipped?"), *called("call_a"),
+               *called("call_b")]
+
+    def run() -> tuple[str, list[Any]]:
+        with StubServer() as stub:
+            out = asyncio.run(li_agent_app.run_workflow(
+                stub.openai_base_url, li_agent_app.HANDOFF, chat_history=list(history)))
+            return out, stub.requests
+
+    out, _, tel = _plain_and_instrumented(capture_setup, run)
+    assert out == REPLY
+    handoff = next(b for b in tel.bundles() if b["context_envelope"]["scope"] == "handoff")
+    (order,) = handoff["context_assemblies"]
+    blocks = [i for i, _ in _ids(order)[1:]]
+    (second,) = [b for b in blocks if "#" in b]  # the second call message, numbered
+    assert second.endswith("#2") and second.removesuffix("#2") in blocks
+    (selection,) = handoff["context_selections"]
+    assert selection["selected_item_refs"][1:] == blocks
+    ids = [i["item_id"] for i in handoff["context_items"]]
+    assert len(ids) == len(set(ids))
+    assert handoff["rebuild"]["status"] == "complete"
+
+
 def test_a_refused_handoff_is_no_handoff(li_on: CapturedTelemetry) -> None:
     """A handoff to an agent the workflow does not have: LlamaIndex's tool refuses it, the
     same agent goes on: one turn, both calls in it, no handoff envelope."""
