@@ -2,7 +2,7 @@
 
     python benchmarks/instrumentation_bench.py [--rounds 6] [--calls 150]
         [--configs NAME,...] [--scenarios NAME,...] [--json FILE] [--metrics]
-        [--sampled-out] [--compare DIR] [--paired]
+        [--sampled-out] [--compare DIR] [--paired] [--no-transport]
 
 Real ``openai`` and ``anthropic`` clients call the bundled loopback stub
 (``otel_agent_context.instrumentation._stub``), which runs in a process of its own pinned to
@@ -53,7 +53,13 @@ alone (a third phase in the same rotating blocks), and a table gives composed ÷
 per round from one process: the goal's ratio without comparing two processes, whose
 uninstrumented calls alone differ by ~10% (memory layout, the machine's state); a round
 whose official phase added nothing measurable (few calls, noise) has no ratio and is
-counted as left out. The
+counted as left out. With
+``--no-transport`` (since run AU) the clients' ``create`` methods return the response the
+stub gave each scenario (:func:`_replayed`): the uninstrumented call costs a few µs
+instead of milliseconds of the client's and the loopback's work, whose noise on this kind
+of machine was larger than an instrumentor's cost, and most paired ratios' p25-p75 span
+±0.01-0.05 (a few ±0.1-0.3); streams are left out, and OpenInference's OpenAI
+instrumentor (which wraps the client's ``request``) records nothing then. The
 peers are the ``bench`` extra (``pip install -e '.[bench]'``); a peer not installed is
 reported as missing, not timed. Results: stdout as Markdown (benchmarks/instrumentation.md
 records runs), ``--json`` for the raw summary.
@@ -80,6 +86,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pydantic
 import wrapt
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -475,14 +482,70 @@ def missing(config: str) -> list[str]:
 # -- one configuration, in its own process -------------------------------------------------
 
 
+#: the client methods a scenario's call goes through, replaced under ``--no-transport``
+#: (module, class, is_async)
+_REPLAYED = (("openai.resources.chat.completions", "Completions", False),
+             ("openai.resources.chat.completions", "AsyncCompletions", True),
+             ("openai.resources.responses", "Responses", False),
+             ("anthropic.resources.messages", "Messages", False))
+
+
+def _replayed(wanted: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+    """``--no-transport``: the scenarios whose call returns the client's response model
+    (not the streams), each run twice through the stub, after which the clients' ``create``
+    methods return a copy of the response the stub gave that scenario (an id of its own
+    each call) without building, sending or parsing anything. Every instrumentor that wraps
+    these methods (installed before any instruments, so they wrap the replacement) sees the
+    same arguments and the same response and does all of its own work; what the client and
+    the loopback add (~2-4 ms a call here, whose noise is larger than an instrumentor's
+    cost) is gone. One wrapping something else (OpenInference's OpenAI instrumentor wraps
+    the client's ``request``) records nothing and is no peer in the goals."""
+    recorded = {}
+    for name, fn in wanted.items():
+        fn()  # the second call's response: the stub's caches warm, as in a steady state
+        result = fn()
+        if isinstance(result, pydantic.BaseModel):
+            recorded[name] = result
+    current: list[Any] = [None]
+    served = itertools.count()
+
+    def response() -> Any:
+        # a copy with an id of its own each call, as the API gives: an instrumentor that
+        # keys its state by the response's id (OpenLLMetry's Responses one) records each
+        recorded_response = current[0]
+        return recorded_response.model_copy(
+            update={"id": f"{recorded_response.id}-{next(served)}"})
+
+    def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return response()
+
+    async def replay_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return response()
+
+    for module, cls, is_async in _REPLAYED:
+        owner = getattr(importlib.import_module(module), cls)
+        owner.create = replay_async if is_async else replay
+
+    def bind(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        response = recorded[name]
+
+        def call() -> Any:
+            current[0] = response
+            return fn()
+        return call
+
+    return {name: bind(name, fn) for name, fn in wanted.items() if name in recorded}
+
+
 def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[str],
               metrics: bool, sampled_out: bool, compare: str | None,
-              alternate: bool = True, paired: bool = False) -> dict[str, Any]:
+              alternate: bool = True, paired: bool = False,
+              no_transport: bool = False) -> dict[str, Any]:
     """Time every scenario uninstrumented and under one configuration, in alternating
     blocks (or one after the other with ``alternate=False``): per call
     wall and CPU nanoseconds of each phase, and spans a call. ``paired``: a composed
     configuration also times the official instrumentors alone (phase ``official``) in the
-    same blocks."""
+    same blocks. ``no_transport``: see :func:`_replayed`."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ALWAYS_OFF if sampled_out else None)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -496,6 +559,8 @@ def run_child(config: str, url: str, calls: int, warmup: int, names: Sequence[st
         CONFIGS[config]()
     stub = SimpleNamespace(openai_base_url=f"{url}/v1", anthropic_base_url=url)
     wanted = {name: fn for name, fn in scenarios(stub).items() if name in names}
+    if no_transport:
+        wanted = _replayed(wanted)
     out: dict[str, Any] = {name: {} for name in wanted}
     on, off = _switches(instrumentors, settings)
     also = None
@@ -595,6 +660,8 @@ def _spawn(config: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
         cmd += ["--compare", args.compare]
     if args.paired:
         cmd.append("--paired")
+    if args.no_transport:
+        cmd.append("--no-transport")
     env = {**os.environ, **NO_CONTENT}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
@@ -630,8 +697,12 @@ def goals(summary: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
         ours, official, both, both_inner = (
             _added(by_config, c)
             for c in ("ours", "official GenAI", "ours + official", "official + ours"))
+        # a peer that recorded less than a span a call timed something else (under
+        # --no-transport: OpenInference's OpenAI instrumentor, which wraps the client's
+        # request): no peer for the goal
         peers = {c: a for c in ("OpenInference", "OpenLLMetry")
-                 if (a := _added(by_config, c)) is not None}
+                 if (a := _added(by_config, c)) is not None
+                 and by_config[c].get("spans_per_call", 1.0) >= 1.0}
         best = min(peers.items(), key=lambda kv: kv[1]) if peers else None
 
         def ratio(a: float | None, b: float | None, goal: float) -> str:
@@ -712,6 +783,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="the composed configurations also time the official "
                              "instrumentors alone in the same process and blocks: the "
                              "composed ÷ official ratio per round from one process")
+    parser.add_argument("--no-transport", action="store_true",
+                        help="the clients' create methods return the response the stub gave "
+                             "each scenario: the instrumentors' own work timed without the "
+                             "client's and the loopback's (streams left out; OpenInference's "
+                             "OpenAI instrumentor, which wraps the client's request, records "
+                             "nothing then)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--stub-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -721,7 +798,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         result = run_child(args.child, args.stub_url, args.calls, args.warmup,
                            args.scenario_names, args.metrics, args.sampled_out, args.compare,
-                           alternate=not args.sequential, paired=args.paired)
+                           alternate=not args.sequential, paired=args.paired,
+                           no_transport=args.no_transport)
         print(json.dumps(result))
         return
     unknown = set(args.scenario_names) - set(all_scenarios)
@@ -741,7 +819,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             this_round = {config: _spawn(config, stub.url, args) for config in order}
             for scenario in args.scenario_names:
-                rounds[scenario].append({c: this_round[c][scenario] for c in order})
+                if all(scenario in this_round[c] for c in order):  # --no-transport: no streams
+                    rounds[scenario].append({c: this_round[c][scenario] for c in order})
+    left_out = [s for s, per_round in rounds.items() if not per_round]
+    rounds = {s: per_round for s, per_round in rounds.items() if per_round}
     summary = summarize(rounds)
     versions = {d: _version(d) for d in VERSIONED}
     print(f"Machine: {_machine()}; Python {platform.python_version()}.")
@@ -754,6 +835,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     for config, dists in absent.items():
         print(f"Not installed, not timed: {config} ({', '.join(dists)}; "
               "pip install -e '.[bench]').")
+    if args.no_transport:
+        print("No transport (--no-transport): each client's create returns a copy of the "
+              "response the stub gave its scenario (an id of its own each call); the added "
+              "time is the instrumentors' own work"
+              + (f"; left out (their calls return no response model): "
+                 f"{', '.join(left_out)}" if left_out else "") + ".")
     print(phases_line(rounds, args.sequential)
           + (" With --paired the composed processes rotate three phases (uninstrumented, "
              "composed, the official alone: ABC, BCA, CAB, ...)." if args.paired else ""))

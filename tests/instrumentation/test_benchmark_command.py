@@ -226,3 +226,76 @@ def test_each_block_starts_from_the_request_data_as_built() -> None:
     assert json.dumps([bench.HISTORY, bench.ANTHROPIC_MESSAGES,
                        bench.ANTHROPIC_SYSTEM]) == before
     assert bench._fresh_requests() is False
+
+
+def test_without_transport_a_call_returns_its_scenarios_response_and_sends_nothing(
+        stub: Any) -> None:
+    """``--no-transport``: each scenario's ``create`` returns (a copy with an id of its own
+    of) the response the stub gave that scenario, nothing more is sent, and the
+    instrumentors wrapping ``create`` afterwards record what they record of a real call."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    bench = _bench_module()
+    classes = [getattr(importlib.import_module(m), c) for m, c, _ in bench._REPLAYED]
+    saved = [vars(cls)["create"] for cls in classes]
+    names = ("openai chat.completions", "openai chat.completions stream",
+             "openai chat.completions async", "anthropic messages", "openai responses")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    composed = [*bench._official(), bench.OpenAIContextInstrumentor(),
+                bench.AnthropicContextInstrumentor()]
+
+    def keys_of_each_call(fns: dict[str, Any]) -> dict[str, set[str]]:
+        for inst in composed:
+            inst.instrument(tracer_provider=provider)
+        try:
+            out = {}
+            for name, fn in fns.items():
+                fn()  # then a second call: the stub's prompt cache warm, as replayed
+                exporter.clear()
+                fn()
+                (span,) = exporter.get_finished_spans()
+                out[name] = set(span.attributes)
+            return out
+        finally:
+            for inst in composed:
+                inst.uninstrument()
+
+    try:
+        given: dict[str, list[Any]] = {n: [] for n in names}
+
+        def recording(name: str, fn: Any) -> Any:
+            def call() -> Any:
+                result = fn()
+                given[name].append(result)
+                return result
+            return call
+
+        wanted = {n: recording(n, f) for n, f in bench.scenarios(stub).items() if n in names}
+        kept = [n for n in names if n != "openai chat.completions stream"]
+        real = keys_of_each_call({n: wanted[n] for n in kept})
+        replayed = bench._replayed(wanted)
+        # a stream's call returns no response model: not replayed, left out
+        assert sorted(replayed) == sorted(kept)
+        sent = len(stub.requests)
+        for name, fn in replayed.items():
+            recorded = given[name][-1]  # the stub's answer to that scenario's last call
+            first, again = fn(), fn()
+            for response in (first, again):
+                assert type(response) is type(recorded)
+                assert response.id.startswith(f"{recorded.id}-")
+                assert response.model_dump(exclude={"id"}) == \
+                    recorded.model_dump(exclude={"id"})
+            assert first.id != again.id  # an id of its own each call, as the API gives
+        assert len(stub.requests) == sent  # nothing sent after the recording calls
+        # the official instrumentors and ours composed record the same attributes of a
+        # replayed call as of the call through the stub
+        assert keys_of_each_call(replayed) == real
+        assert "context.assembly.block_item_ids" in real["openai chat.completions"]
+        assert len(stub.requests) == sent
+    finally:
+        for cls, create in zip(classes, saved, strict=True):
+            cls.create = create
