@@ -475,29 +475,46 @@ def numbered(ids: Iterable[str]) -> list[str]:
     """``ids`` with a repeat of one ``<id>#2``, ``#3``... by position, as
     :func:`distinct_ids` names repeated blocks (for a framework's records of the same
     messages)."""
-    out: list[str] = []
-    seen: dict[str, int] = {}
+    ids = list(ids)
+    return ids if len(set(ids)) == len(ids) else _repeats_named(ids)
+
+
+def _repeats_named(ids: Sequence[Any]) -> list[Any]:
+    """``ids`` with each repeat named ``<id>#<n>``, ``n`` from 2 by position, skipping a
+    name some id already has or an earlier repeat took (a framework's ids may end in
+    ``#2`` themselves): no two names alike."""
+    taken = set(ids)
+    seen: dict[Any, int] = {}
+    out = []
     for item_id in ids:
-        n = seen[item_id] = seen.get(item_id, 0) + 1
-        out.append(item_id if n == 1 else f"{item_id}#{n}")
+        n = seen.get(item_id, 0)
+        if not n:
+            seen[item_id] = 1
+            out.append(item_id)
+            continue
+        name = f"{item_id}#{n + 1}"
+        while name in taken:
+            n += 1
+            name = f"{item_id}#{n + 1}"
+        seen[item_id] = n + 1
+        taken.add(name)
+        out.append(name)
     return out
 
 
 def distinct_ids(blocks: list[Block], ids: Sequence[Any] | None = None) -> bool:
     """Two blocks never share an item id: a repeat of a message (the same text again, later
-    in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls. A renamed
-    block is a copy in its place (a remembered one, see :func:`plain_block`, is shared).
-    ``ids``: the blocks' item ids when the caller has them. Whether a block was renamed."""
+    in the history) is ``<id>#2``, ``#3``, ... by position, stable across calls
+    (:func:`_repeats_named`). A renamed block is a copy in its place (a remembered one, see
+    :func:`plain_block`, is shared). ``ids``: the blocks' item ids when the caller has them.
+    Whether a block was renamed."""
     if ids is None:
         ids = [b.item_id for b in blocks]
     if len(set(ids)) == len(ids):
         return False  # no repeat (the usual history): nothing to rename
-    seen: dict[str, int] = {}
-    for i, block in enumerate(blocks):
-        count = seen.get(block.item_id, 0) + 1
-        seen[block.item_id] = count
-        if count > 1:
-            blocks[i] = replace(block, item_id=f"{block.item_id}#{count}", _item=None)
+    for i, (block, name) in enumerate(zip(blocks, _repeats_named(ids), strict=True)):
+        if name != block.item_id:
+            blocks[i] = replace(block, item_id=name, _item=None)
     return True
 
 

@@ -114,6 +114,24 @@ def test_a_repeat_is_renamed_on_a_copy() -> None:
     assert [b.item_id for b in second] == [b.item_id for b in first]
 
 
+@pytest.mark.parametrize("ids, names", [
+    (["x", "x#2", "x"], ["x", "x#2", "x#3"]),
+    (["x", "x", "x#2"], ["x", "x#3", "x#2"]),
+    (["x", "x", "x#2", "x", "x#2"], ["x", "x#3", "x#2", "x#4", "x#2#2"]),
+    (["a", "b", "a", "b", "a"], ["a", "b", "a#2", "b#2", "a#3"]),
+], ids=["taken before", "taken after", "both repeated", "plain repeats"])
+def test_a_repeat_takes_no_name_another_block_has(ids: list[str], names: list[str]) -> None:
+    """A framework's ids may end in ``#2`` themselves: a repeat's name skips every name
+    the call's ids hold or an earlier repeat took, the same in the framework's records
+    (``numbered``) as in the assembly's blocks (``distinct_ids``)."""
+    assert C.numbered(iter(ids)) == names
+    blocks = [Block(i, "session_history", "message_history", "message_history", 1)
+              for i in ids]
+    assert distinct_ids(blocks) is True
+    assert [b.item_id for b in blocks] == names
+    assert len(set(names)) == len(names)
+
+
 @pytest.mark.parametrize("estimator", [None, len], ids=["heuristic", "custom estimator"])
 def test_what_a_one_pass_reader_remembers_is_not_left_for_the_garbage_collector(
         estimator: Any) -> None:

@@ -98,12 +98,35 @@ class _RunIds(dict):  # type: ignore[type-arg]
     before calling the model for any, and ends them all after) and the value before the
     first of them, put back when the last ends; then emptied in place, as a run may end in
     another task (``ainvoke``, ``agenerate``): in whatever order and task they end, no run's
-    ids stay for a later call."""
+    ids stay for a later call.
+
+    The value current during the model calls is the last run's, but each call is its own
+    run's, in the order they started: a key is looked up (``get``, a subscript) in the
+    first run started together that still has an id under it, so the first call takes the
+    first run's ids (the readers take each id out of the list as they name a block) and
+    the next call the next run's. A run LangChain serves from its cache makes no call: a
+    later call of the same texts would take its ids."""
 
     __slots__ = ("outer", "pending", "together")
     outer: Any
     pending: set[UUID]
     together: list[_RunIds]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        for run in self.together:
+            ids = dict.get(run, key)
+            if ids:
+                return ids
+        return default
+
+    def __getitem__(self, key: Any) -> Any:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __bool__(self) -> bool:
+        return any(dict.__len__(run) for run in self.together)
 
 
 def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:

@@ -330,6 +330,36 @@ def test_a_message_of_calls_alone_is_its_first_calls_block(both, use_responses_a
     assert _block_ids(both) == expected
 
 
+@pytest.mark.parametrize("use_responses_api", [False, True], ids=["chat", "responses"])
+@pytest.mark.parametrize("same_texts", [False, True], ids=["own texts", "same texts"])
+def test_each_call_of_a_batch_names_its_own_runs_messages(both, use_responses_api,
+                                                          same_texts) -> None:
+    """``generate`` of three message lists starts the three runs before calling the model
+    for any: each call's blocks are its own list's message ids (the last list's were given
+    to every call), the same texts sent in every list or not."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    def history(prefix: str) -> list[Any]:
+        text = "" if same_texts else f" ({prefix})"
+        return [HumanMessage("Where is my order?" + text, id=f"{prefix}-1"),
+                AIMessage("It shipped." + text, id=f"{prefix}-2"),
+                HumanMessage("When will it arrive?" + text, id=f"{prefix}-3")]
+
+    prefixes = ["first", "second", "third"]
+    with StubServer() as stub:
+        model = _model(stub, use_responses_api)
+        model.generate([history(p) for p in prefixes])
+        asyncio.run(model.agenerate([history("a" + p) for p in prefixes]))
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    expected = [[f"{p}-{n}" for n in (1, 2, 3)] for p in prefixes]
+    assert calls[:3] == expected
+    assert calls[3:] == [[f"a{i}" for i in ids] for ids in expected]
+
+
 def test_runs_started_together_leave_no_ids_behind(both) -> None:
     """``generate`` of two message lists starts both runs, calls the model for each, then
     ends both (the first first): no run's ids stay for a later call in the same context
