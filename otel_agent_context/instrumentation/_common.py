@@ -433,7 +433,9 @@ _LATEST_USER_SPEC = (_K_USER_MESSAGE, _P_HISTORY, SEG_HISTORY)
 #: Message ids a framework gave the messages of the model call under way, by (role, text),
 #: in order, a tool's result by (``TOOL_RESULT``, its call id): a block takes its message's
 #: id (the one the framework's truncation and compaction records use) instead of a content
-#: digest or its call's. Set by the LangChain handler and LlamaIndex's turns.
+#: digest or its call's. Set by the LangChain handler and LlamaIndex's turns. A value that
+#: is not a plain dict may have a ``for_call(request)``: the ids for the call reading that
+#: request (its keyword arguments) now (LangChain's runs started together).
 KNOWN_MESSAGES: contextvars.ContextVar[dict[tuple[str, str], list[Any]] | None] = \
     contextvars.ContextVar("otel_agent_context.known_messages", default=None)
 
@@ -921,6 +923,14 @@ class Call:
                                         operation_name="chat", context=parent)
         self.invocation = inv
         self.req: Request | None = None
+        known = KNOWN_MESSAGES.get()
+        token = None
+        if known is not None and type(known) is not dict:
+            # a framework's ids of several runs' messages (a LangChain batch's): this
+            # call's run's
+            pick = getattr(known, "for_call", None)
+            if pick is not None and (mine := pick(kwargs)) is not known:
+                token = KNOWN_MESSAGES.set(mine)
         try:
             self._read(tel, api, args, kwargs, inv, env, current)
         except BaseException as exc:
@@ -931,6 +941,9 @@ class Call:
                 self.done = True
                 inv.fail(exc)
             raise
+        finally:
+            if token is not None:
+                KNOWN_MESSAGES.reset(token)
 
     def _read(self, tel: ClientTelemetry, api: Api, args: tuple[Any, ...],
               kwargs: dict[str, Any], inv: Any, env: Any = UNREAD,
@@ -2281,6 +2294,11 @@ class Wrapped(list):  # type: ignore[type-arg]
     #: whether this set of wrappers holds an install of the warnings' frame counting
     hooked = False
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: the wrapper function put on each (class, method): what ``unwrap_all`` looks for
+        self.wrappers: dict[tuple[Any, str], Callable[..., Any]] = {}
+
 
 def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     """Wrap each (module, "Class.method", wrapper) when its module is imported: now if the
@@ -2306,6 +2324,7 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
                         continue
                     wrapt.wrap_function_wrapper(module, name, wrapper)
                     done.append((cls, method))
+                    done.wrappers[cls, method] = wrapper
                     if not done.hooked:  # once a wrapper of ours stands in a call path
                         _frames.install()
                         done.hooked = True
@@ -2319,13 +2338,46 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
 
 
 def unwrap_all(done: list[tuple[Any, str]]) -> None:
+    """Take our wrappers off, each where it is: another instrumentor's wrapper put on after
+    ours (outside it: the official one instrumented later) stays, around what ours wrapped
+    (``unwrap`` takes off the outermost, whoever's it is)."""
     from opentelemetry.instrumentation.utils import unwrap
 
+    wrappers = {}
     if isinstance(done, Wrapped):
         done.active = False  # hooks still pending do nothing from now on
+        wrappers = done.wrappers
         if done.hooked:
             done.hooked = False
             _frames.uninstall()
     for cls, method in done:
-        unwrap(cls, method)
+        wrapper = wrappers.get((cls, method))
+        if wrapper is None or not _unwrap_own(cls, method, wrapper):
+            # ours is gone: another instrumentor's ``unwrap`` took it off in place of its
+            # own (ours was outside it), whose wrapper, left inert, is now the outermost
+            unwrap(cls, method)
     done.clear()
+    if wrappers:
+        wrappers.clear()
+
+
+def _unwrap_own(cls: Any, method: str, wrapper: Callable[..., Any]) -> bool:
+    """Take the wrapt layer of ``wrapper`` off ``cls.method``, wherever it is in the chain
+    of wrappers; False when it is not in the chain."""
+    above = None
+    layer = vars(cls).get(method)
+    for _ in range(64):  # a chain of wrappers, never a cycle; bounded all the same
+        if not isinstance(layer, _PROXY):
+            return False
+        # a plain proxy passes ``_self_wrapper`` on to what it wraps: read on wrappers only
+        if isinstance(layer, _FUNCTION_WRAPPER) and layer._self_wrapper is wrapper:
+            if above is None:
+                setattr(cls, method, layer.__wrapped__)
+            else:
+                above.__wrapped__ = layer.__wrapped__
+            return True
+        above, layer = layer, layer.__wrapped__
+    return False
+
+
+_FUNCTION_WRAPPER = wrapt.FunctionWrapper

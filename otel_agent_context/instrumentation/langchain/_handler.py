@@ -92,52 +92,88 @@ def _agent_name(name: str | None) -> str | None:
     return None if name in _DEFAULT_NAMES else name
 
 
+class _Batch:
+    """The model runs one ``generate``/``agenerate`` started together (``batch_size`` of
+    them; a lone run is a batch of one): LangChain starts every run before calling the model
+    for any, then makes a call a run and ends them all after. ``outer``: the value
+    ``KNOWN_MESSAGES`` held before the first, put back when the last ends."""
+
+    __slots__ = ("outer", "pending", "runs", "size")
+
+    def __init__(self, outer: Any, size: int) -> None:
+        self.outer = outer
+        self.size = size
+        self.pending: set[UUID] = set()
+        self.runs: list[_RunIds] = []
+
+
 class _RunIds(dict):  # type: ignore[type-arg]
-    """A model run's message ids (``_message_ids``) as ``KNOWN_MESSAGES`` holds them, with
-    the runs started together in one context and not ended (``generate`` starts every run
-    before calling the model for any, and ends them all after) and the value before the
-    first of them, put back when the last ends; then emptied in place, as a run may end in
-    another task (``ainvoke``, ``agenerate``): in whatever order and task they end, no run's
-    ids stay for a later call.
+    """A model run's message ids (``_message_ids``) as ``KNOWN_MESSAGES`` holds them, in its
+    :class:`_Batch`. The value current while a batch's calls run is its last run's: each
+    call takes its own run's (``for_call``, when the call reads its request). When the last
+    run ends the batch's ids are emptied in place, as a run may end in another task
+    (``ainvoke``, ``agenerate``): in whatever order and task they end, no run's ids stay for
+    a later call."""
 
-    The value current during the model calls is the last run's, but each call is its own
-    run's, in the order they started: a key is looked up (``get``, a subscript) in the
-    first run started together that still has an id under it, so the first call takes the
-    first run's ids (the readers take each id out of the list as they name a block) and
-    the next call the next run's. A run LangChain serves from its cache makes no call: a
-    later call of the same texts would take its ids."""
+    __slots__ = ("batch", "claimed")
+    batch: _Batch
+    claimed: bool
 
-    __slots__ = ("outer", "pending", "together")
-    outer: Any
-    pending: set[UUID]
-    together: list[_RunIds]
+    def for_call(self, request: Any) -> Any:
+        """The ids for the model call reading ``request`` (the client's keyword arguments)
+        now. A run's own, or, for a run that has ended (its end put the outer value back in
+        another task's context: ``ainvoke``), the value it was started under. In a batch
+        of several: the run not taken yet whose messages' texts the request holds most of,
+        the first started of those alike (``agenerate``'s calls may start in any order: a
+        cache that waits; a run may fail before its call, or make a second one), none
+        when the request holds none of any run's."""
+        batch = self.batch
+        if not batch.pending:  # ended
+            outer = batch.outer
+            return outer.for_call(request) if isinstance(outer, _RunIds) else outer
+        runs = batch.runs
+        if len(runs) == 1:
+            return self
+        sent = _texts(request)
+        best, score = None, 0
+        for run in runs:
+            if not run.claimed:
+                mine = sum(1 for key in run if type(key[1]) is str and key[1] in sent)
+                if mine > score:
+                    best, score = run, mine
+        if best is None:
+            return {}
+        best.claimed = True
+        return best
 
-    def get(self, key: Any, default: Any = None) -> Any:
-        for run in self.together:
-            ids = dict.get(run, key)
-            if ids:
-                return ids
-        return default
 
-    def __getitem__(self, key: Any) -> Any:
-        found = self.get(key)
-        if found is None:
-            raise KeyError(key)
+def _texts(value: Any, found: set[str] | None = None, depth: int = 0) -> set[str]:
+    """The strings in a client request's arguments (dicts and lists, a few levels deep)."""
+    if found is None:
+        found = set()
+    if depth > 8 or len(found) > 10_000:
         return found
+    if type(value) is str:
+        found.add(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _texts(item, found, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _texts(item, found, depth + 1)
+    return found
 
-    def __bool__(self) -> bool:
-        return any(dict.__len__(run) for run in self.together)
 
-
-def _message_ids(messages: Any) -> dict[tuple[str, str], list[Any]]:
+def _message_ids(messages: Any, every: bool = False) -> dict[tuple[str, str], list[Any]]:
     """The ids LangChain's trim and summary records name a chat model run's input messages
     by (``message_id``), for the client call's blocks to take, in order: by (role, text), a
     tool's result by (``TOOL_RESULT``, its call id), a message's calls (``TOOL_CALL``) and
     text parts (``TEXT_PARTS``) too. Nothing when the blocks name every message so by
-    themselves (a template's messages: the readers' plain path stays open). One message
+    themselves (a template's messages: the readers' plain path stays open), unless
+    ``every`` (a batch's run: its texts tell its call from the others'). One message
     list: LangChain batches are lists of lists."""
     if not isinstance(messages, list) or len(messages) != 1 or \
-            all(map(named_by_reader, messages[0])):
+            not every and all(map(named_by_reader, messages[0])):
         return {}
     out: dict[tuple[str, str], list[Any]] = {}
     for message in messages[0]:
@@ -357,21 +393,25 @@ class ContextCallbackHandler(BaseCallbackHandler):
         self._start(run_id, parent_run_id, opens=True, metadata=metadata,
                     model=_model(metadata, kwargs))
         self._pin(run_id)
-        known = _message_ids(messages)
+        size = kwargs.get("batch_size")
+        size = size if type(size) is int and size > 1 else 1
+        known = _message_ids(messages, every=size > 1)
         current = KNOWN_MESSAGES.get()
-        if isinstance(current, _RunIds) and not current.pending:
-            current = None  # runs that ended in another task (emptied): nothing there
-        # the client call below names its blocks by these (none: a run started with it,
-        # not ended, must not give it its own)
-        if known or isinstance(current, _RunIds):
+        while isinstance(current, _RunIds) and not current.batch.pending:
+            # runs that ended in another task (emptied): what they were started under
+            current = current.batch.outer
+        # the client call below names its blocks by these (none: a run started inside
+        # another, not ended, must not give it the outer one's)
+        if known or size > 1 or isinstance(current, _RunIds):
             ids = _RunIds(known)
-            if isinstance(current, _RunIds):  # started together with runs not ended
-                ids.outer, ids.pending, ids.together = (
-                    current.outer, current.pending, current.together)
+            ids.claimed = False
+            if isinstance(current, _RunIds) and \
+                    len(current.batch.runs) < current.batch.size:
+                ids.batch = current.batch  # the next run of the batch being started
             else:
-                ids.outer, ids.pending, ids.together = current, set(), []
-            ids.pending.add(run_id)
-            ids.together.append(ids)
+                ids.batch = _Batch(current, size)
+            ids.batch.pending.add(run_id)
+            ids.batch.runs.append(ids)
             KNOWN_MESSAGES.set(ids)
             self._known[run_id] = ids
 
@@ -384,19 +424,26 @@ class ContextCallbackHandler(BaseCallbackHandler):
                 root.run_id != run_id and _RUN_ENVELOPE.get() is not root.env:
             self._pinned[run_id] = _RUN_ENVELOPE.set(root.env)
 
-    def _forget_messages(self, run_id: UUID) -> None:
+    def _forget_messages(self, run_id: UUID, failed: bool = False) -> None:
         ids = self._known.pop(run_id, None)
         if ids is not None:
-            ids.pending.discard(run_id)
-            if not ids.pending:
+            batch = ids.batch
+            batch.pending.discard(run_id)
+            if failed:
+                # ``generate`` stops at a failed run: the batch's runs after it never end
+                # (``agenerate`` has made every call by then); none of its ids stays
+                for other in batch.pending:
+                    self._known.pop(other, None)
+                batch.pending.clear()
+            if not batch.pending:
                 # the last of the runs started together ends: their ids emptied where they
                 # are (a run may end in another task, whose context is a copy), and here
                 # what was there before them again
-                for started in ids.together:
+                for started in batch.runs:
                     started.clear()
                 current = KNOWN_MESSAGES.get()
-                if any(current is started for started in ids.together):
-                    KNOWN_MESSAGES.set(ids.outer)
+                if any(current is started for started in batch.runs):
+                    KNOWN_MESSAGES.set(batch.outer)
         pinned = self._pinned.pop(run_id, None)
         if pinned is not None:
             with contextlib.suppress(ValueError):  # ended in another context
@@ -417,7 +464,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._forget_messages(run_id)
+        self._forget_messages(run_id, failed=True)
         self._end(run_id, error)
 
     # -- retrievers ----------------------------------------------------------------------

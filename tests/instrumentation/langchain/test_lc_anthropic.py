@@ -159,3 +159,35 @@ def test_an_async_run_leaves_no_ids_for_a_later_call(both) -> None:
     finally:
         openai_inst.uninstrument()
     assert _block_ids(both) == [message_id(m) for m in later]
+
+
+def test_each_call_of_a_batch_names_its_blocks_as_alone(both) -> None:
+    """``generate`` of three lists (a system message, a message of text parts, tool calls
+    and results, messages with and without ids, the same texts in two lists): each call's
+    blocks are what the same list invoked alone gives."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    def history(tag: str, same: bool = False) -> list:
+        text = "" if same else f" ({tag})"
+        return [SystemMessage("You are ACME's support agent." + text, id=f"{tag}-s"),
+                HumanMessage([{"type": "text", "text": "Where is "},
+                              {"type": "text", "text": "order 42?" + text}], id=f"{tag}-q"),
+                AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "42"},
+                                           "id": f"toolu_{tag}"}], id=f"{tag}-a"),
+                ToolMessage("shipped", tool_call_id=f"toolu_{tag}"),
+                HumanMessage("When will it arrive?" + text)]
+
+    lists = [history("one"), history("two", same=True), history("three", same=True)]
+    with StubServer() as stub:
+        model = ChatAnthropic(model="claude-sonnet-4-5", base_url=stub.anthropic_base_url,
+                              api_key="sk-offline", max_retries=0)
+        alone = []
+        for messages in lists:
+            model.invoke(messages)
+            alone.append(_block_ids(both))
+            both.span_exporter.clear()
+        model.generate(lists)
+    batch = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat claude-sonnet-4-5"]
+    assert batch == alone
+    assert alone[1] != alone[2]  # the same texts, their own ids

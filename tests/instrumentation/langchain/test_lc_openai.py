@@ -336,9 +336,8 @@ def test_each_call_of_a_batch_names_its_own_runs_messages(both, use_responses_ap
                                                           same_texts) -> None:
     """``generate`` of three message lists starts the three runs before calling the model
     for any: each call's blocks are its own list's message ids (the last list's were given
-    to every call), the same texts sent in every list or not."""
-    import asyncio
-
+    to every call), the same texts sent in every list or not; so with ``agenerate``, whose
+    calls run together."""
     from langchain_core.messages import AIMessage
     from stub_server import StubServer
 
@@ -358,6 +357,155 @@ def test_each_call_of_a_batch_names_its_own_runs_messages(both, use_responses_ap
     expected = [[f"{p}-{n}" for n in (1, 2, 3)] for p in prefixes]
     assert calls[:3] == expected
     assert calls[3:] == [[f"a{i}" for i in ids] for ids in expected]
+
+
+def test_a_batch_list_the_readers_name_keeps_its_place(both) -> None:
+    """A list whose messages have no ids (the readers name its blocks themselves) before one
+    whose messages have: each call its own list's names (the first call took the second
+    list's ids)."""
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    unnamed = [HumanMessage("Where is my order?")]
+    with StubServer() as stub:
+        _model(stub, False).generate([unnamed, [HumanMessage("Where is my order?", id="x")]])
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    assert calls == [[message_id(unnamed[0])], ["x"]]
+
+
+def test_a_failed_batch_leaves_no_ids_behind(both) -> None:
+    """``generate`` stops at a list whose call fails and never ends the runs after it: none
+    of their ids stays for a later call in the same context (a later conversation's
+    message of the same text was given the unended run's id)."""
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation._common import KNOWN_MESSAGES
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    class Failing(ChatOpenAI):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            if messages[0].content == "boom":
+                raise RuntimeError("boom")
+            return super()._generate(messages, *args, **kwargs)
+
+    with StubServer() as stub:
+        model = Failing(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                        api_key="sk-offline", max_retries=0)
+        with pytest.raises(RuntimeError, match="boom"):
+            model.generate([[HumanMessage("boom", id="b")],
+                            [HumanMessage("Where is my order?", id="stale-1")]])
+        assert KNOWN_MESSAGES.get() is None
+        later = [HumanMessage("Where is my order?")]
+        model.invoke([HumanMessage("Where is my order?", id="new-1")])
+        model.invoke(later)
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    assert calls == [["new-1"], [message_id(later[0])]]
+
+
+def _tagged(tag: str) -> list[Any]:
+    """A list of the same two messages (with ids of its own) and a question naming it."""
+    from langchain_core.messages import AIMessage
+
+    return [HumanMessage("Where is my order?", id=f"{tag}-1"),
+            AIMessage("It shipped.", id=f"{tag}-2"), HumanMessage(f"And {tag}?")]
+
+
+def _calls_by_question(tel: CapturedTelemetry, stub: Any) -> dict[str, list[str]]:
+    """Each model call's block ids by the last question it sent (the stub's requests and
+    the spans in the same order)."""
+    from otel_agent_context.instrumentation.langchain._items import message_id
+
+    spans = [s for s in sorted(tel.spans(), key=lambda s: s.start_time)
+             if s.name == "chat gpt-4o-mini"]
+    asked = [body["messages"][-1]["content"] for _, body in stub.requests]
+    assert len(spans) == len(asked)
+    out = {}
+    for question, span in zip(asked, spans, strict=True):
+        ids = list(span.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
+        assert ids[-1] == message_id(HumanMessage(question))
+        out[question] = ids[:-1]
+    return out
+
+
+def test_a_batch_whose_calls_start_out_of_order_names_each_its_own(both) -> None:
+    """``agenerate`` with a cache whose lookup waits (the later lists less): the calls
+    start in the reverse order of their runs, each still names its own list's messages."""
+    from langchain_core.caches import BaseCache
+    from stub_server import StubServer
+
+    class Slow(BaseCache):
+        def lookup(self, prompt: str, llm_string: str) -> Any:
+            return None
+
+        def update(self, prompt: str, llm_string: str, return_val: Any) -> None:
+            pass
+
+        def clear(self, **kwargs: Any) -> None:
+            pass
+
+        async def alookup(self, prompt: str, llm_string: str) -> Any:
+            tag = next(t for t in ("p0", "p1", "p2", "p3") if f"And {t}?" in prompt)
+            await asyncio.sleep(0.05 * (3 - int(tag[1])))
+            return None
+
+    tags = ["p0", "p1", "p2", "p3"]
+    with StubServer() as stub:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0, cache=Slow())
+        asyncio.run(model.agenerate([_tagged(t) for t in tags]))
+        calls = _calls_by_question(both, stub)
+    assert list(calls) == [f"And {t}?" for t in reversed(tags)]  # started out of order
+    assert calls == {f"And {t}?": [f"{t}-1", f"{t}-2"] for t in tags}
+
+
+def test_a_batch_run_failing_before_its_call_or_calling_twice(both) -> None:
+    """A list of ``agenerate`` that fails before its call, and a run that makes a call of
+    its own first (a guard): every call of a list names its list's messages, the extra
+    call none of theirs."""
+    from stub_server import StubServer
+
+    class Guarded(ChatOpenAI):
+        async def _agenerate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            if messages[-1].content == "And p0?":
+                raise RuntimeError("refused")
+            if messages[-1].content == "And p1?":
+                await self.async_client.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "Is it safe?"}])
+            return await super()._agenerate(messages, *args, **kwargs)
+
+    with StubServer() as stub:
+        model = Guarded(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                        api_key="sk-offline", max_retries=0)
+        with pytest.raises(RuntimeError, match="refused"):
+            asyncio.run(model.agenerate([_tagged(t) for t in ("p0", "p1", "p2")]))
+        calls = _calls_by_question(both, stub)
+    assert calls == {"Is it safe?": [], "And p1?": ["p1-1", "p1-2"],
+                     "And p2?": ["p2-1", "p2-2"]}
+
+
+def test_a_model_call_inside_an_async_run_leaves_the_outer_its_ids(both) -> None:
+    """A model whose run awaits another model's ``ainvoke`` first (LangChain ends the inner
+    run in a task of its own, whose context takes the value put back): the outer call
+    still names its messages by their ids."""
+    from stub_server import StubServer
+
+    class Outer(ChatOpenAI):
+        inner: Any = None
+
+        async def _agenerate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            await self.inner.ainvoke([HumanMessage("Is it safe?")])
+            return await super()._agenerate(messages, *args, **kwargs)
+
+    with StubServer() as stub:
+        inner = _model(stub, False)
+        model = Outer(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                      api_key="sk-offline", max_retries=0, inner=inner)
+        asyncio.run(model.ainvoke(_tagged("p0")))
+        calls = _calls_by_question(both, stub)
+    assert calls == {"Is it safe?": [], "And p0?": ["p0-1", "p0-2"]}
 
 
 def test_runs_started_together_leave_no_ids_behind(both) -> None:
