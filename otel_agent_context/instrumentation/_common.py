@@ -928,9 +928,17 @@ class Call:
         if known is not None and type(known) is not dict:
             # a framework's ids of several runs' messages (a LangChain batch's): this
             # call's run's
-            pick = getattr(known, "for_call", None)
-            if pick is not None and (mine := pick(kwargs)) is not known:
-                token = KNOWN_MESSAGES.set(mine)
+            try:
+                pick = getattr(known, "for_call", None)
+                if pick is not None and (mine := pick(kwargs)) is not known:
+                    token = KNOWN_MESSAGES.set(mine)
+            except Exception:
+                if _strict_now():
+                    self.done = True
+                    inv.fail(RuntimeError("otel_agent_context instrumentation error"))
+                    raise
+                _log.warning("otel_agent_context: could not tell which framework run a "
+                             "call is", exc_info=True)
         try:
             self._read(tel, api, args, kwargs, inv, env, current)
         except BaseException as exc:

@@ -96,15 +96,28 @@ class _Batch:
     """The model runs one ``generate``/``agenerate`` started together (``batch_size`` of
     them; a lone run is a batch of one): LangChain starts every run before calling the model
     for any, then makes a call a run and ends them all after. ``outer``: the value
-    ``KNOWN_MESSAGES`` held before the first, put back when the last ends."""
+    ``KNOWN_MESSAGES`` held before the first, put back when the last ends. ``index``: each
+    text of the runs' messages, and which runs hold it (made at the first call)."""
 
-    __slots__ = ("outer", "pending", "runs", "size")
+    __slots__ = ("index", "outer", "pending", "runs", "size")
 
     def __init__(self, outer: Any, size: int) -> None:
         self.outer = outer
         self.size = size
         self.pending: set[UUID] = set()
         self.runs: list[_RunIds] = []
+        self.index: dict[str, list[int]] | None = None
+
+    def texts_index(self) -> dict[str, list[int]]:
+        index = self.index
+        if index is None:
+            index = self.index = {}
+            for i, run in enumerate(self.runs):
+                texts = {key[1] for key in run if type(key[1]) is str}
+                run.texts = len(texts)
+                for text in texts:
+                    index.setdefault(text, []).append(i)
+        return index
 
 
 class _RunIds(dict):  # type: ignore[type-arg]
@@ -115,18 +128,21 @@ class _RunIds(dict):  # type: ignore[type-arg]
     (``ainvoke``, ``agenerate``): in whatever order and task they end, no run's ids stay for
     a later call."""
 
-    __slots__ = ("batch", "claimed")
+    __slots__ = ("batch", "claimed", "texts")
     batch: _Batch
     claimed: bool
+    #: how many texts its messages have (``_Batch.texts_index``)
+    texts: int
 
     def for_call(self, request: Any) -> Any:
         """The ids for the model call reading ``request`` (the client's keyword arguments)
         now. A run's own, or, for a run that has ended (its end put the outer value back in
         another task's context: ``ainvoke``), the value it was started under. In a batch
-        of several: the run not taken yet whose messages' texts the request holds most of,
-        the first started of those alike (``agenerate``'s calls may start in any order: a
-        cache that waits; a run may fail before its call, or make a second one), none
-        when the request holds none of any run's."""
+        of several (whose calls may come in any order: ``agenerate`` behind a cache that
+        waits, a run answered from the cache or failing before its call): the run whose
+        texts the request holds most of, then the one with fewest texts the request lacks
+        (a list that is the start of another), then one no call took yet, then the first
+        started; none when the request holds none of any run's."""
         batch = self.batch
         if not batch.pending:  # ended
             outer = batch.outer
@@ -134,13 +150,26 @@ class _RunIds(dict):  # type: ignore[type-arg]
         runs = batch.runs
         if len(runs) == 1:
             return self
-        sent = _texts(request)
-        best, score = None, 0
-        for run in runs:
-            if not run.claimed:
-                mine = sum(1 for key in run if type(key[1]) is str and key[1] in sent)
-                if mine > score:
-                    best, score = run, mine
+        index = batch.texts_index()
+        n = len(runs)
+        held = [0] * n
+        everyone = 0  # texts every run holds: the same to each (a shared system prompt)
+        for text in _texts(request):
+            holders = index.get(text)
+            if holders is not None:
+                if len(holders) == n:
+                    everyone += 1
+                    continue
+                for i in holders:
+                    held[i] += 1
+        best: _RunIds | None = None
+        rank: tuple[int, int, bool, int] = (0, 0, False, 0)
+        for i, run in enumerate(runs):
+            if held[i] or everyone:
+                mine = (held[i] + everyone, held[i] + everyone - run.texts, not run.claimed,
+                        -i)
+                if best is None or mine > rank:
+                    best, rank = run, mine
         if best is None:
             return {}
         best.claimed = True
@@ -405,6 +434,7 @@ class ContextCallbackHandler(BaseCallbackHandler):
         if known or size > 1 or isinstance(current, _RunIds):
             ids = _RunIds(known)
             ids.claimed = False
+            ids.texts = 0
             if isinstance(current, _RunIds) and \
                     len(current.batch.runs) < current.batch.size:
                 ids.batch = current.batch  # the next run of the batch being started

@@ -486,6 +486,72 @@ def test_a_batch_run_failing_before_its_call_or_calling_twice(both) -> None:
                      "And p2?": ["p2-1", "p2-2"]}
 
 
+def test_a_batch_of_a_conversation_and_its_start(both) -> None:
+    """Lists of which one is the start of another (successive prefixes of a conversation):
+    the longer answered from the cache (no call of its own), or called after the shorter
+    (its cache lookup waits): each call names its own list's messages, not the list that
+    holds its texts and more."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    def lists(tag: str) -> tuple[list[Any], list[Any]]:
+        long = [HumanMessage("Where is my order?", id=f"{tag}L-1"),
+                AIMessage("It shipped.", id=f"{tag}L-2"),
+                HumanMessage("When will it arrive?", id=f"{tag}L-3")]
+        return long, [HumanMessage("Where is my order?", id=f"{tag}S-1")]
+
+    def block_ids() -> list[list[str]]:
+        return [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+            both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+
+    class Waiting(InMemoryCache):
+        async def alookup(self, prompt: str, llm_string: str) -> Any:
+            if "When will it arrive?" in prompt:
+                await asyncio.sleep(0.1)
+            return None
+
+    with StubServer() as stub:
+        cache = InMemoryCache()
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                           api_key="sk-offline", max_retries=0, cache=cache)
+        long, short = lists("a")
+        model.invoke(long)  # now in the cache
+        both.span_exporter.clear()
+        model.generate([long, short])
+        assert block_ids() == [["aS-1"]]
+        both.span_exporter.clear()
+        model.cache = Waiting()
+        long, short = lists("b")
+        asyncio.run(model.agenerate([long, short]))
+        assert block_ids() == [["bS-1"], ["bL-1", "bL-2", "bL-3"]]
+
+
+def test_a_runs_own_call_sending_its_question_first(both) -> None:
+    """A run that sends its question in a call of its own first (a guard), then the
+    model's call: the model's call is still its own run's (the guard took the question's
+    id; the system message, whose text both lists share, keeps its run's)."""
+    from stub_server import StubServer
+
+    class Guarded(ChatOpenAI):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            self.client.create(model="gpt-4o-mini", messages=[
+                {"role": "user", "content": messages[-1].content}])
+            return super()._generate(messages, *args, **kwargs)
+
+    def conversation(tag: str) -> list[Any]:
+        return [SystemMessage("You are ACME's support agent.", id=f"{tag}-s"),
+                HumanMessage(f"Where is {tag}?", id=f"{tag}-q")]
+
+    with StubServer() as stub:
+        model = Guarded(model="gpt-4o-mini", base_url=stub.openai_base_url,
+                        api_key="sk-offline", max_retries=0)
+        model.generate([conversation("A"), conversation("B")])
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    assert [ids[0] for ids in calls] == ["A-q", "A-s", "B-q", "B-s"]
+
+
 def test_a_model_call_inside_an_async_run_leaves_the_outer_its_ids(both) -> None:
     """A model whose run awaits another model's ``ainvoke`` first (LangChain ends the inner
     run in a task of its own, whose context takes the value put back): the outer call
