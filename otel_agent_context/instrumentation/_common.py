@@ -939,6 +939,7 @@ class Call:
                     raise
                 _log.warning("otel_agent_context: could not tell which framework run a "
                              "call is", exc_info=True)
+                token = KNOWN_MESSAGES.set({})  # no run's ids rather than another's
         try:
             self._read(tel, api, args, kwargs, inv, env, current)
         except BaseException as exc:

@@ -162,18 +162,21 @@ class _RunIds(dict):  # type: ignore[type-arg]
                     continue
                 for i in holders:
                     held[i] += 1
-        best: _RunIds | None = None
+        best = -1
         rank: tuple[int, int, bool, int] = (0, 0, False, 0)
         for i, run in enumerate(runs):
             if held[i] or everyone:
                 mine = (held[i] + everyone, held[i] + everyone - run.texts, not run.claimed,
                         -i)
-                if best is None or mine > rank:
-                    best, rank = run, mine
-        if best is None:
+                if best < 0 or mine > rank:
+                    best, rank = i, mine
+        if best < 0 or not held[best] and rank[1] < 0:
+            # none, or only texts every run holds, and not all of the best run's: a call
+            # of the model's own (a check of the system prompt) tells no run from another
             return {}
-        best.claimed = True
-        return best
+        chosen = runs[best]
+        chosen.claimed = True
+        return chosen
 
 
 def _texts(value: Any, found: set[str] | None = None, depth: int = 0) -> set[str]:

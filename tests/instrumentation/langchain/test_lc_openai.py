@@ -16,6 +16,7 @@ from lc_helpers import QUERY, knowledge_base, tree, with_client
 from lc_openai_stub import ANSWER, OpenAIStub
 
 from otel_agent_context import _semconv as S
+from otel_agent_context.instrumentation.langchain import LangChainContextInstrumentor
 from otel_agent_context.instrumentation.openai import OpenAIContextInstrumentor
 from otel_agent_context.testing import CapturedTelemetry
 
@@ -550,6 +551,67 @@ def test_a_runs_own_call_sending_its_question_first(both) -> None:
     calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
         both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
     assert [ids[0] for ids in calls] == ["A-q", "A-s", "B-q", "B-s"]
+
+
+def test_a_runs_own_call_sending_only_the_shared_system_prompt(both) -> None:
+    """A run's call of its own (a check) sending only the system prompt every list shares
+    and a text of its own: no list's ids (the shortest list's were taken), and each model
+    call its own."""
+    from langchain_core.messages import AIMessage
+    from stub_server import StubServer
+
+    class Checked(ChatOpenAI):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            self.client.create(model="gpt-4o-mini", messages=[
+                {"role": "system", "content": messages[0].content},
+                {"role": "user", "content": "ok?"}])
+            return super()._generate(messages, *args, **kwargs)
+
+    system = "You are ACME's support agent."
+    first = [SystemMessage(system, id="A-s"), HumanMessage("Where is A?", id="A-q"),
+             AIMessage("Shipped.", id="A-a"), HumanMessage("When?", id="A-q2")]
+    second = [SystemMessage(system, id="B-s"), HumanMessage("Where is B?", id="B-q")]
+    with StubServer() as stub:
+        Checked(model="gpt-4o-mini", base_url=stub.openai_base_url, api_key="sk-offline",
+                max_retries=0).generate([first, second])
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        both.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    assert calls[1] == ["A-s", "A-q", "A-a", "A-q2"]
+    assert calls[3] == ["B-s", "B-q"]
+    assert not {"A-s", "B-s"} & {*calls[0], *calls[2]}
+
+
+def test_a_batch_call_whose_run_cannot_be_told_takes_no_ids(monkeypatch, caplog) -> None:
+    """Our error telling a batch's runs apart (outside the test kit's strict mode): the
+    call names its blocks itself, logged, rather than by the last run's ids."""
+    from stub_server import StubServer
+
+    from otel_agent_context.instrumentation.langchain import _handler
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("ours")
+
+    monkeypatch.setattr(_handler, "_texts", broken)
+    tel = CapturedTelemetry(strict=False)
+    kw = {"tracer_provider": tel.tracer_provider, "meter_provider": tel.meter_provider,
+          "agent_context": tel.agent_context}
+    insts = [LangChainContextInstrumentor(), OpenAIContextInstrumentor()]
+    for inst in insts:
+        inst.instrument(**kw)
+    try:
+        with StubServer() as stub:
+            _model(stub, False).generate([[HumanMessage("Where is A?", id="A-q")],
+                                          [HumanMessage("Where is B?", id="B-q")]])
+    finally:
+        for inst in insts:
+            inst.uninstrument()
+        tel.shutdown()
+    calls = [list(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS]) for s in sorted(
+        tel.spans(), key=lambda s: s.start_time) if s.name == "chat gpt-4o-mini"]
+    assert len(calls) == 2
+    assert not {"A-q", "B-q"} & {*calls[0], *calls[1]}
+    assert [r.message for r in caplog.records].count(
+        "otel_agent_context: could not tell which framework run a call is") == 2
 
 
 def test_a_model_call_inside_an_async_run_leaves_the_outer_its_ids(both) -> None:
