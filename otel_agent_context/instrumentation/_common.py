@@ -2295,18 +2295,14 @@ def _fail(call: Call, exc: BaseException) -> None:
     call.fail(exc)
 
 
-class Wrapped(list):  # type: ignore[type-arg]
-    """(class, method) pairs wrapped so far; ``active`` is False once unwrapped (a module
-    imported later is then left alone)."""
+class Wrapped(dict):  # type: ignore[type-arg]
+    """The (class, method) pairs wrapped so far, each with the wrapper function put on it
+    (what ``unwrap_all`` looks for); ``active`` is False once unwrapped (a module imported
+    later is then left alone)."""
 
     active = True
     #: whether this set of wrappers holds an install of the warnings' frame counting
     hooked = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: the wrapper function put on each (class, method): what ``unwrap_all`` looks for
-        self.wrappers: dict[tuple[Any, str], Callable[..., Any]] = {}
 
 
 def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
@@ -2332,8 +2328,7 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
                     if cls is None or not hasattr(cls, method) or (cls, method) in done:
                         continue
                     wrapt.wrap_function_wrapper(module, name, wrapper)
-                    done.append((cls, method))
-                    done.wrappers[cls, method] = wrapper
+                    done[cls, method] = wrapper
                     if not done.hooked:  # once a wrapper of ours stands in a call path
                         _frames.install()
                         done.hooked = True
@@ -2346,28 +2341,24 @@ def wrap_all(targets: Sequence[tuple[str, str, Callable[..., Any]]]) -> Wrapped:
     return done
 
 
-def unwrap_all(done: list[tuple[Any, str]]) -> None:
+def unwrap_all(done: Wrapped | list[tuple[Any, str]]) -> None:
     """Take our wrappers off, each where it is: another instrumentor's wrapper put on after
     ours (outside it: the official one instrumented later) stays, around what ours wrapped
     (``unwrap`` takes off the outermost, whoever's it is)."""
     from opentelemetry.instrumentation.utils import unwrap
 
-    wrappers = {}
     if isinstance(done, Wrapped):
         done.active = False  # hooks still pending do nothing from now on
-        wrappers = done.wrappers
         if done.hooked:
             done.hooked = False
             _frames.uninstall()
     for cls, method in done:
-        wrapper = wrappers.get((cls, method))
+        wrapper = done[cls, method] if isinstance(done, Wrapped) else None
         if wrapper is None or not _unwrap_own(cls, method, wrapper):
             # ours is gone: another instrumentor's ``unwrap`` took it off in place of its
             # own (ours was outside it), whose wrapper, left inert, is now the outermost
             unwrap(cls, method)
     done.clear()
-    if wrappers:
-        wrappers.clear()
 
 
 def _unwrap_own(cls: Any, method: str, wrapper: Callable[..., Any]) -> bool:

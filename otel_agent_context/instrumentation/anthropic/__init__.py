@@ -31,6 +31,7 @@ from .._common import (
     Api,
     ClientTelemetry,
     LiveTelemetry,
+    Wrapped,
     _begin,
     _materialize,
     async_wrapper,
@@ -182,7 +183,7 @@ class AnthropicContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``capture_content`` defaults to ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
     """
 
-    _wrapped: list[tuple[Any, str]] = []
+    _wrapped: Wrapped | list[tuple[Any, str]] = []
     #: the telemetry every wrapper of this instrumentor records with (see LiveTelemetry)
     _live: LiveTelemetry | None = None
 

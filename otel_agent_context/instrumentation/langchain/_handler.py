@@ -129,10 +129,15 @@ class _RunIds(dict):  # type: ignore[type-arg]
     a later call."""
 
     __slots__ = ("batch", "claimed", "texts")
-    batch: _Batch
-    claimed: bool
-    #: how many texts its messages have (``_Batch.texts_index``)
-    texts: int
+
+    def __init__(self, ids: dict[Any, Any], batch: _Batch) -> None:
+        super().__init__(ids)
+        self.batch = batch
+        #: whether a call took its ids
+        self.claimed = False
+        #: how many texts its messages have (``_Batch.texts_index``)
+        self.texts = 0
+        batch.runs.append(self)
 
     def for_call(self, request: Any) -> Any:
         """The ids for the model call reading ``request`` (the client's keyword arguments)
@@ -435,16 +440,13 @@ class ContextCallbackHandler(BaseCallbackHandler):
         # the client call below names its blocks by these (none: a run started inside
         # another, not ended, must not give it the outer one's)
         if known or size > 1 or isinstance(current, _RunIds):
-            ids = _RunIds(known)
-            ids.claimed = False
-            ids.texts = 0
             if isinstance(current, _RunIds) and \
                     len(current.batch.runs) < current.batch.size:
-                ids.batch = current.batch  # the next run of the batch being started
+                batch = current.batch  # the next run of the batch being started
             else:
-                ids.batch = _Batch(current, size)
-            ids.batch.pending.add(run_id)
-            ids.batch.runs.append(ids)
+                batch = _Batch(current, size)
+            ids = _RunIds(known, batch)
+            batch.pending.add(run_id)
             KNOWN_MESSAGES.set(ids)
             self._known[run_id] = ids
 

@@ -32,6 +32,7 @@ from .._common import (
     Api,
     ClientTelemetry,
     LiveTelemetry,
+    Wrapped,
     async_wrapper,
     helper_aexit,
     helper_exit,
@@ -58,7 +59,7 @@ class OpenAIContextInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``capture_content`` defaults to ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
     """
 
-    _wrapped: list[tuple[Any, str]] = []
+    _wrapped: Wrapped | list[tuple[Any, str]] = []
     #: the telemetry every wrapper of this instrumentor records with (see LiveTelemetry)
     _live: LiveTelemetry | None = None
 
