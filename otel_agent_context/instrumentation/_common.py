@@ -305,6 +305,22 @@ def sdk_class(module: str, name: str) -> Any:
     return found
 
 
+def sdk_extra(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)`` for an SDK model object of an exact known class and a
+    field it does not declare (set after the SDK built it: its models take any): read from
+    the object's fields and extras, where a pydantic model keeps it, without the model's
+    lookup of a missing name (an error raised and caught: ~4 µs, twice in an agent's call)."""
+    try:
+        found = obj.__dict__.get(name)
+        if found is None:
+            extra = obj.__pydantic_extra__
+            if extra:
+                found = extra.get(name)
+        return found
+    except AttributeError:  # not a pydantic 2 model (1.x keeps extras in __dict__)
+        return getattr(obj, name, None)
+
+
 def is_text(value: Any, text: str) -> bool:
     """Whether ``value`` is the string ``text``: a field of an SDK object, which an
     application may have set to anything after the SDK built it (its comparison too)."""
@@ -763,16 +779,30 @@ class Accumulator:
         return self.outcome
 
 
+#: Anthropic's error when the input fits the window but not with ``max_tokens``:
+#: "input length and `max_tokens` exceed context limit: N + R > W, decrease ..."
+_INPUT_AND_RESERVED = re.compile(
+    r"exceed context limit:\s*(\d[\d,]*)\s*\+\s*(\d[\d,]*)\s*>\s*(\d[\d,]*)")
+
+
 def stated_limit(message: str) -> int | None:
     """The window a provider's context-length error states ("maximum context length is W
-    tokens", "N tokens > W maximum"), or None."""
+    tokens", "N tokens > W maximum", "N + R > W"), or None."""
     m = re.search(r"maximum context length is (\d[\d,]*)", message) or re.search(
         r"\d[\d,]*\s*tokens\s*>\s*(\d[\d,]*)\s*maximum", message)
-    return int(m.group(1).replace(",", "")) if m else None
+    if m:
+        return int(m.group(1).replace(",", ""))
+    m = _INPUT_AND_RESERVED.search(message)
+    return int(m.group(3).replace(",", "")) if m else None
 
 
 def overflow_tokens_from(message: str) -> int | None:
-    """Tokens over the limit, from a provider's context-length error message."""
+    """Tokens over the limit (input + reserved output - window), from a provider's
+    context-length error message."""
+    m = _INPUT_AND_RESERVED.search(message)
+    if m:
+        given, reserved, window = (int(g.replace(",", "")) for g in m.groups())
+        return max(given + reserved - window, 0)
     numbers = [int(n.replace(",", "")) for n in _NUMBERS.findall(message)]
     if "prompt is too long" in message and len(numbers) >= 1:
         m = re.search(r"(\d[\d,]*)\s*tokens\s*>\s*(\d[\d,]*)", message)
@@ -898,6 +928,9 @@ class Call:
         self.target: Any = None
         model = kwargs.get("model")
         parent, current, data, env = _start_context()
+        #: another instrumentor's inference of this call holds its span (the official one
+        #: outside ours): it ends that span, maybe before our end (see anthropic's manager)
+        self.inside_another = data is not None
         inv: Any = None
         mode = light_mode_of(data) if light else False
         if mode is True and wrapped_inside and not COMPOSABLE:
@@ -1506,7 +1539,7 @@ def is_context_length_error(exc: BaseException) -> bool:
     except Exception:  # an exception without text says nothing of the window
         return False
     return ("prompt is too long" in text or "maximum context length" in text
-            or "context_length_exceeded" in text)
+            or "context_length_exceeded" in text or "exceed context limit" in text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -2097,47 +2130,90 @@ def _follow_raw(call: Call, api: Api, raw: Any, is_async: bool, *, streaming: bo
             parsed_once.append(True)  # followed (a failure above leaves it to the finalizer)
         return followed[0]
 
+    # the application's read of the body under way (parse(), read(), text(), json()): the
+    # HTTP response's close at the body's end is the read's, not the call's end
+    reading: list[bool] = []
+
+    async def awaited(pending: Any) -> Any:
+        reading.append(True)
+        try:
+            return await pending
+        finally:
+            reading.pop()
+
     async def follow_awaited(pending: Any) -> Any:
-        return follow(await pending)
+        return follow(await awaited(pending))
+
+    def marked(read: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(read)
+        def read_marked(*args: Any, **kwargs: Any) -> Any:
+            reading.append(True)
+            try:
+                result = read(*args, **kwargs)
+            finally:
+                reading.pop()
+            # the async client's: its read runs when awaited
+            return awaited(result) if inspect.isawaitable(result) else result
+        return read_marked
+
+    parsed_plain = marked(parse)
 
     @functools.wraps(parse)
     def parsed(*args: Any, **kwargs: Any) -> Any:
-        result = parse(*args, **kwargs)
         if args or kwargs:  # parse(to=...): another view, not what we follow
-            return result
+            return parsed_plain(*args, **kwargs)
+        reading.append(True)
+        try:
+            result = parse()
+        finally:
+            reading.pop()
         if inspect.isawaitable(result):  # the async with_streaming_response
             return follow_awaited(result)
         return follow(result)
 
     def ended(caller: Any, handled: BaseException | None) -> None:
-        # closed unparsed (``with_streaming_response``'s block left after reading the
-        # body's bytes or lines): the call ends now, not when raw is collected
-        if not parsed_once:
+        # closed unparsed (``with_streaming_response``'s block left, or its body's bytes
+        # or lines read to the end, which closes the HTTP response): the call ends now,
+        # not when raw is collected, and before the HTTP response's close, which ends the
+        # span of an instrumentor outside ours (the official one's proxy of a stream)
+        if not parsed_once and not reading:
             parsed_once.append(True)
             guarded(call.finish)(None)
 
     try:
         weakref.finalize(raw, _unparsed, call, parsed_once)
         raw.parse = parsed
-        on_close(raw, ended)
+        read = getattr(raw, "read", None)  # text() and json() read through it
+        if callable(read):
+            raw.read = marked(read)
+        on_close(raw, ended, first=True)
+        http = getattr(raw, "http_response", None)
+        if http is not None:
+            on_close(http, ended, first=True)
+            on_close(http, ended, first=True, method="aclose")
     except Exception:
         if _strict_now():
             raise
         call.finish(None)
 
 
-def on_close(target: Any, then: Callable[[Any, BaseException | None], None]) -> None:
-    """Make ``target.close()`` (sync or async, as its own is) call ``then(caller, handled)``
-    once it has closed: ``caller`` the frame that called it, ``handled`` the error being
-    handled there (if any). For a call that ends when what it returned is closed. Nothing
-    when ``target`` has no close; raises what setting the attribute raises."""
-    close = getattr(target, "close", None)
+def on_close(target: Any, then: Callable[[Any, BaseException | None], None], *,
+             first: bool = False, method: str = "close") -> None:
+    """Make ``target.close()`` (``method``; sync or async, as its own is) call
+    ``then(caller, handled)`` once it has closed (``first``: before it closes): ``caller``
+    the frame that called it, ``handled`` the error being handled there (if any). For a
+    call that ends when what it returned is closed. Nothing when ``target`` has no such
+    method; raises what setting the attribute raises."""
+    close = getattr(target, method, None)
     if not callable(close):
         return
 
     @functools.wraps(close)
     def closed(*args: Any, **kwargs: Any) -> Any:
         caller, handled = sys._getframe(1), sys.exc_info()[1]
+        if first:
+            then(caller, handled)
+            return close(*args, **kwargs)
         try:
             return close(*args, **kwargs)
         finally:
@@ -2146,12 +2222,15 @@ def on_close(target: Any, then: Callable[[Any, BaseException | None], None]) -> 
     @functools.wraps(close)
     async def closed_async(*args: Any, **kwargs: Any) -> Any:
         caller, handled = sys._getframe(1), sys.exc_info()[1]
+        if first:
+            then(caller, handled)
+            return await close(*args, **kwargs)
         try:
             return await close(*args, **kwargs)
         finally:
             then(caller, handled)
 
-    target.close = closed_async if inspect.iscoroutinefunction(close) else closed
+    setattr(target, method, closed_async if inspect.iscoroutinefunction(close) else closed)
 
 
 # closures that stand between the application and the client (raw.parse(), close())

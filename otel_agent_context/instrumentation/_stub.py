@@ -11,8 +11,9 @@ Serves on loopback only and never calls out. It speaks just enough of each API f
   prompt plus the reserved output does not fit the model's window.
 - Anthropic ``POST /v1/messages`` (and the beta ``?beta=true``), JSON or SSE, prompt caching
   (``cache_control`` breakpoints: written once, read after), ``context_management`` edits
-  (``clear_tool_uses_20250919``) reported as ``applied_edits``, and the ``prompt is too long``
-  400.
+  (``clear_tool_uses_20250919``) reported as ``applied_edits``, the ``prompt is too long``
+  400, and the ``input length and `max_tokens` exceed context limit`` 400 when the prompt
+  fits the window but not with ``max_tokens``.
 - Tool calls on request: a Responses API request with ``tools`` whose last input item is a
   user message containing ``[call:NAME {json arguments}]`` (NAME one of its function tools)
   is answered with that ``function_call`` instead of text (for agent frameworks' tests); a
@@ -479,6 +480,14 @@ class _Handler(BaseHTTPRequestHandler):
                 "type": "invalid_request_error",
                 "message": f"prompt is too long: {prompt} tokens > {window} maximum"},
                 "request_id": "req_stub"})
+            return
+        reserved = body.get("max_tokens")
+        if isinstance(reserved, int) and prompt + reserved > window:  # the API's wording
+            self._json(400, {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": f"input length and `max_tokens` exceed context limit: {prompt} + "
+                           f"{reserved} > {window}, decrease input length or `max_tokens` "
+                           "and try again"}, "request_id": "req_stub"})
             return
         applied: list[dict[str, Any]] = []
         for edit in (body.get("context_management") or {}).get("edits") or []:

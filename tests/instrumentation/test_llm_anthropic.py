@@ -206,35 +206,52 @@ def test_content_capture(capture_setup, stub) -> None:
         assert_no_content(spans)
 
 
-def _too_long(c: anthropic.Anthropic) -> anthropic.BadRequestError:
+#: the API's two context-length errors: the prompt over the window, and (the stub's 128,000
+#: for this model, where our table says 200,000) the prompt within it but not with max_tokens
+TOO_LONG = {
+    "prompt": (dict(model="claude-3-haiku-20240307", max_tokens=100, content="x" * 900_000),
+               "prompt is too long: 225005 tokens > 200000 maximum", 200_000, 100,
+               225_005 - 200_000),
+    "with_max_tokens": (
+        dict(model="claude-sonnet-4-6", max_tokens=8192, content="x" * 500_000),
+        "input length and `max_tokens` exceed context limit: 125005 + 8192 > 128000",
+        128_000, 8192, 125_005 + 8192 - 128_000)}
+
+
+def _too_long(c: anthropic.Anthropic, model: str, max_tokens: int, content: str
+              ) -> anthropic.BadRequestError:
     with pytest.raises(anthropic.BadRequestError) as info:
-        c.messages.create(model="claude-3-haiku-20240307", max_tokens=100,
-                          messages=[{"role": "user", "content": "x" * 900_000}])
+        c.messages.create(model=model, max_tokens=max_tokens,
+                          messages=[{"role": "user", "content": content}])
     return info.value
 
 
-def test_prompt_too_long_is_a_rejected_overflow(stub) -> None:
-    plain = _too_long(client(stub))
+@pytest.mark.parametrize("case", list(TOO_LONG))
+def test_a_context_length_error_is_a_rejected_overflow(stub, case: str) -> None:
+    call, wording, window, reserved, over = TOO_LONG[case]
+    plain = _too_long(client(stub), **call)
+    assert wording in str(plain)
     tel = CapturedTelemetry()
     inst = AnthropicContextInstrumentor()
     inst.instrument(tracer_provider=tel.tracer_provider, meter_provider=tel.meter_provider,
                     agent_context=tel.agent_context)
     try:
-        seen = _too_long(client(stub))
+        seen = _too_long(client(stub), **call)
     finally:
         inst.uninstrument()
         tel.shutdown()
-    assert type(seen) is type(plain)
-    assert str(seen) == str(plain)
-    assert seen.body == plain.body
-    spans = tel.spans()
-    inf = assert_folded(spans)
+    assert (type(seen), str(seen), seen.body) == (type(plain), str(plain), plain.body)
+    inf = assert_folded(tel.spans())
     assert inf.status.status_code == StatusCode.ERROR
     b = inf.attributes
+    # the window the error states is the budget's
+    assert (b[S.BUDGET_MAX_TOKENS], b[S.BUDGET_RESERVED_TOKENS]) == (window, reserved)
     assert b[S.BUDGET_OVERFLOW] is True
     assert b[S.BUDGET_OVERFLOW_STRATEGY] == "reject"
-    assert b[S.BUDGET_OVERFLOW_TOKENS] == 225_005 - 200_000
-    assert tel.bundles()[0]["context_budgets"][0]["overflow_strategy"] == "reject"
+    assert b[S.BUDGET_OVERFLOW_TOKENS] == over
+    (budget,) = tel.bundles()[0]["context_budgets"]
+    assert (budget["max_tokens"], budget["overflow"], budget["overflow_tokens"],
+            budget["overflow_strategy"]) == (window, True, over, "reject")
 
 
 def _media_turn(image: str) -> list[dict]:

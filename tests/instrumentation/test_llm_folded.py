@@ -211,3 +211,61 @@ def test_content_goes_on_the_span_only_under_capture(monkeypatch) -> None:
     (span,) = spans
     contents = list(span.attributes[S.ASSEMBLY_BLOCK_CONTENTS])
     assert contents[0] == SYSTEM and contents[1] == "Where is order 42?"
+
+
+_ARGS = '{"order_id": "42", "include_history": true, "fields": ["status", "eta"]}'
+
+
+def test_every_tool_call_only_message_gets_an_estimate(capture_setup, stub) -> None:
+    """A message (or Responses item) that is only a tool call is estimated by the call it
+    sends (name and arguments), never 0, and a call the API names is named by its call
+    (``tool_call:<call id>``, as its output is ``tool_result:<call id>``): chat's tool calls
+    and its deprecated ``function_call``, a Responses function call and a custom tool's
+    call, Anthropic's ``tool_use``; content capture off and on."""
+    oc, ac = _openai(stub), _anthropic(stub)
+    oc.chat.completions.create(model="gpt-4o-mini", messages=[
+        {"role": "user", "content": "Where is 42?"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c1", "type": "function",
+            "function": {"name": "lookup_order", "arguments": _ARGS}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "shipped"}])
+    oc.chat.completions.create(model="gpt-4o-mini", messages=[
+        {"role": "user", "content": "Where is 42?"},
+        {"role": "assistant", "function_call": {"name": "lookup_order", "arguments": _ARGS}},
+        {"role": "function", "name": "lookup_order", "content": "shipped"}])
+    oc.responses.create(model="gpt-4o-mini", input=[
+        {"role": "user", "content": "Where is 42?"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup_order", "arguments": _ARGS},
+        {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
+        {"type": "custom_tool_call", "call_id": "c2", "name": "shell",
+         "input": "ls -la /var/log/orders/42"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "42.log"},
+        # a computer-use call of the GA tool: a batch of actions
+        {"type": "computer_call", "id": "cu_1", "call_id": "c3", "status": "completed",
+         "pending_safety_checks": [], "actions": [
+             {"type": "click", "x": 10, "y": 20, "button": "left"},
+             {"type": "type", "text": "order 42 shipped " * 8}]},
+        {"type": "computer_call_output", "call_id": "c3", "output": {
+            "type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"}}])
+    ac.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=[
+        {"role": "user", "content": "Where is 42?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                           "name": "lookup_order",
+                                           "input": json.loads(_ARGS)}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "shipped"}]}])
+    spans = [s for s in capture_setup.tel.spans() if S.ASSEMBLY_BLOCK_ITEM_IDS in s.attributes]
+    blocks = [list(zip(s.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS],
+                       s.attributes[S.ASSEMBLY_BLOCK_TOKENS], strict=True)) for s in spans]
+    assert [[i for i, _ in b][1:] for b in blocks] == [
+        [blocks[0][1][0], "tool_result:c1"], [blocks[1][1][0], blocks[1][2][0]],
+        ["tool_call:c1", "tool_result:c1", "tool_call:c2", "tool_result:c2", "tool_call:c3",
+         "tool_result:c3"],
+        ["tool_use:t1", "tool_result:t1"]]
+    calls = [blocks[0][1], blocks[1][1], blocks[2][1], blocks[2][3], blocks[3][1],
+             blocks[2][5]]
+    assert all(tokens > 0 for _, tokens in calls), calls
+    # the same call estimated alike in each form (its name and arguments); the shell
+    # command's input is shorter; the computer's actions, the text typed in them, longer
+    assert calls[0][1] == calls[1][1] == calls[2][1] > calls[3][1]
+    assert calls[5][1] > calls[0][1]

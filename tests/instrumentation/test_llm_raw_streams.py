@@ -136,7 +136,6 @@ def test_raw_response_dropped_unparsed_still_ends_the_call(alone, stub) -> None:
     oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
     raw = oc.chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=MESSAGES, stream=True)
-    raw.http_response.close()
     assert inference_spans(alone.tel.spans()) == []
     del raw
     gc.collect()
@@ -146,6 +145,24 @@ def test_raw_response_dropped_unparsed_still_ends_the_call(alone, stub) -> None:
     assert S.BUDGET_ACTUAL_TOKENS not in inf.attributes
     assert [s.name for s in spans] == [inf.name]
     assert alone.tel.bundles()[0]["rebuild"]["status"] == "complete"
+
+
+def test_raw_response_closed_unparsed_ends_the_call_there(setup, stub) -> None:
+    # its HTTP response closed by the application: nothing can be read any more
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    raw = oc.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True)
+    if setup.official == "none":  # the official one ends its span when create returns
+        assert inference_spans(setup.tel.spans()) == []
+    raw.http_response.close()
+    inf = assert_folded(setup.tel.spans())  # ended, raw still held
+    assert S.BUDGET_ACTUAL_TOKENS not in inf.attributes  # nothing was read
+    assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 0
+    assert setup.tel.bundles()[0]["rebuild"]["status"] == "complete"
+    raw.http_response.close()  # again: nothing more
+    del raw
+    gc.collect()
+    assert len(inference_spans(setup.tel.spans())) == 1
 
 
 def test_langchain_chat_openai_streaming_with_response_headers(alone, stub) -> None:
@@ -188,16 +205,19 @@ def test_streaming_response_read_as_bytes_is_untouched(alone, stub) -> None:
 def test_a_streaming_response_closed_unparsed_ends_the_call_there(setup, stub,
                                                                   stream: bool) -> None:
     """Read as lines (a proxy forwarding the events as they are) and closed by its block:
-    our call ends at the block's end, while the application still holds the response (it
-    ended only when the response was collected: never, or with a wrong duration), its
-    records in the one inference span however composed."""
+    our call ends when the body is read to its end (which closes the HTTP response) or at
+    the block's end, while the application still holds the response (it ended only when
+    the response was collected: never, or with a wrong duration), its records in the one
+    inference span however composed, the record's end too (with the official one's proxy
+    of a stream outside ours, the HTTP response's close ends its span: ours ended after it,
+    a partial bundle)."""
     oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
     with oc.chat.completions.with_streaming_response.create(
             model="gpt-4o-mini", messages=MESSAGES, stream=stream) as response:
-        lines = list(response.iter_lines())
         if setup.official == "none":  # composed, the official instrumentor's span ends
             # when the client's method returns (its own timing, in either order)
-            assert not inference_spans(setup.tel.spans())  # not ended while being read
+            assert not inference_spans(setup.tel.spans())  # not ended before it is read
+        lines = list(response.iter_lines())
     assert lines
     inf = one_inference(setup.tel.spans())  # ``response`` still held
     assert inf.attributes[S.ASSEMBLY_BLOCK_COUNT] == len(MESSAGES)
@@ -216,6 +236,13 @@ def test_a_streaming_response_closed_unparsed_ends_the_call_there(setup, stub,
         del response
 
     asyncio.run(run())
+    # left: the official instrumentor outside ours ends the span of an async plain response
+    # when the method returns (its parse() not awaited), before ours can end on it
+    late = setup.official == "outer" and not stream
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == \
+        ["complete", "partial" if late else "complete"]
+    assert [inf.attributes.get(S.CONTEXT_SPAN_COUNT)
+            for inf in inference_spans(setup.tel.spans())] == [0, None if late else 0]
 
 
 def test_async_streaming_response_is_read_from_the_awaited_parse(alone, stub) -> None:
@@ -229,3 +256,45 @@ def test_async_streaming_response_is_read_from_the_awaited_parse(alone, stub) ->
 
     assert asyncio.run(run()) == REPLY
     _check(alone.tel, "openai", "gpt-4o-mini")
+
+
+@pytest.mark.parametrize("read", ["read", "text", "json"])
+def test_a_streaming_response_read_before_its_parse_is_read_from_the_parse(
+        setup, stub, read: str) -> None:
+    """The body read first (which closes the HTTP response at its end), then parsed: the
+    call is read from the parse, not ended at that close; ``parse(to=...)`` first, on the
+    async client too."""
+    oc = openai.OpenAI(base_url=stub.openai_base_url, api_key="sk-test", max_retries=0)
+    with oc.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=MESSAGES) as response:
+        getattr(response, read)()
+        assert response.parse().choices[0].message.content == REPLY
+    ac = anthropic.Anthropic(base_url=stub.anthropic_base_url, api_key="sk-test",
+                             max_retries=0)
+    with ac.messages.with_streaming_response.create(
+            model="claude-sonnet-4-6", max_tokens=50, messages=MESSAGES[1:]) as response:
+        getattr(response, read)()
+        assert response.parse().content[0].text == REPLY
+
+    async def run() -> None:
+        aoc = openai.AsyncOpenAI(base_url=stub.openai_base_url, api_key="sk-test",
+                                 max_retries=0)
+        async with aoc.chat.completions.with_streaming_response.create(
+                model="gpt-4o-mini", messages=MESSAGES) as response:
+            assert REPLY in await response.parse(to=str)
+            assert (await response.parse()).choices[0].message.content == REPLY
+
+    asyncio.run(run())
+    spans = inference_spans(setup.tel.spans())
+    assert len(spans) == 3
+    # left: the official instrumentor outside ours ends the span of Anthropic's plain
+    # response when it has read the body, and of the async client's when create returns,
+    # before the application's parse() (docs/instrumentation.md)
+    late = [False, setup.official == "outer", setup.official == "outer"]
+    for inf, left in zip(spans, late, strict=True):
+        if not left:
+            assert inf.attributes[S.CONTEXT_SPAN_COUNT] == 0
+            assert inf.attributes[S.BUDGET_ACTUAL_TOKENS] == inf.attributes[
+                S.GEN_AI_USAGE_INPUT_TOKENS] > 0
+    assert [b["rebuild"]["status"] for b in setup.tel.bundles()] == [
+        "partial" if left else "complete" for left in late]

@@ -594,6 +594,11 @@ ODD_CALLS: dict[str, list[Any]] = {
                                                       "custom": {"name": "grep",
                                                                  "input": "42"}}])),
     "another_model": _odd(_Reply(role="assistant", content="It shipped.")),
+    # the deprecated single call (its name and arguments in the block's text)
+    "legacy_function_call": _odd({"role": "assistant", "content": None, "function_call": {
+        "name": "lookup_order", "arguments": '{"order_id": "42"}'}}),
+    "sdk_legacy_function_call": _odd(_sdk_message(content=None, function_call={
+        "name": "lookup_order", "arguments": '{"order_id": "42"}'})),
     # built without the SDK's checks: the general reader takes it for the latest user's
     "sdk_message_as_user": [*CHAT, _RESULT, _construct(role="user", content="And now?")],
     "sdk_content_in_parts": _odd(_construct(role="assistant", content=[

@@ -17,8 +17,9 @@ error is a rejected overflow.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
@@ -73,10 +74,30 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
 
     def _entered(self, stream: Any) -> Any:
         self._self_stream = stream
-        if self._self_call is not None:
-            self._self_call.invocation.suspend()
+        call = self._self_call
+        if call is not None:
+            call.invocation.suspend()
             self._end_on_close(stream)
+            if call.inside_another:
+                self._end_when_read(stream)
         return stream
+
+    def _end_when_read(self, stream: Any) -> None:
+        """The call ends when the stream's events run out (or one of them raises) too, when
+        another instrumentor's inference holds the call's span (the official one's manager
+        around ours): its stream wrapper ends that span when its own iteration ends, before
+        its manager's exit calls ours, and our end came after the span's (``text_stream``
+        and ``get_final_message`` read the same events: they end here too). Only then:
+        alone, ours stays out of the events' way."""
+        try:
+            events = getattr(stream, "__dict__", {}).get("_iterator") if type(
+                stream).__module__.startswith("anthropic.") else None
+            if inspect.isgenerator(events):
+                stream._iterator = _ended_when_read(events, self._exit)
+            elif inspect.isasyncgen(events):
+                stream._iterator = _ended_when_read_async(events, self._exit)
+        except Exception:  # noqa: BLE001 - a stream of another make: the exit ends the call
+            _log.debug("otel_agent_context: cannot follow the stream's events", exc_info=True)
 
     def _end_on_close(self, stream: Any) -> None:
         """The call ends when the stream is closed too: another instrumentor's manager
@@ -141,6 +162,35 @@ class _StreamManager(ObjectProxy):  # type: ignore[misc]
             self._exit(exc)
 
 
+def _ended_when_read(events: Iterator[Any], end: Callable[[BaseException | None], None]
+                     ) -> Iterator[Any]:
+    """``events``, then ``end`` once they run out or raise (a stream closed before, its
+    generator closed: the exit ends the call)."""
+    try:
+        yield from events
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        end(exc)
+        raise
+    end(None)
+
+
+async def _ended_when_read_async(events: AsyncIterator[Any],
+                                 end: Callable[[BaseException | None], None]
+                                 ) -> AsyncIterator[Any]:
+    """:func:`_ended_when_read` of an async stream's events."""
+    try:
+        async for event in events:
+            yield event
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        end(exc)
+        raise
+    end(None)
+
+
 def _handled(caller: Any, error: BaseException | None) -> Exception | None:
     """The error a ``with`` block leaves with, when a manager's ``__exit__`` (the caller)
     closes the stream: the interpreter runs ``__exit__`` as a handler of that error. None
@@ -153,7 +203,7 @@ def _handled(caller: Any, error: BaseException | None) -> Exception | None:
 
 # the manager's methods stand between the application's ``with`` and the SDK's
 _frames.hide(_StreamManager.__enter__, _StreamManager.__exit__, _StreamManager.__aenter__,
-             _StreamManager.__aexit__)
+             _StreamManager.__aexit__, _ended_when_read, _ended_when_read_async)
 
 
 def _stream_wrapper(tel: ClientTelemetry, api: Api) -> Any:

@@ -45,6 +45,7 @@ from .._common import (
     plain_row,
     remembered,
     sdk_class,
+    sdk_extra,
     short_digest,
     tool_call_id,
     tool_result_id,
@@ -310,6 +311,10 @@ _TOOL_USE_PART = frozenset(("type", "id", "name", "input"))
 _TOOL_RESULT_PART = frozenset(("type", "tool_use_id", "content"))
 _TOOL_ERROR_PART = frozenset(("type", "tool_use_id", "content", "is_error"))
 _SDK_TYPES = "anthropic.types."
+#: (module, name) of the SDK's response blocks an agent gives back (keys made once: a
+#: string made per call is hashed per call)
+_SDK_TEXT_BLOCK = (_SDK_TYPES + "text_block", "TextBlock")
+_SDK_TOOL_USE_BLOCK = (_SDK_TYPES + "tool_use_block", "ToolUseBlock")
 
 
 def _tool_use_row(call_id: Any, name: Any, arguments: Any) -> tuple[Row, str, str | None] | None:
@@ -327,7 +332,7 @@ def _sdk_field(block: Any, kind: str, name: str) -> Any:
     cache breakpoint (set after the SDK built it: its models take fields they do not
     declare), else None."""
     try:
-        if not is_text(block.type, kind) or getattr(block, "cache_control", None) is not None:
+        if not is_text(block.type, kind) or sdk_extra(block, "cache_control") is not None:
             return None
         return getattr(block, name)
     except AttributeError:  # a field deleted
@@ -360,8 +365,8 @@ def _content_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
         return rows
     if role != "assistant":
         return None
-    text_block = sdk_class(_SDK_TYPES + "text_block", "TextBlock")
-    tool_use_block = sdk_class(_SDK_TYPES + "tool_use_block", "ToolUseBlock")
+    text_block = sdk_class(*_SDK_TEXT_BLOCK)
+    tool_use_block = sdk_class(*_SDK_TOOL_USE_BLOCK)
     for part in content:
         kind = type(part)
         row: tuple[Row, str, str | None] | None

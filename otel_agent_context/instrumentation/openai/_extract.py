@@ -44,6 +44,7 @@ from .._common import (
     plain_row,
     remembered,
     sdk_class,
+    sdk_extra,
     settle_message,
     short_digest,
     tool_call_id,
@@ -484,6 +485,9 @@ def chat_request(args: tuple[Any, ...], kwargs: dict[str, Any], capture: bool) -
             fn = _get(call, "function")
             req.tool_names[str(_get(call, "id"))] = str(_get(fn, "name"))
             call_text += f"\n{_get(fn, 'name')}({_get(fn, 'arguments') or ''})"
+        legacy = given(_get(m, "function_call"))  # the deprecated single call: its tokens
+        if legacy is not None:
+            call_text += f"\n{_get(legacy, 'name')}({_get(legacy, 'arguments') or ''})"
         full = text + call_text
         if role == "system":
             kind, point, seg = _SYSTEM
@@ -591,7 +595,8 @@ def _sdk_message_rows(m: Any) -> list[tuple[Row, str, str | None]] | None:
     try:
         role, content, calls = m.role, m.content, m.tool_calls
         if (not is_text(role, "assistant") or not (content is None or type(content) is str)
-                or not (calls is None or type(calls) is list)):
+                or not (calls is None or type(calls) is list)
+                or m.function_call is not None):  # the deprecated call: the general path's
             return None
         full = content or ""
         for call in calls or ():
@@ -1065,6 +1070,11 @@ def _output_message_rows(it: dict[str, Any]) -> list[tuple[Row, str, str | None]
 
 
 _SDK_ITEMS = "openai.types.responses."
+#: (module, name) of the SDK's output items an agent gives back (keys made once: a string
+#: made per call is hashed per call)
+_SDK_FUNCTION_CALL = (_SDK_ITEMS + "response_function_tool_call", "ResponseFunctionToolCall")
+_SDK_OUTPUT_MESSAGE = (_SDK_ITEMS + "response_output_message", "ResponseOutputMessage")
+_SDK_OUTPUT_TEXT = (_SDK_ITEMS + "response_output_text", "ResponseOutputText")
 
 
 def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
@@ -1073,21 +1083,20 @@ def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
     ``_response_item`` reads it; None for any other (reasoning, a refusal, ...)."""
     kind = type(it)
     try:
-        if kind is sdk_class(_SDK_ITEMS + "response_function_tool_call",
-                             "ResponseFunctionToolCall"):
+        if kind is sdk_class(*_SDK_FUNCTION_CALL):
             itype, call_id, name, arguments = it.type, it.call_id, it.name, it.arguments
             # a role set after the SDK built it: the general reader may take it for the
             # latest user message
-            if (not is_text(itype, "function_call") or getattr(it, "role", None) is not None
+            if (not is_text(itype, "function_call") or sdk_extra(it, "role") is not None
                     or type(call_id) is not str or not call_id
                     or type(name) is not str or type(arguments) is not str):
                 return None
             text = f"{name}({arguments})"
             return [(call_row(f"tool_call:{call_id}", _K_SESSION_HISTORY, text), text,
                      call_id)]
-        if kind is sdk_class(_SDK_ITEMS + "response_output_message", "ResponseOutputMessage"):
+        if kind is sdk_class(*_SDK_OUTPUT_MESSAGE):
             item_id, itype, role, content = it.id, it.type, it.role, it.content
-            part_type = sdk_class(_SDK_ITEMS + "response_output_text", "ResponseOutputText")
+            part_type = sdk_class(*_SDK_OUTPUT_TEXT)
             if (not is_text(itype, "message") or not is_text(role, "assistant")
                     or type(item_id) is not str or not item_id or type(content) is not list
                     or part_type is None):
@@ -1102,6 +1111,16 @@ def _sdk_item_rows(it: Any) -> list[tuple[Row, str, str | None]] | None:
     except AttributeError:  # not the fields of the SDK known here
         return None
     return None
+
+
+def _dumped(value: Any) -> Any:
+    """``value`` with the SDK's models in it as the dicts the SDK sends of them."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_dumped(v) for v in value]
+    return value
 
 
 def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
@@ -1130,6 +1149,22 @@ def _response_item(it: Any, latest_user: bool, req: Request, capture: bool
         text = f"{name}({_get(it, 'arguments') or ''})"
         msg = (InputMessage(role="assistant", parts=[ToolCallRequestPart(
             arguments=_get(it, "arguments"), name=name, id=call_id)]) if capture else None)
+        return make_block(tool_call_id("tool_call", call_id), _K_SESSION_HISTORY, text,
+                          capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
+    if type(itype) is str and itype.endswith("_call") and _get(it, "call_id"):
+        # another tool's call (a custom tool's input, a computer or shell action): named by
+        # its call, as its output is, its text what the model sent the tool
+        call_id = str(_get(it, "call_id"))
+        name = _get(it, "name")
+        name = name if isinstance(name, str) else itype
+        req.tool_names[call_id] = name
+        sent = next((v for k in ("input", "arguments", "action", "actions", "operation")
+                     if (v := _get(it, k)) is not None), "")
+        if not isinstance(sent, str):  # an action (or a batch of them): as the SDK sends it
+            sent = json.dumps(_dumped(sent), default=json_default)
+        text = f"{name}({sent})"
+        msg = (InputMessage(role="assistant", parts=[ToolCallRequestPart(
+            arguments=sent, name=name, id=call_id)]) if capture else None)
         return make_block(tool_call_id("tool_call", call_id), _K_SESSION_HISTORY, text,
                           capture, _HISTORY_POINT, SEG_HISTORY, tool_call_id=call_id), msg
     if type(itype) is str and itype.endswith("_call_output"):
