@@ -415,18 +415,21 @@ def _tagged(tag: str) -> list[Any]:
 
 
 def _calls_by_question(tel: CapturedTelemetry, stub: Any) -> dict[str, list[str]]:
-    """Each model call's block ids by the last question it sent (the stub's requests and
-    the spans in the same order)."""
+    """Each model call's block ids by the last question it sent, each question asked once:
+    a span's last block is the question's (a plain message's id), whatever order the
+    concurrent calls started in and their requests reached the stub (the two orders
+    differ under load)."""
     from otel_agent_context.instrumentation.langchain._items import message_id
 
-    spans = [s for s in sorted(tel.spans(), key=lambda s: s.start_time)
-             if s.name == "chat gpt-4o-mini"]
+    spans = [s for s in tel.spans() if s.name == "chat gpt-4o-mini"]
     asked = [body["messages"][-1]["content"] for _, body in stub.requests]
-    assert len(spans) == len(asked)
+    assert len(spans) == len(asked) == len(set(asked))
+    question_of = {message_id(HumanMessage(q)): q for q in asked}
     out = {}
-    for question, span in zip(asked, spans, strict=True):
+    for span in spans:
         ids = list(span.attributes[S.ASSEMBLY_BLOCK_ITEM_IDS])
-        assert ids[-1] == message_id(HumanMessage(question))
+        question = question_of[ids[-1]]  # the call that sent it
+        assert question not in out
         out[question] = ids[:-1]
     return out
 
